@@ -1,0 +1,56 @@
+"""Content-addressed artifact storage: blobs named by their sha256, on any fsspec filesystem.
+
+A blob is written once under ``<root>/sha256/<aa>/<hex>`` (write to a temporary name, then
+rename), so a crash can leave at most an orphan temporary file, never a torn blob. Reads verify
+the hash: a blob that does not match its name is refused.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import fsspec
+
+from .errors import CorruptRecordError, TorporError
+from .serde import sha256_hex
+
+
+class ArtifactStore:
+    """Blobs by sha256 under an fsspec URL (a local folder path works as is)."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.fs, self.root = fsspec.core.url_to_fs(url)
+        self.fs.makedirs(self.root, exist_ok=True)
+
+    def _path(self, sha256: str) -> str:
+        return f"{self.root}/sha256/{sha256[:2]}/{sha256}"
+
+    def put(self, data: bytes) -> str:
+        """Store ``data``; return its sha256 hex. Idempotent."""
+        digest = sha256_hex(data)
+        path = self._path(digest)
+        if self.fs.exists(path):
+            return digest
+        self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        with self.fs.open(tmp, "wb") as f:
+            f.write(data)
+        self.fs.mv(tmp, path)
+        return digest
+
+    def get(self, sha256: str) -> bytes:
+        """The blob's bytes. Raises TorporError if missing, CorruptRecordError if altered."""
+        path = self._path(sha256)
+        if not self.fs.exists(path):
+            raise TorporError(f"artifact sha256:{sha256} is missing from {self.url}")
+        with self.fs.open(path, "rb") as f:
+            data: bytes = f.read()
+        if sha256_hex(data) != sha256:
+            raise CorruptRecordError(
+                f"artifact sha256:{sha256} in {self.url} does not match its hash"
+            )
+        return data
+
+    def exists(self, sha256: str) -> bool:
+        return bool(self.fs.exists(self._path(sha256)))

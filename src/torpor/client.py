@@ -1,0 +1,265 @@
+"""The out-of-process API: inspect runs and send them signals, decisions and cancellations.
+
+Nothing here takes a run's lease: messages go to the run's *inbox* (deduplicated by message id)
+and the lease holder moves them into the history at its next boundary, validated like any
+event. A waiting run is woken by the message. Preconditions are checked against the recorded
+state so a person gets an immediate, clear error (deciding an approval that was never
+requested, revoking one already consumed).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from . import serde, signing
+from .artifacts import ArtifactStore
+from .config import Settings
+from .errors import InboxError, RunFinishedError
+from .events import REOPENABLE, Event, RunState, RunStatus, Verdict, checkpoint_answers
+from .store import SQLStore, open_store
+from .store.base import RunRecord
+
+
+@dataclass(frozen=True)
+class StepView:
+    step_id: str
+    policy: str
+    status: str
+    attempts: int
+    purpose: str
+
+
+@dataclass(frozen=True)
+class EffectView:
+    key: str
+    step_id: str
+    operation: str
+    status: str
+    attempt: int
+    reason: str
+
+
+class Client:
+    """Inspect and steer runs with only the store URL (and the signing key for decisions)."""
+
+    def __init__(self, store: SQLStore | str | None = None, *, settings: Settings | None = None):
+        self.settings = settings or Settings.from_env(store if isinstance(store, str) else None)
+        self.store = (
+            store if isinstance(store, SQLStore) else open_store(self.settings.database_url)
+        )
+
+    def close(self) -> None:
+        self.store.close()
+
+    # ------------------------------------------------------------ reading
+
+    def get(self, run_id: str) -> RunRecord:
+        return self.store.get_run(run_id)
+
+    def state(self, run_id: str) -> RunState:
+        """The folded state (latest checkpoint + events after it)."""
+        return self.store.load(run_id)
+
+    def list(
+        self, *, status: str | None = None, outcome: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        return self.store.list_runs(status=status, outcome=outcome, limit=limit)
+
+    def events(self, run_id: str, after_seq: int = 0, limit: int = 1_000_000) -> list[Event]:
+        self.store.get_run(run_id)
+        return self.store.read_events(run_id, after_seq, limit)
+
+    def answers(self, run_id: str) -> dict[str, Any]:
+        """The four answers of the latest checkpoint (DESIGN.md §1)."""
+        return checkpoint_answers(self.state(run_id))
+
+    def steps(self, run_id: str) -> list[StepView]:
+        """Every step with its latest status and number of attempts (reads the history)."""
+        out: dict[str, dict[str, Any]] = {}
+        for ev in self.store.iter_events(run_id):
+            p = ev.payload
+            if ev.type == "step_started":
+                d = out.setdefault(
+                    p.step_id,
+                    {
+                        "policy": p.policy.value,
+                        "attempts": 0,  # type: ignore[attr-defined]
+                        "purpose": p.purpose,
+                    },
+                )  # type: ignore[attr-defined]
+                d["attempts"] += 1
+                d["status"] = "started"
+            elif ev.type in ("step_completed", "step_failed"):
+                d = out.setdefault(p.step_id, {"policy": "?", "attempts": 1, "purpose": ""})  # type: ignore[attr-defined]
+                d["status"] = "completed" if ev.type == "step_completed" else "failed"
+        return [
+            StepView(k, v["policy"], v["status"], v["attempts"], v["purpose"])
+            for k, v in out.items()
+        ]
+
+    def effects(self, run_id: str) -> list[EffectView]:
+        """Every effect with its latest status (reads the history)."""
+        out: dict[str, dict[str, Any]] = {}
+        for ev in self.store.iter_events(run_id):
+            p: Any = ev.payload
+            if ev.type == "effect_intended":
+                out[p.key] = {
+                    "step_id": p.step_id,
+                    "operation": p.operation,
+                    "status": "intended",
+                    "attempt": p.attempt,
+                    "reason": "",
+                }
+            elif ev.type == "effect_observed" and p.key in out:
+                out[p.key]["status"] = "observed"
+            elif ev.type == "effect_reconciled" and p.key in out:
+                out[p.key]["status"] = p.verdict.value
+                out[p.key]["reason"] = p.reason + (f" (by {p.by})" if p.by != "engine" else "")
+            elif ev.type == "effect_failed" and p.key in out:
+                out[p.key]["status"] = "failed"
+                out[p.key]["reason"] = p.error
+        return [EffectView(k, **v) for k, v in out.items()]
+
+    # ------------------------------------------------------------ steering
+
+    def _open(self, run_id: str, allow_reopenable: bool = False) -> RunState:
+        st = self.state(run_id)
+        if st.status is RunStatus.FINISHED and not (allow_reopenable and st.outcome in REOPENABLE):
+            raise RunFinishedError(f"run {run_id!r} already finished: {st.outcome}")
+        return st
+
+    def signal(
+        self, run_id: str, name: str, payload: Any = None, *, message_id: str | None = None
+    ) -> bool:
+        """Send signal ``name`` with a JSON ``payload``. Delivering the same ``message_id``
+        twice is a no-op (returns False): the run wakes and consumes it once."""
+        self._open(run_id)
+        return self.store.post_inbox(
+            run_id,
+            "signal",
+            {"name": name, "payload": serde.to_jsonable(payload)},
+            message_id=message_id,
+        )
+
+    def pending_approvals(self, run_id: str) -> dict[str, list[str]]:
+        """Approval ids awaiting a decision, with the content hashes each one binds."""
+        st = self.state(run_id)
+        return {k: v.hashes for k, v in st.approvals.items() if v.status == "requested"}
+
+    def decide(
+        self,
+        run_id: str,
+        approval_id: str | None,
+        decision: str,
+        approver: str,
+        *,
+        expect_hash: str | None = None,
+        comment: str = "",
+    ) -> tuple[str, list[str]]:
+        """Approve or deny. Returns ``(approval_id, hashes)`` decided on.
+
+        ``approval_id`` may be omitted when exactly one approval is pending. ``expect_hash``
+        (a prefix of one bound sha256) guards against deciding on content you did not review.
+        """
+        if decision not in ("approve", "deny"):
+            raise InboxError(f"decision must be approve or deny, not {decision!r}")
+        st = self._open(run_id)
+        pending = {k: v for k, v in st.approvals.items() if v.status == "requested"}
+        if approval_id is None:
+            if len(pending) != 1:
+                raise InboxError(
+                    f"run {run_id!r} has {len(pending)} pending approvals "
+                    f"({', '.join(pending) or 'none'}); name one"
+                )
+            approval_id = next(iter(pending))
+        info = st.approvals.get(approval_id)
+        if info is None:
+            raise InboxError(f"run {run_id!r} has no approval {approval_id!r}")
+        if info.status != "requested":
+            raise InboxError(f"approval {approval_id!r} is already {info.status}")
+        if expect_hash and not any(h.startswith(expect_hash) for h in info.hashes):
+            raise InboxError(
+                f"approval {approval_id!r} binds {info.hashes}, not the content "
+                f"{expect_hash!r} you reviewed; review it again"
+            )
+        at = self.store.now_ms()
+        body = signing.decision_body(run_id, approval_id, decision, approver, info.hashes, at)
+        sig = signing.sign(self.settings.signing_key(), body)
+        self.store.post_inbox(
+            run_id,
+            "decision",
+            {
+                "approval_id": approval_id,
+                "decision": decision,
+                "approver": approver,
+                "hashes": sorted(info.hashes),
+                "signature": sig,
+                "comment": comment,
+                "decided_at_ms": at,
+            },
+            message_id=f"decision:{approval_id}",
+        )
+        return approval_id, list(info.hashes)
+
+    def revoke(self, run_id: str, approval_id: str, by: str, reason: str = "") -> None:
+        """Revoke an approval not yet consumed: the effect it authorized will not happen."""
+        st = self._open(run_id)
+        info = st.approvals.get(approval_id)
+        if info is None:
+            raise InboxError(f"run {run_id!r} has no approval {approval_id!r}")
+        pending_decision = any(
+            m.kind == "decision" and m.body.get("approval_id") == approval_id
+            for m in self.store.pending_inbox(run_id)
+        )
+        if info.status != "approved" and not pending_decision:
+            raise InboxError(
+                f"approval {approval_id!r} is {info.status}; only an approved, unconsumed "
+                "approval can be revoked"
+            )
+        self.store.post_inbox(
+            run_id,
+            "revoke",
+            {"approval_id": approval_id, "by": by, "reason": reason},
+            message_id=f"revoke:{approval_id}",
+        )
+
+    def cancel(self, run_id: str, by: str = "user", reason: str = "") -> None:
+        """Ask the run to stop; it ends ``cancelled`` at its next boundary."""
+        self._open(run_id)
+        self.store.post_inbox(
+            run_id, "cancel", {"by": by, "reason": reason}, message_id=f"cancel:{run_id}"
+        )
+
+    def resolve(
+        self, run_id: str, key: str, verdict: str, by: str, *, result: Any = None, reason: str = ""
+    ) -> None:
+        """A person settles an effect in doubt: ``applied`` (with its result) or ``absent``
+        (it will be performed on resume). Reopens an ``unresolved`` run."""
+        v = Verdict(verdict)
+        if v is Verdict.UNKNOWN:
+            raise InboxError("a resolution must be applied or absent")
+        st = self._open(run_id, allow_reopenable=True)
+        info = st.effects.get(key)
+        if info is None or info.status not in ("intended", "unknown"):
+            raise InboxError(
+                f"run {run_id!r} has no effect {key!r} in doubt"
+                + (f" (it is {info.status})" if info else "")
+            )
+        self.store.post_inbox(
+            run_id,
+            "resolve",
+            {
+                "key": key,
+                "verdict": v.value,
+                "by": by,
+                "result": serde.to_jsonable(result),
+                "reason": reason,
+            },
+            message_id=f"resolve:{key}:{uuid.uuid4().hex[:8]}",
+        )
+
+    def artifact_bytes(self, sha256: str) -> bytes:
+        """The bytes of an artifact by its hash (hash-verified)."""
+        return ArtifactStore(self.settings.artifacts_url).get(sha256)

@@ -1,0 +1,793 @@
+"""Events and the pure fold: ``events -> RunState``, with the transition rules (guarantee G4).
+
+No I/O happens here. A run's history is an append-only list of :class:`Event`; its state is
+``fold(events)``. :func:`apply` checks that an event is a possible transition *before* changing
+anything, and raises :class:`~torpor.errors.TransitionError` naming the run, the seq and the rule
+broken otherwise — the store calls it at append time, so impossible histories are never written.
+
+The state is deliberately *compact* so that a checkpoint stays small however long the run has
+been going (guarantee G8): completed steps are dropped from ``RunState.steps`` at every user
+checkpoint (their results stay in the event history and are read back by an indexed lookup),
+effects that are settled are dropped too, and per-name maps (artifacts, verifications) keep the
+latest entry only.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import TransitionError
+
+#: Version of the event payload schema. A stored event with a higher version is refused.
+EVENT_SCHEMA_VERSION = 1
+
+
+class Policy(StrEnum):
+    """Recovery policy of a step (DESIGN.md §1)."""
+
+    #: Safe to repeat: re-executed on resume if it did not complete.
+    READ = "read"
+    #: Deterministic: the recorded result is reused while its input hash is unchanged.
+    COMPUTE = "compute"
+    #: Changes the outside world: idempotency key, intent before the call, reconcile on recovery.
+    EFFECT = "effect"
+    #: A person's decision, bound to the content decided on.
+    DECISION = "decision"
+
+
+class Outcome(StrEnum):
+    """Terminal state of a run (DESIGN.md §1)."""
+
+    SUCCEEDED = "succeeded"
+    SUCCEEDED_WITH_WARNINGS = "succeeded_with_warnings"
+    STOPPED_SAFE = "stopped_safe"
+    BLOCKED = "blocked"
+    UNRESOLVED = "unresolved"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+#: Outcomes a person can reopen (resolve the effect in doubt, raise the limit, re-approve).
+REOPENABLE = frozenset({Outcome.UNRESOLVED, Outcome.BLOCKED})
+
+
+class RunStatus(StrEnum):
+    """Where a run is in its life. ``finished`` runs carry an :class:`Outcome`."""
+
+    PENDING = "pending"  # created or woken, runnable
+    RUNNING = "running"  # has executed under a lease (may have crashed since)
+    WAITING = "waiting"  # durable wait: holds no lease, no process
+    FINISHED = "finished"
+
+
+class Verdict(StrEnum):
+    """What reconciling an intended-but-unobserved effect found (DESIGN.md §1, effect)."""
+
+    APPLIED = "applied"
+    ABSENT = "absent"
+    UNKNOWN = "unknown"
+
+
+# --------------------------------------------------------------------------- payloads
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunStarted(_Payload):
+    workflow: str
+    version: str
+    input: Any = None
+    criteria: list[str] = Field(default_factory=list)
+    goal: str = ""
+
+
+class LeaseAcquired(_Payload):
+    owner: str
+    epoch: int
+
+
+class VersionAccepted(_Payload):
+    from_version: str
+    to_version: str
+
+
+class StepStarted(_Payload):
+    step_id: str
+    policy: Policy
+    attempt: int = 1
+    input_hash: str | None = None
+    purpose: str = ""
+
+
+class StepCompleted(_Payload):
+    step_id: str
+    result: Any = None
+    policy: Policy | None = None
+    input_hash: str | None = None
+
+
+class StepFailed(_Payload):
+    step_id: str
+    error: str
+    retryable: bool = False
+
+
+class EffectIntended(_Payload):
+    step_id: str
+    key: str
+    operation: str
+    attempt: int = 1
+    approval_id: str | None = None
+
+
+class EffectObserved(_Payload):
+    key: str
+    result: Any = None
+
+
+class EffectReconciled(_Payload):
+    key: str
+    verdict: Verdict
+    result: Any = None
+    reason: str = ""
+    by: str = "engine"
+
+
+class EffectFailed(_Payload):
+    """The effect call raised and reconcile confirmed nothing happened."""
+
+    key: str
+    error: str
+
+
+class ArtifactCreated(_Payload):
+    name: str
+    sha256: str
+    version: int
+    size: int
+    media_type: str = "application/octet-stream"
+    step_id: str | None = None
+
+
+class ApprovalRequested(_Payload):
+    approval_id: str
+    name: str
+    hashes: list[str]
+    step_id: str | None = None
+    summary: str = ""
+
+
+class ApprovalDecided(_Payload):
+    approval_id: str
+    decision: Literal["approve", "deny"]
+    approver: str
+    hashes: list[str]
+    signature: str
+    comment: str = ""
+    decided_at_ms: int = 0
+
+
+class ApprovalRevoked(_Payload):
+    approval_id: str
+    by: str
+    reason: str = ""
+
+
+class ApprovalConsumed(_Payload):
+    approval_id: str
+    step_id: str
+    hashes: list[str]
+
+
+class WaitStarted(_Payload):
+    wait_id: str
+    kind: Literal["signal", "timer", "approval", "resolution"]
+    name: str
+    deadline_ms: int | None = None
+    reason: str = ""
+
+
+class SignalReceived(_Payload):
+    signal_id: str
+    name: str
+    payload: Any = None
+
+
+class WaitCompleted(_Payload):
+    wait_id: str
+    via: Literal["signal", "timer", "decision", "deadline"]
+    signal_id: str | None = None
+    payload: Any = None
+
+
+class CheckpointSaved(_Payload):
+    """A user checkpoint: ``run.checkpoint(state)``; resume restarts from it."""
+
+    state: Any = None
+    counters: dict[str, int] = Field(default_factory=dict)
+
+
+class VerificationRecorded(_Payload):
+    name: str
+    passed: bool
+    detail: Any = None
+
+
+class WarningRecorded(_Payload):
+    message: str
+    step_id: str | None = None
+
+
+class CancelRequested(_Payload):
+    by: str = "user"
+    reason: str = ""
+
+
+class RunFinished(_Payload):
+    outcome: Outcome
+    reason: str = ""
+    result: Any = None
+
+
+class RunReopened(_Payload):
+    by: str
+    reason: str = ""
+
+
+EVENT_TYPES: dict[str, type[_Payload]] = {
+    "run_started": RunStarted,
+    "lease_acquired": LeaseAcquired,
+    "version_accepted": VersionAccepted,
+    "step_started": StepStarted,
+    "step_completed": StepCompleted,
+    "step_failed": StepFailed,
+    "effect_intended": EffectIntended,
+    "effect_observed": EffectObserved,
+    "effect_reconciled": EffectReconciled,
+    "effect_failed": EffectFailed,
+    "artifact_created": ArtifactCreated,
+    "approval_requested": ApprovalRequested,
+    "approval_decided": ApprovalDecided,
+    "approval_revoked": ApprovalRevoked,
+    "approval_consumed": ApprovalConsumed,
+    "wait_started": WaitStarted,
+    "signal_received": SignalReceived,
+    "wait_completed": WaitCompleted,
+    "checkpoint_saved": CheckpointSaved,
+    "verification_recorded": VerificationRecorded,
+    "warning_recorded": WarningRecorded,
+    "cancel_requested": CancelRequested,
+    "run_finished": RunFinished,
+    "run_reopened": RunReopened,
+}
+_TYPE_OF: dict[type[_Payload], str] = {v: k for k, v in EVENT_TYPES.items()}
+
+
+def type_of(payload: _Payload) -> str:
+    """The event type name of a payload instance."""
+    return _TYPE_OF[type(payload)]
+
+
+class Event(BaseModel):
+    """One history entry. ``seq`` is dense per run starting at 1; ``at_ms`` is epoch ms."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    seq: int
+    type: str
+    payload: _Payload
+    at_ms: int
+    epoch: int
+
+    @property
+    def step_id(self) -> str | None:
+        """The step this event belongs to, when it belongs to one (indexed in the store)."""
+        return getattr(self.payload, "step_id", None)
+
+
+# --------------------------------------------------------------------------- state
+
+
+class StepInfo(BaseModel):
+    status: Literal["started", "completed", "failed"]
+    policy: Policy
+    attempt: int
+    input_hash: str | None = None
+    purpose: str = ""
+
+
+class EffectInfo(BaseModel):
+    step_id: str
+    operation: str
+    attempt: int
+    status: Literal["intended", "observed", "applied", "absent", "unknown", "failed"]
+    approval_id: str | None = None
+    reason: str = ""
+
+
+class ArtifactRef(BaseModel):
+    """A reference to an artifact by content: checkpoints never hold temp paths."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    sha256: str
+    version: int
+    size: int
+    media_type: str = "application/octet-stream"
+    step_id: str | None = None
+
+
+class ApprovalInfo(BaseModel):
+    name: str
+    hashes: list[str]
+    status: Literal["requested", "approved", "denied", "revoked", "consumed"]
+    approver: str | None = None
+    signature: str | None = None
+    decided_at_ms: int = 0
+    comment: str = ""
+
+
+class WaitInfo(BaseModel):
+    wait_id: str
+    kind: str
+    name: str
+    deadline_ms: int | None = None
+    reason: str = ""
+    started_seq: int = 0
+
+
+class PendingSignal(BaseModel):
+    signal_id: str
+    payload: Any = None
+
+
+class RunState(BaseModel):
+    """The fold of a run's events. Compact by construction; see the module docstring."""
+
+    run_id: str
+    seq: int = 0
+    workflow: str = ""
+    version: str = ""
+    input: Any = None
+    goal: str = ""
+    criteria: list[str] = Field(default_factory=list)
+    status: RunStatus = RunStatus.PENDING
+    outcome: Outcome | None = None
+    outcome_reason: str = ""
+    result: Any = None
+    epoch: int = 0
+    owner: str | None = None
+    steps: dict[str, StepInfo] = Field(default_factory=dict)
+    steps_completed: int = 0
+    last_step: str | None = None
+    pruned_seq: int = 0  # steps completed at or before this seq may be absent from ``steps``
+    effects: dict[str, EffectInfo] = Field(default_factory=dict)
+    effects_applied: int = 0
+    artifacts: dict[str, ArtifactRef] = Field(default_factory=dict)
+    approvals: dict[str, ApprovalInfo] = Field(default_factory=dict)
+    wait: WaitInfo | None = None
+    signals: dict[str, list[PendingSignal]] = Field(default_factory=dict)
+    user_state: Any = None
+    user_checkpoint_seq: int = 0
+    counters: dict[str, int] = Field(default_factory=dict)
+    verifications: dict[str, VerificationRecorded] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+    cancel_requested: bool = False
+
+    def effects_in_doubt(self) -> list[str]:
+        """Keys of effects that may have happened without a recorded observation."""
+        return [k for k, e in self.effects.items() if e.status in ("intended", "unknown")]
+
+
+# --------------------------------------------------------------------------- the fold
+
+
+def _refuse(state: RunState, seq: int, etype: str, rule: str) -> TransitionError:
+    return TransitionError(state.run_id, seq, etype, rule)
+
+
+def apply(state: RunState, event: Event) -> RunState:
+    """Apply one event to ``state`` in place and return it.
+
+    Raises :class:`TransitionError` — leaving ``state`` untouched — when the event is not the
+    next dense ``seq``, belongs to another run, or is an impossible transition.
+    """
+    p = event.payload
+    et = event.type
+    seq = event.seq
+
+    def refuse(rule: str) -> TransitionError:
+        return _refuse(state, seq, et, rule)
+
+    if event.run_id != state.run_id:
+        raise refuse(f"event belongs to run {event.run_id!r}")
+    if seq != state.seq + 1:
+        raise refuse(f"seq must be {state.seq + 1} (dense, append-only)")
+    if EVENT_TYPES.get(et) is not type(p):
+        raise refuse("payload does not match the event type")
+    if state.seq == 0 and et != "run_started":
+        raise refuse("the first event of a run must be run_started")
+    if state.seq > 0 and et == "run_started":
+        raise refuse("run already started")
+    if state.status is RunStatus.FINISHED and et != "run_reopened":
+        raise refuse(f"run already finished with outcome {state.outcome}")
+
+    handler = _HANDLERS[et]
+    handler(state, event, refuse)  # validates first, then mutates
+    state.seq = seq
+    return state
+
+
+def fold(events: list[Event] | tuple[Event, ...], state: RunState | None = None) -> RunState:
+    """Fold events onto a copy of ``state`` (or a fresh state for the first event's run)."""
+    if state is None:
+        if not events:
+            raise ValueError("fold() of no events needs an initial state")
+        state = RunState(run_id=events[0].run_id)
+    else:
+        state = state.model_copy(deep=True)
+    for ev in events:
+        apply(state, ev)
+    return state
+
+
+Refuse = Any  # callable(rule: str) -> TransitionError
+
+
+def _run_started(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: RunStarted = e.payload  # type: ignore[assignment]
+    s.workflow, s.version, s.input = p.workflow, p.version, p.input
+    s.criteria, s.goal = list(p.criteria), p.goal
+    s.status = RunStatus.PENDING
+
+
+def _lease_acquired(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: LeaseAcquired = e.payload  # type: ignore[assignment]
+    if p.epoch <= s.epoch:
+        raise refuse(f"lease epoch {p.epoch} is not above the current epoch {s.epoch}")
+    s.epoch, s.owner = p.epoch, p.owner
+    if s.status is RunStatus.PENDING:
+        s.status = RunStatus.RUNNING
+
+
+def _version_accepted(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: VersionAccepted = e.payload  # type: ignore[assignment]
+    if p.from_version != s.version:
+        raise refuse(f"run is at version {s.version!r}, not {p.from_version!r}")
+    s.version = p.to_version
+
+
+def _step_started(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: StepStarted = e.payload  # type: ignore[assignment]
+    cur = s.steps.get(p.step_id)
+    if cur is not None:
+        if cur.status == "started":
+            # A crash left the step open; a new attempt supersedes it.
+            if p.policy is Policy.EFFECT:
+                raise refuse(f"effect step {p.step_id!r} is open; reconcile it, never restart it")
+        elif cur.status == "completed" and cur.policy is not Policy.COMPUTE:
+            raise refuse(f"step {p.step_id!r} already completed; a completed step never reruns")
+        elif cur.status == "completed" and cur.input_hash == p.input_hash:
+            raise refuse(f"compute step {p.step_id!r} already completed for this input hash")
+        if p.attempt <= cur.attempt and cur.status != "completed":
+            raise refuse(f"attempt {p.attempt} of step {p.step_id!r} is not above {cur.attempt}")
+    if s.wait is not None:
+        raise refuse(f"run is waiting on {s.wait.kind} {s.wait.name!r}")
+    s.steps[p.step_id] = StepInfo(
+        status="started",
+        policy=p.policy,
+        attempt=p.attempt,
+        input_hash=p.input_hash,
+        purpose=p.purpose,
+    )
+    s.last_step = p.step_id
+    s.status = RunStatus.RUNNING
+
+
+def _open_step(s: RunState, step_id: str, refuse: Refuse) -> StepInfo:
+    cur = s.steps.get(step_id)
+    if cur is None:
+        raise refuse(f"step {step_id!r} was never started")
+    if cur.status != "started":
+        raise refuse(f"step {step_id!r} is not open (it is {cur.status})")
+    return cur
+
+
+def _step_completed(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: StepCompleted = e.payload  # type: ignore[assignment]
+    cur = _open_step(s, p.step_id, refuse)
+    if cur.policy is Policy.EFFECT:
+        eff = [x for x in s.effects.values() if x.step_id == p.step_id]
+        if eff and eff[-1].status in ("intended", "unknown"):
+            raise refuse(f"effect step {p.step_id!r} completed while its effect is in doubt")
+    cur.status = "completed"
+    s.steps_completed += 1
+
+
+def _step_failed(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: StepFailed = e.payload  # type: ignore[assignment]
+    cur = _open_step(s, p.step_id, refuse)
+    cur.status = "failed"
+
+
+def _effect_intended(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: EffectIntended = e.payload  # type: ignore[assignment]
+    step = _open_step(s, p.step_id, refuse)
+    if step.policy is not Policy.EFFECT:
+        raise refuse(f"step {p.step_id!r} has policy {step.policy}, not effect")
+    cur = s.effects.get(p.key)
+    if cur is not None and cur.status not in ("absent", "failed"):
+        raise refuse(f"effect {p.key!r} is already {cur.status}; it is never performed blindly")
+    if cur is not None and p.attempt <= cur.attempt:
+        raise refuse(f"effect {p.key!r} attempt {p.attempt} is not above {cur.attempt}")
+    if p.approval_id is not None:
+        appr = s.approvals.get(p.approval_id)
+        if appr is None or appr.status != "consumed":
+            raise refuse(f"effect {p.key!r} cites approval {p.approval_id!r} that is not consumed")
+    s.effects[p.key] = EffectInfo(
+        step_id=p.step_id,
+        operation=p.operation,
+        attempt=p.attempt,
+        status="intended",
+        approval_id=p.approval_id,
+    )
+
+
+def _effect_observed(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: EffectObserved = e.payload  # type: ignore[assignment]
+    cur = s.effects.get(p.key)
+    if cur is None or cur.status != "intended":
+        status = cur.status if cur else "never intended"
+        raise refuse(f"effect {p.key!r} cannot be observed: it is {status}")
+    cur.status = "observed"
+    s.effects_applied += 1
+
+
+def _effect_reconciled(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: EffectReconciled = e.payload  # type: ignore[assignment]
+    cur = s.effects.get(p.key)
+    if cur is None or cur.status not in ("intended", "unknown"):
+        status = cur.status if cur else "never intended"
+        raise refuse(f"effect {p.key!r} is not in doubt (it is {status})")
+    if p.by == "engine" and cur.status == "unknown":
+        raise refuse(f"effect {p.key!r} was found unknown; only a person can settle it now")
+    cur.status = p.verdict.value
+    cur.reason = p.reason
+    if p.verdict is Verdict.APPLIED:
+        s.effects_applied += 1
+
+
+def _effect_failed(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: EffectFailed = e.payload  # type: ignore[assignment]
+    cur = s.effects.get(p.key)
+    if cur is None or cur.status not in ("intended", "absent"):
+        raise refuse(f"effect {p.key!r} cannot fail from status {cur.status if cur else None}")
+    cur.status = "failed"
+    cur.reason = p.error
+
+
+def _artifact_created(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: ArtifactCreated = e.payload  # type: ignore[assignment]
+    prev = s.artifacts.get(p.name)
+    want = (prev.version + 1) if prev else 1
+    if p.version != want:
+        raise refuse(f"artifact {p.name!r} version must be {want}")
+    if len(p.sha256) != 64:
+        raise refuse("artifact sha256 must be 64 hex digits")
+    s.artifacts[p.name] = ArtifactRef(**p.model_dump())
+
+
+def _approval_requested(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: ApprovalRequested = e.payload  # type: ignore[assignment]
+    if p.approval_id in s.approvals:
+        raise refuse(f"approval {p.approval_id!r} already requested")
+    if not p.hashes:
+        raise refuse("an approval must bind at least one content hash")
+    s.approvals[p.approval_id] = ApprovalInfo(
+        name=p.name, hashes=list(p.hashes), status="requested"
+    )
+
+
+def _approval_decided(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: ApprovalDecided = e.payload  # type: ignore[assignment]
+    cur = s.approvals.get(p.approval_id)
+    if cur is None:
+        raise refuse(f"approval {p.approval_id!r} was never requested")
+    if cur.status != "requested":
+        raise refuse(f"approval {p.approval_id!r} is already {cur.status}")
+    if sorted(p.hashes) != sorted(cur.hashes):
+        raise refuse(f"decision on approval {p.approval_id!r} names different content hashes")
+    cur.status = "approved" if p.decision == "approve" else "denied"
+    cur.approver, cur.signature = p.approver, p.signature
+    cur.decided_at_ms, cur.comment = p.decided_at_ms, p.comment
+
+
+def _approval_revoked(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: ApprovalRevoked = e.payload  # type: ignore[assignment]
+    cur = s.approvals.get(p.approval_id)
+    if cur is None or cur.status != "approved":
+        raise refuse(
+            f"approval {p.approval_id!r} cannot be revoked: it is "
+            f"{cur.status if cur else 'unknown'} (only an approved, unconsumed approval can)"
+        )
+    cur.status = "revoked"
+
+
+def _approval_consumed(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: ApprovalConsumed = e.payload  # type: ignore[assignment]
+    cur = s.approvals.get(p.approval_id)
+    if cur is None or cur.status != "approved":
+        raise refuse(
+            f"approval {p.approval_id!r} cannot be consumed: it is "
+            f"{cur.status if cur else 'unknown'}"
+        )
+    if not set(p.hashes) <= set(cur.hashes):
+        raise refuse(f"approval {p.approval_id!r} does not cover the content being consumed")
+    cur.status = "consumed"
+
+
+def _wait_started(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: WaitStarted = e.payload  # type: ignore[assignment]
+    if s.wait is not None:
+        raise refuse(f"run already waits on {s.wait.kind} {s.wait.name!r}")
+    if p.kind == "timer" and p.deadline_ms is None:
+        raise refuse("a timer wait needs a deadline")
+    s.wait = WaitInfo(
+        wait_id=p.wait_id,
+        kind=p.kind,
+        name=p.name,
+        deadline_ms=p.deadline_ms,
+        reason=p.reason,
+        started_seq=e.seq,
+    )
+    s.status = RunStatus.WAITING
+
+
+def _signal_received(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: SignalReceived = e.payload  # type: ignore[assignment]
+    pending = s.signals.setdefault(p.name, [])
+    if any(x.signal_id == p.signal_id for x in pending):
+        raise refuse(f"signal {p.signal_id!r} already received")
+    pending.append(PendingSignal(signal_id=p.signal_id, payload=p.payload))
+
+
+def _wait_completed(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: WaitCompleted = e.payload  # type: ignore[assignment]
+    if s.wait is None or s.wait.wait_id != p.wait_id:
+        raise refuse(f"wait {p.wait_id!r} is not the open wait")
+    if p.via == "signal":
+        pending = s.signals.get(s.wait.name, [])
+        idx = next((i for i, x in enumerate(pending) if x.signal_id == p.signal_id), None)
+        if idx is None:
+            raise refuse(f"signal {p.signal_id!r} for {s.wait.name!r} was not received")
+        pending.pop(idx)
+        if not pending:
+            s.signals.pop(s.wait.name, None)
+    if p.via == "decision":
+        appr = s.approvals.get(s.wait.name)
+        if appr is None or appr.status == "requested":
+            raise refuse(f"approval {s.wait.name!r} has no decision yet")
+    s.wait = None
+    s.status = RunStatus.RUNNING
+
+
+def _checkpoint_saved(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: CheckpointSaved = e.payload  # type: ignore[assignment]
+    s.user_state = p.state
+    s.user_checkpoint_seq = e.seq
+    s.counters = dict(p.counters)
+    # Prune settled steps and effects: resume restarts from here, and anything older that code
+    # asks for again is read back from the history by an indexed lookup.
+    s.steps = {k: v for k, v in s.steps.items() if v.status == "started"}
+    s.effects = {k: v for k, v in s.effects.items() if v.status in ("intended", "unknown")}
+    s.pruned_seq = e.seq
+
+
+def _verification_recorded(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: VerificationRecorded = e.payload  # type: ignore[assignment]
+    s.verifications[p.name] = p
+
+
+def _warning_recorded(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: WarningRecorded = e.payload  # type: ignore[assignment]
+    s.warnings.append(p.message)
+
+
+def _cancel_requested(s: RunState, e: Event, refuse: Refuse) -> None:
+    s.cancel_requested = True
+
+
+def _run_finished(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: RunFinished = e.payload  # type: ignore[assignment]
+    if p.outcome in (Outcome.SUCCEEDED, Outcome.SUCCEEDED_WITH_WARNINGS):
+        if s.effects_in_doubt():
+            raise refuse(f"cannot succeed with effects in doubt: {s.effects_in_doubt()}")
+        missing = [c for c in s.criteria if c not in s.verifications]
+        failing = [c for c in s.criteria if c in s.verifications and not s.verifications[c].passed]
+        if missing or failing:
+            raise refuse(
+                "success needs a passing verification of every criterion "
+                f"(missing {missing}, failing {failing})"
+            )
+        if p.outcome is Outcome.SUCCEEDED and s.warnings:
+            raise refuse("run recorded warnings: the outcome is succeeded_with_warnings")
+    if p.outcome is Outcome.STOPPED_SAFE and s.effects_applied:
+        raise refuse("stopped_safe means no effect happened, but effects were applied")
+    if p.outcome is Outcome.FAILED and s.effects_in_doubt():
+        raise refuse(f"effects {s.effects_in_doubt()} are in doubt: the outcome is unresolved")
+    s.status = RunStatus.FINISHED
+    s.outcome = p.outcome
+    s.outcome_reason = p.reason
+    s.result = p.result
+    s.wait = None
+
+
+def _run_reopened(s: RunState, e: Event, refuse: Refuse) -> None:
+    if s.status is not RunStatus.FINISHED or s.outcome not in REOPENABLE:
+        raise refuse(f"only an unresolved or blocked run can be reopened (it is {s.outcome})")
+    s.status = RunStatus.PENDING
+    s.outcome = None
+    s.outcome_reason = ""
+
+
+_HANDLERS: dict[str, Any] = {
+    "run_started": _run_started,
+    "lease_acquired": _lease_acquired,
+    "version_accepted": _version_accepted,
+    "step_started": _step_started,
+    "step_completed": _step_completed,
+    "step_failed": _step_failed,
+    "effect_intended": _effect_intended,
+    "effect_observed": _effect_observed,
+    "effect_reconciled": _effect_reconciled,
+    "effect_failed": _effect_failed,
+    "artifact_created": _artifact_created,
+    "approval_requested": _approval_requested,
+    "approval_decided": _approval_decided,
+    "approval_revoked": _approval_revoked,
+    "approval_consumed": _approval_consumed,
+    "wait_started": _wait_started,
+    "signal_received": _signal_received,
+    "wait_completed": _wait_completed,
+    "checkpoint_saved": _checkpoint_saved,
+    "verification_recorded": _verification_recorded,
+    "warning_recorded": _warning_recorded,
+    "cancel_requested": _cancel_requested,
+    "run_finished": _run_finished,
+    "run_reopened": _run_reopened,
+}
+assert set(_HANDLERS) == set(EVENT_TYPES)
+
+
+def checkpoint_answers(s: RunState) -> dict[str, Any]:
+    """The four questions a checkpoint answers (DESIGN.md §1), derived from the state.
+
+    Returns a dict with keys ``establishing``, ``evidence``, ``effects``, ``next``.
+    """
+    step = s.steps.get(s.last_step) if s.last_step else None
+    establishing = (
+        f"{s.last_step}: {step.purpose}" if step and step.purpose else (s.last_step or s.goal)
+    )
+    evidence = {
+        "verifications": {k: {"passed": v.passed} for k, v in s.verifications.items()},
+        "artifacts": {k: f"sha256:{v.sha256} v{v.version}" for k, v in s.artifacts.items()},
+    }
+    effects = {k: v.status for k, v in s.effects.items() if v.status not in ("absent", "failed")}
+    if s.status is RunStatus.FINISHED:
+        nxt = f"finished: {s.outcome}" + (f" ({s.outcome_reason})" if s.outcome_reason else "")
+    elif s.wait is not None:
+        nxt = f"waiting for {s.wait.kind} {s.wait.name!r}"
+        if s.wait.deadline_ms is not None:
+            nxt += f" (deadline epoch-ms {s.wait.deadline_ms})"
+    elif s.effects_in_doubt():
+        nxt = f"reconcile effects in doubt: {', '.join(s.effects_in_doubt())}"
+    else:
+        nxt = "runnable: the next step may start"
+    return {"establishing": establishing, "evidence": evidence, "effects": effects, "next": nxt}

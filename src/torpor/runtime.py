@@ -1,0 +1,561 @@
+"""Executes runs: lease, load, replay the workflow, record boundaries, decide the outcome.
+
+One :class:`Runtime` per process (it owns a lease-owner id); each :meth:`Runtime.execute` takes
+the run's lease, loads its state (latest checkpoint + the events after it), moves inbox messages
+(signals, decisions, cancels, resolutions) into the history, runs the workflow function with a
+:class:`~torpor.run.Run` handle, and records the outcome — or leaves the run waiting, holding
+nothing. A heartbeat thread renews the lease while the workflow works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import faults, serde, signing
+from .artifacts import ArtifactStore
+from .config import Settings
+from .errors import (
+    ApprovalDeniedError,
+    ApprovalInvalidError,
+    Cancelled,
+    ConfigError,
+    InboxError,
+    LeaseLostError,
+    NonDeterminismError,
+    PayloadError,
+    StoreError,
+    Suspended,
+    TransitionError,
+    UnknownWorkflowError,
+    VersionMismatchError,
+)
+from .events import (
+    ApprovalDecided,
+    ApprovalRevoked,
+    CancelRequested,
+    EffectReconciled,
+    Event,
+    LeaseAcquired,
+    Outcome,
+    Policy,
+    RunFinished,
+    RunReopened,
+    RunStarted,
+    RunState,
+    RunStatus,
+    SignalReceived,
+    StepCompleted,
+    Verdict,
+    VersionAccepted,
+    WarningRecorded,
+    _Payload,
+    apply,
+    type_of,
+)
+from .run import Run, _Stop, _Unresolved
+from .store import SQLStore, new_owner_id, open_store
+from .store.base import Completion, InboxMessage, Lease
+from .workflows import WorkflowDef, get_workflow
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Where an execution left the run. ``status`` is a RunStatus value."""
+
+    run_id: str
+    status: str
+    outcome: str | None = None
+    reason: str = ""
+    result: Any = None
+    wake_at_ms: int | None = None
+    wait_kind: str | None = None
+
+
+#: Errors that stop an execution without an outcome: the history is intact and the run can
+#: resume once the cause (store, code version, non-determinism, bad payload) is fixed.
+_ENGINE_ERRORS = (
+    StoreError,
+    NonDeterminismError,
+    VersionMismatchError,
+    UnknownWorkflowError,
+    PayloadError,
+    TransitionError,
+)
+
+
+class Execution:
+    """One execution of one run under one lease (internal; the workflow sees :class:`Run`)."""
+
+    def __init__(self, runtime: Runtime, wf: WorkflowDef, lease: Lease, state: RunState):
+        self.runtime = runtime
+        self.store = runtime.store
+        self.wf = wf
+        self.lease = lease
+        self.state = state
+        self.cache: dict[str, Completion] = {}
+        self.lookups = True
+        self._inbox_dirty = True
+        self._lost: LeaseLostError | None = None
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------ recording
+
+    def now_ms(self) -> int:
+        return self.store.now_ms()
+
+    def append(
+        self,
+        payloads: list[_Payload],
+        *,
+        wake_at_ms: int | None = None,
+        guard_inbox: bool = False,
+        consumed: list[tuple[str, int]] | None = None,
+    ) -> list[Event]:
+        """Validate ``payloads`` against the state (G4) and append them in one transaction."""
+        if self._lost is not None:
+            raise self._lost
+        now = self.now_ms()
+        events: list[Event] = []
+        try:
+            for p in payloads:
+                ev = Event(
+                    run_id=self.state.run_id,
+                    seq=self.state.seq + 1,
+                    type=type_of(p),
+                    payload=p,
+                    at_ms=now,
+                    epoch=self.lease.epoch,
+                )
+                apply(self.state, ev)
+                events.append(ev)
+        except TransitionError:
+            self.state = self.store.load(self.state.run_id)  # undo partial application
+            raise
+        if self.state.status is RunStatus.WAITING and wake_at_ms is None and self.state.wait:
+            wake_at_ms = self.state.wait.deadline_ms
+        faults.point("append.before")
+        try:
+            self.store.append(
+                self.lease,
+                events,
+                self.state,
+                wake_at_ms=wake_at_ms,
+                consumed=consumed or (),
+                guard_inbox=guard_inbox,
+            )
+        except BaseException:
+            self.state = self.store.load(self.state.run_id) if self._lost is None else self.state
+            raise
+        faults.point("append.after")
+        for ev in events:
+            if ev.type == "step_completed":
+                p = ev.payload
+                assert isinstance(p, StepCompleted)
+                self.cache[p.step_id] = Completion(
+                    p.step_id,
+                    p.result,
+                    p.policy.value if p.policy else None,
+                    p.input_hash,
+                    ev.seq,
+                )
+            if self.runtime.on_event is not None:
+                self.runtime.on_event(ev)
+        return events
+
+    def completion(self, sid: str) -> Completion | None:
+        comp = self.cache.get(sid)
+        if comp is None and self.lookups:
+            comp = self.store.step_completion(self.state.run_id, sid)
+            if comp is not None:
+                self.cache[sid] = comp
+        return comp
+
+    def failure_of(self, sid: str) -> str:
+        for ev in reversed(self.store.step_events(self.state.run_id, sid)):
+            if ev.type == "step_failed":
+                return str(getattr(ev.payload, "error", "failed"))
+        return "failed"
+
+    def next_attempt(self, sid: str) -> int:
+        info = self.state.steps.get(sid)
+        return info.attempt + 1 if info is not None else 1
+
+    def boundary(self) -> None:
+        """Called before every primitive: honour lease loss, inbox messages and cancellation."""
+        if self._lost is not None:
+            raise self._lost
+        if self._inbox_dirty:
+            self.sync_inbox(force=True)
+        if self.state.cancel_requested:
+            raise Cancelled(f"run {self.state.run_id!r} was cancelled")
+
+    # ------------------------------------------------------------ inbox
+
+    def sync_inbox(self, force: bool = False) -> None:
+        """Move pending inbox messages into the history (each validated; refused ones become
+        warnings, so a bad message never blocks the run)."""
+        if not force and not self._inbox_dirty:
+            return
+        self._inbox_dirty = False
+        msgs = self.store.pending_inbox(self.state.run_id)
+        if not msgs:
+            return
+        payloads: list[_Payload] = []
+        consumed: list[tuple[str, int]] = []
+        trial = self.state.model_copy(deep=True)
+        for m in msgs:
+            converted = self._convert(m, trial)
+            snapshot = trial.model_copy(deep=True)
+            try:
+                seq = trial.seq
+                for p in converted:
+                    seq += 1
+                    apply(
+                        trial,
+                        Event(
+                            run_id=trial.run_id,
+                            seq=seq,
+                            type=type_of(p),
+                            payload=p,
+                            at_ms=0,
+                            epoch=self.lease.epoch,
+                        ),
+                    )
+            except TransitionError as exc:
+                trial = snapshot
+                if trial.status is RunStatus.FINISHED:
+                    continue  # stays pending; a finished run takes only resolutions
+                converted = [
+                    WarningRecorded(message=f"ignored {m.kind} message {m.message_id}: {exc.rule}")
+                ]
+                apply(
+                    trial,
+                    Event(
+                        run_id=trial.run_id,
+                        seq=trial.seq + 1,
+                        type="warning_recorded",
+                        payload=converted[0],
+                        at_ms=0,
+                        epoch=self.lease.epoch,
+                    ),
+                )
+            payloads.extend(converted)
+            consumed.append((m.message_id, trial.seq))
+        if payloads:
+            self.append(payloads, consumed=consumed)
+
+    def _convert(self, m: InboxMessage, state: RunState) -> list[_Payload]:
+        b = m.body
+        if m.kind == "signal":
+            return [
+                SignalReceived(signal_id=m.message_id, name=b["name"], payload=b.get("payload"))
+            ]
+        if m.kind == "decision":
+            return [ApprovalDecided(**b)]
+        if m.kind == "revoke":
+            return [ApprovalRevoked(**b)]
+        if m.kind == "cancel":
+            return [CancelRequested(**b)]
+        if m.kind == "resolve":
+            out: list[_Payload] = []
+            if state.status is RunStatus.FINISHED:
+                out.append(RunReopened(by=b["by"], reason=f"effect {b['key']} resolved"))
+            verdict = Verdict(b["verdict"])
+            out.append(
+                EffectReconciled(
+                    key=b["key"],
+                    verdict=verdict,
+                    result=b.get("result"),
+                    reason=b.get("reason", ""),
+                    by=b["by"],
+                )
+            )
+            if verdict is Verdict.APPLIED:
+                info = state.effects.get(b["key"])
+                if info is not None:
+                    out.append(
+                        StepCompleted(
+                            step_id=info.step_id, result=b.get("result"), policy=Policy.EFFECT
+                        )
+                    )
+            return out
+        if m.kind == "reopen":
+            return [RunReopened(by=b["by"], reason=b.get("reason", ""))]
+        raise InboxError(f"unknown inbox message kind {m.kind!r}")
+
+    # ------------------------------------------------------------ heartbeat
+
+    def _heartbeat(self) -> None:
+        interval = self.runtime.heartbeat_s
+        while not self._stop.wait(interval):
+            try:
+                self.lease = self.store.renew_lease(self.lease)
+                faults.point("lease.renewed")
+                if self.store.count_pending_inbox(self.state.run_id):
+                    self._inbox_dirty = True
+            except LeaseLostError as exc:
+                self._lost = exc
+                return
+            except Exception:  # a transient store error: the next renewal retries
+                continue
+
+    # ------------------------------------------------------------ the run
+
+    def run(self) -> RunResult:
+        st = self.state
+        self.append([LeaseAcquired(owner=self.lease.owner, epoch=self.lease.epoch)])
+        faults.point("lease.acquired")
+        if st.version != self.wf.version:
+            self.append([VersionAccepted(from_version=st.version, to_version=self.wf.version)])
+        self.sync_inbox(force=True)
+        if self.state.status is RunStatus.FINISHED:
+            return self.result()
+        self.cache = self.store.completions_after(st.run_id, self.state.user_checkpoint_seq)
+        self.lookups = self.state.steps_completed > len(self.cache)
+        hb = threading.Thread(target=self._heartbeat, daemon=True, name=f"lease-{st.run_id}")
+        hb.start()
+        handle = Run(self)
+        try:
+            if self.state.cancel_requested:
+                raise Cancelled("cancelled before resuming")
+            fn = self.wf.fn
+            if inspect.iscoroutinefunction(fn):
+                value = asyncio.run(fn(handle, self.state.input))
+            else:
+                value = fn(handle, self.state.input)
+        except Suspended as s:
+            return self.result(reason=s.reason)
+        except Cancelled as c:
+            return self.finish(Outcome.CANCELLED, str(c))
+        except _Unresolved as u:
+            return self.finish(
+                Outcome.UNRESOLVED,
+                f"{u}; a person must settle it: torpor resolve {st.run_id} {u.key} "
+                "--applied/--absent",
+            )
+        except _Stop as s:
+            return self.finish(s.outcome, s.reason)
+        except (ApprovalDeniedError, ApprovalInvalidError) as exc:
+            return self.finish(Outcome.BLOCKED, str(exc))
+        except _ENGINE_ERRORS:
+            raise  # the record is intact and the run stays resumable once the cause is fixed
+        except Exception as exc:
+            return self.finish(Outcome.FAILED, f"{type(exc).__name__}: {exc}")
+        finally:
+            self._stop.set()
+            hb.join(timeout=5)
+        return self.complete(value)
+
+    def complete(self, value: Any) -> RunResult:
+        """The workflow returned: the outcome follows the evidence (G5)."""
+        try:
+            data = serde.to_jsonable(value)
+        except serde.NotSerializable as exc:
+            return self.finish(Outcome.FAILED, f"workflow result is not serializable: {exc}")
+        s = self.state
+        missing = [c for c in s.criteria if c not in s.verifications]
+        failing = [c for c in s.criteria if c in s.verifications and not s.verifications[c].passed]
+        if missing or failing:
+            parts = []
+            if failing:
+                parts.append(f"failing: {', '.join(failing)}")
+            if missing:
+                parts.append(f"never verified: {', '.join(missing)}")
+            return self.finish(
+                Outcome.FAILED, "completion criteria not met (" + "; ".join(parts) + ")", data
+            )
+        if s.warnings:
+            return self.finish(Outcome.SUCCEEDED_WITH_WARNINGS, "; ".join(s.warnings[-3:]), data)
+        return self.finish(
+            Outcome.SUCCEEDED, "all completion criteria verified" if s.criteria else "", data
+        )
+
+    def finish(self, outcome: Outcome, reason: str, result: Any = None) -> RunResult:
+        """Record the outcome; if the fold refuses it, record the honest fallback."""
+        try:
+            self.append([RunFinished(outcome=outcome, reason=reason, result=result)])
+        except TransitionError as exc:
+            fallback = Outcome.UNRESOLVED if self.state.effects_in_doubt() else Outcome.FAILED
+            self.append([RunFinished(outcome=fallback, reason=f"{reason} [{exc.rule}]")])
+        return self.result()
+
+    def result(self, reason: str = "") -> RunResult:
+        s = self.state
+        wake = s.wait.deadline_ms if s.wait else None
+        return RunResult(
+            s.run_id,
+            s.status.value,
+            s.outcome.value if s.outcome else None,
+            s.outcome_reason or reason,
+            s.result,
+            wake,
+            s.wait.kind if s.wait else None,
+        )
+
+
+class Runtime:
+    """Executes runs of registered workflows against a store.
+
+    ``lease_ttl_s``: lease lifetime in seconds; ``heartbeat_s`` (default a third of it) must be
+    at most half the ttl (ConfigError otherwise) so one missed renewal does not lose the lease.
+    ``auto_approve``: approver name to grant approvals automatically (recorded, signed and
+    attributed like any decision). ``on_event``: called with each appended event (progress).
+    """
+
+    def __init__(
+        self,
+        store: SQLStore | str | None = None,
+        artifacts: ArtifactStore | str | None = None,
+        *,
+        settings: Settings | None = None,
+        owner: str | None = None,
+        lease_ttl_s: float = 30.0,
+        heartbeat_s: float | None = None,
+        auto_approve: str | None = None,
+        on_event: Callable[[Event], None] | None = None,
+    ):
+        self.settings = settings or Settings.from_env(
+            store if isinstance(store, str) else None,
+            artifacts if isinstance(artifacts, str) else None,
+        )
+        self.store = (
+            store if isinstance(store, SQLStore) else open_store(self.settings.database_url)
+        )
+        self.artifacts = (
+            artifacts
+            if isinstance(artifacts, ArtifactStore)
+            else ArtifactStore(self.settings.artifacts_url)
+        )
+        self.owner = owner or new_owner_id()
+        self.lease_ttl_s = lease_ttl_s
+        self.heartbeat_s = heartbeat_s if heartbeat_s is not None else lease_ttl_s / 3
+        if self.heartbeat_s <= 0 or self.heartbeat_s > lease_ttl_s / 2:
+            raise ConfigError(
+                f"heartbeat_s={self.heartbeat_s} must be > 0 and at most half of "
+                f"lease_ttl_s={lease_ttl_s}, or one late renewal loses the lease"
+            )
+        self.auto_approve = auto_approve
+        self.on_event = on_event
+        self.signing_key = self.settings.signing_key()
+
+    def close(self) -> None:
+        self.store.close()
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(
+        self, workflow: str | Callable[..., Any], input: Any = None, *, run_id: str | None = None
+    ) -> str:
+        """Create a run (not executed yet). Idempotent: an existing ``run_id`` is returned
+        as is (ConfigError if it belongs to another workflow)."""
+        import uuid
+
+        wf = get_workflow(workflow)
+        rid = run_id or uuid.uuid4().hex[:16]
+        try:
+            data = serde.to_jsonable(input)
+        except serde.NotSerializable as exc:
+            from .errors import PayloadError
+
+            raise PayloadError(rid, None, f"run input is not serializable: {exc}") from None
+        created = self.store.create_run(
+            rid,
+            RunStarted(
+                workflow=wf.name,
+                version=wf.version,
+                input=data,
+                criteria=list(wf.criteria),
+                goal=wf.goal,
+            ),
+        )
+        if not created:
+            rec = self.store.get_run(rid)
+            if rec.workflow != wf.name:
+                raise ConfigError(f"run {rid!r} exists and belongs to workflow {rec.workflow!r}")
+        return rid
+
+    def execute(self, run_id: str) -> RunResult:
+        """Execute the run once under a fresh lease until it finishes or waits.
+
+        Raises LeaseHeldError if another live process holds it, VersionMismatchError /
+        NonDeterminismError (run left untouched and resumable) for code that does not match.
+        """
+        lease = self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
+        try:
+            state = self.store.load(run_id)
+            wf = get_workflow(state.workflow)
+            wf.check_version(run_id, state.version)
+            if state.status is RunStatus.FINISHED and not self.store.count_pending_inbox(run_id):
+                return Execution(self, wf, lease, state).result()
+            return Execution(self, wf, lease, state).run()
+        finally:
+            try:
+                self.store.release_lease(lease)
+            except Exception:
+                pass
+
+    def run(
+        self,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        follow_timers: bool = True,
+        poll_s: float = 0.05,
+    ) -> RunResult:
+        """Start (or rejoin) a run and execute it; see :meth:`resume` for ``follow_timers``."""
+        rid = self.start(workflow, input, run_id=run_id)
+        return self.resume(rid, follow_timers=follow_timers, poll_s=poll_s)
+
+    def resume(self, run_id: str, *, follow_timers: bool = True, poll_s: float = 0.05) -> RunResult:
+        """Execute the run; while it sleeps on a timer (``run.sleep``) and ``follow_timers`` is
+        set, stay in this process (holding no lease) and execute again when it is due or woken.
+        Waits for a signal or a person return at once with status ``waiting``."""
+        while True:
+            res = self.execute(run_id)
+            if res.status != RunStatus.WAITING.value or not follow_timers:
+                return res
+            if res.wait_kind != "timer":
+                return res
+            rec = self.store.get_run(run_id)
+            if rec.wake_at_ms is None:
+                return res  # waits on a person or a signal: nothing to hold the process for
+            while True:
+                rec = self.store.get_run(run_id)
+                if rec.status != RunStatus.WAITING.value:
+                    break
+                if rec.wake_at_ms is not None and rec.wake_at_ms <= self.store.now_ms():
+                    break
+                if rec.wake_at_ms is None:
+                    return res
+                time.sleep(min(poll_s, max(0.0, (rec.wake_at_ms - self.store.now_ms()) / 1000)))
+
+    # ------------------------------------------------------------ decisions
+
+    def decide(
+        self,
+        run_id: str,
+        approval_id: str,
+        decision: str,
+        approver: str,
+        hashes: list[str],
+        comment: str = "",
+    ) -> ApprovalDecided:
+        """A signed decision payload (G6)."""
+        at = self.store.now_ms()
+        body = signing.decision_body(run_id, approval_id, decision, approver, hashes, at)
+        return ApprovalDecided(
+            approval_id=approval_id,
+            decision=decision,  # type: ignore[arg-type]
+            approver=approver,
+            hashes=sorted(hashes),
+            signature=signing.sign(self.signing_key, body),
+            comment=comment,
+            decided_at_ms=at,
+        )

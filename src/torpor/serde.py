@@ -1,0 +1,70 @@
+"""Canonical JSON and hashing: the one way torpor turns values into bytes.
+
+Recorded values (step results, effect results, user checkpoints, signal payloads) must be JSON
+values: ``None``, ``bool``, ``int``, ``float``, ``str``, lists and string-keyed dicts. Pydantic
+models and dataclasses are accepted and stored as their JSON form (they come back as dicts).
+Anything else is refused *when it is recorded* (guarantee G10), not discovered at resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from typing import Any
+
+from pydantic import BaseModel
+
+#: Largest encoded payload of one event, in bytes. Larger values belong in an artifact.
+MAX_PAYLOAD_BYTES = 1 << 20
+
+
+class NotSerializable(ValueError):
+    """Raised by :func:`to_jsonable` with a path to the offending value."""
+
+
+def to_jsonable(value: Any, path: str = "$") -> Any:
+    """Return ``value`` as plain JSON data, or raise :class:`NotSerializable` naming the path."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise NotSerializable(f"{path}: non-finite float {value!r} is not JSON")
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_jsonable(dataclasses.asdict(value), path)
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise NotSerializable(f"{path}: dict key {k!r} is not a string")
+            out[k] = to_jsonable(v, f"{path}.{k}")
+        return out
+    raise NotSerializable(f"{path}: value of type {type(value).__name__} is not JSON-serializable")
+
+
+def dumps(value: Any) -> str:
+    """Canonical JSON text (sorted keys, no whitespace) of an already-jsonable value."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse JSON text."""
+    return json.loads(text)
+
+
+def sha256_hex(data: bytes | str) -> str:
+    """Hex sha256 of bytes (str is UTF-8 encoded first)."""
+    if isinstance(data, str):
+        data = data.encode()
+    return hashlib.sha256(data).hexdigest()
+
+
+def hash_value(value: Any) -> str:
+    """sha256 of the canonical JSON of ``value``: the input hash of a compute step."""
+    return sha256_hex(dumps(to_jsonable(value)))

@@ -1,0 +1,39 @@
+"""Stores: where a run's authoritative state lives. Chosen by URL in one place, :func:`open_store`.
+
+- ``sqlite:///path/to/file.db`` — embedded default (stdlib sqlite3, WAL).
+- ``postgresql://…`` — many workers on many machines (see issue 3; not yet in this build).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ..errors import ConfigError
+from .base import Completion, InboxMessage, Lease, RunRecord, SQLStore, new_owner_id
+
+Store = SQLStore
+
+
+def open_store(url: str, *, clock: Callable[[], float] = time.time) -> SQLStore:
+    """Open the store named by ``url``. Raises ConfigError for an unsupported scheme."""
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme == "sqlite":
+        from .sqlite import open_sqlite
+
+        return open_sqlite(url, clock=clock)
+    if scheme in ("postgresql", "postgres"):
+        raise ConfigError("the PostgreSQL store is not part of this build yet")
+    raise ConfigError(f"unsupported store URL {url!r}: expected sqlite:///path or postgresql://…")
+
+
+__all__ = [
+    "Completion",
+    "InboxMessage",
+    "Lease",
+    "RunRecord",
+    "SQLStore",
+    "Store",
+    "new_owner_id",
+    "open_store",
+]

@@ -1,0 +1,652 @@
+"""The storage boundary: one protocol, one set of domain operations, dialects as drivers.
+
+Layering (after procrastinate's connector/manager split): a *driver* knows how to run a named
+query and hold a transaction on one database engine; :class:`SQLStore` owns every domain
+operation — idempotent start, leases with fencing, fenced appends, checkpoints, the inbox — and
+is written once for all backends. Queries live in ``sql/<dialect>.sql`` as ``-- name:`` blocks,
+the same names in every dialect.
+
+Fencing (DESIGN.md G3): every append runs, inside its transaction, one conditional ``UPDATE`` of
+the run row that only matches while the writer's ``(owner, epoch)`` is current, the lease is
+unexpired by the store's clock, and ``last_seq`` is what the writer last saw. If it matches no
+row, nothing is written and :class:`~torpor.errors.LeaseLostError` is raised.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from .. import serde
+from ..errors import (
+    CorruptRecordError,
+    LeaseHeldError,
+    LeaseLostError,
+    PayloadError,
+    RunNotFoundError,
+    SchemaVersionError,
+    StoreError,
+    TransitionError,
+)
+from ..events import (
+    EVENT_SCHEMA_VERSION,
+    EVENT_TYPES,
+    Event,
+    RunStarted,
+    RunState,
+    apply,
+)
+
+_NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
+
+
+def load_queries(dialect: str) -> dict[str, str]:
+    """Parse ``sql/<dialect>.sql`` into ``{name: sql}``."""
+    text = (Path(__file__).parent / "sql" / f"{dialect}.sql").read_text()
+    parts = _NAME_RE.split(text)
+    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
+
+
+def new_owner_id() -> str:
+    """A lease owner id: ``host:pid:random``, unique per process instance."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def owner_is_dead(owner: str) -> bool:
+    """True when ``owner`` names a process on *this* host that no longer exists.
+
+    Lets a local resume take over right after ``kill -9`` instead of waiting out the lease. A
+    remote owner, or a live pid, is never judged dead here: then only expiry frees the lease.
+    """
+    try:
+        host, pid_s, _ = owner.split(":", 2)
+        pid = int(pid_s)
+    except ValueError:
+        return False
+    if host != socket.gethostname() or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    # A zombie (killed, not yet reaped by its parent) is dead too.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Ownership of a run: ``epoch`` is the fencing token (only grows)."""
+
+    run_id: str
+    owner: str
+    epoch: int
+    expires_at_ms: int
+    ttl_ms: int
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """The run row: what listing and dispatch see without folding the history."""
+
+    run_id: str
+    workflow: str
+    version: str
+    status: str
+    outcome: str | None
+    created_at_ms: int
+    updated_at_ms: int
+    wake_at_ms: int | None
+    lease_owner: str | None
+    lease_epoch: int
+    lease_expires_at_ms: int
+    last_seq: int
+    checkpoint_seq: int
+
+
+@dataclass(frozen=True)
+class InboxMessage:
+    """A message to a run from outside its lease holder. ``body`` is JSON data."""
+
+    message_id: str
+    kind: str
+    body: dict[str, Any]
+    at_ms: int
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A recorded step completion, as replay needs it."""
+
+    step_id: str
+    result: Any
+    policy: str | None
+    input_hash: str | None
+    seq: int
+
+
+class Driver(Protocol):
+    """What a dialect provides: named queries and transactions on one database engine."""
+
+    dialect: str
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """A write transaction (SQLite: ``BEGIN IMMEDIATE``); yields a cursor-like handle."""
+        ...
+
+    def execute(self, cur: Any, sql: str, params: dict[str, Any]) -> int:
+        """Run one statement; return the affected row count."""
+        ...
+
+    def executemany(self, cur: Any, sql: str, rows: Sequence[dict[str, Any]]) -> None: ...
+
+    def fetchone(self, cur: Any, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None: ...
+
+    def fetchall(self, cur: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]: ...
+
+    def read(self) -> AbstractContextManager[Any]:
+        """A read-only snapshot for several queries."""
+        ...
+
+    def is_unique_violation(self, exc: BaseException) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+#: Events of these types are boundaries after which the engine checkpoint is rewritten.
+CHECKPOINT_EVENTS = frozenset(
+    {
+        "artifact_created",
+        "effect_intended",
+        "effect_observed",
+        "effect_reconciled",
+        "effect_failed",
+        "approval_decided",
+        "approval_consumed",
+        "wait_started",
+        "wait_completed",
+        "checkpoint_saved",
+        "run_finished",
+        "run_reopened",
+        "version_accepted",
+    }
+)
+
+
+class SQLStore:
+    """Domain operations over a :class:`Driver`. Thread-safe when the driver is.
+
+    ``checkpoint_every`` bounds how many events may follow the latest engine checkpoint: besides
+    the meaningful boundaries in :data:`CHECKPOINT_EVENTS`, the checkpoint is rewritten whenever
+    the tail would exceed it, so loading a run never reads more than that many events (G8).
+    """
+
+    def __init__(
+        self,
+        driver: Driver,
+        url: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        checkpoint_every: int = 64,
+    ):
+        self.driver = driver
+        self.url = url
+        self.q = load_queries(driver.dialect)
+        self.clock = clock
+        self.checkpoint_every = checkpoint_every
+
+    # ----------------------------------------------------------------- helpers
+
+    def now_ms(self) -> int:
+        """The store's clock in epoch milliseconds."""
+        return int(self.clock() * 1000)
+
+    def _p(self, **params: Any) -> dict[str, Any]:
+        params.setdefault("now_ms", self.now_ms())
+        return params
+
+    def close(self) -> None:
+        """Release connections."""
+        self.driver.close()
+
+    # ----------------------------------------------------------------- encoding
+
+    @staticmethod
+    def encode(event: Event) -> dict[str, Any]:
+        """The row of one event. Raises PayloadError when the payload is too large."""
+        try:
+            text = serde.dumps(event.payload.model_dump(mode="json"))
+        except Exception as exc:  # pydantic serialization of Any fields
+            raise PayloadError(
+                event.run_id, event.step_id, f"{event.type} payload is not serializable: {exc}"
+            ) from exc
+        if len(text.encode()) > serde.MAX_PAYLOAD_BYTES:
+            raise PayloadError(
+                event.run_id,
+                event.step_id,
+                f"{event.type} payload is {len(text.encode())} bytes, over the "
+                f"{serde.MAX_PAYLOAD_BYTES}-byte limit; store large values as an artifact",
+            )
+        return {
+            "run_id": event.run_id,
+            "seq": event.seq,
+            "type": event.type,
+            "step_id": event.step_id,
+            "epoch": event.epoch,
+            "at_ms": event.at_ms,
+            "v": EVENT_SCHEMA_VERSION,
+            "payload": text,
+        }
+
+    @staticmethod
+    def decode(run_id: str, row: tuple[Any, ...]) -> Event:
+        """An event from ``(seq, type, epoch, at_ms, v, payload)``; CorruptRecordError if bad."""
+        seq, etype, epoch, at_ms, v, payload = row
+        if v > EVENT_SCHEMA_VERSION:
+            raise CorruptRecordError(
+                f"run {run_id!r} seq {seq}: event schema version {v} is newer than this "
+                f"torpor understands ({EVENT_SCHEMA_VERSION}); upgrade torpor",
+                run_id=run_id,
+                seq=seq,
+            )
+        model = EVENT_TYPES.get(etype)
+        if model is None:
+            raise CorruptRecordError(
+                f"run {run_id!r} seq {seq}: unknown event type {etype!r}", run_id=run_id, seq=seq
+            )
+        try:
+            data = serde.loads(payload)
+            body = model.model_validate(data)
+        except (ValueError, ValidationError) as exc:
+            raise CorruptRecordError(
+                f"run {run_id!r} seq {seq}: corrupt {etype} payload: {exc}".splitlines()[0],
+                run_id=run_id,
+                seq=seq,
+            ) from exc
+        return Event(run_id=run_id, seq=seq, type=etype, payload=body, at_ms=at_ms, epoch=epoch)
+
+    # ----------------------------------------------------------------- runs
+
+    def create_run(self, run_id: str, started: RunStarted) -> bool:
+        """Create a run with its ``run_started`` event. Idempotent: False if it existed."""
+        now = self.now_ms()
+        ev = Event(run_id=run_id, seq=1, type="run_started", payload=started, at_ms=now, epoch=0)
+        row = self.encode(ev)
+        with self.driver.transaction() as cur:
+            n = self.driver.execute(
+                cur,
+                self.q["insert_run"],
+                self._p(run_id=run_id, workflow=started.workflow, version=started.version),
+            )
+            if n == 0:
+                return False
+            self.driver.execute(cur, self.q["insert_event"], row)
+        return True
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run row. Raises RunNotFoundError."""
+        with self.driver.read() as cur:
+            row = self.driver.fetchone(cur, self.q["get_run"], {"run_id": run_id})
+        if row is None:
+            raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
+        return RunRecord(*row)
+
+    def list_runs(
+        self, *, status: str | None = None, outcome: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """Runs, newest first, optionally filtered by status and outcome."""
+        with self.driver.read() as cur:
+            rows = self.driver.fetchall(
+                cur, self.q["list_runs"], {"status": status, "outcome": outcome, "limit": limit}
+            )
+        return [RunRecord(*r) for r in rows]
+
+    def runnable_runs(self, limit: int = 100) -> list[str]:
+        """Runs that a worker could take now: pending, crashed, or waiting with a due wake."""
+        with self.driver.read() as cur:
+            rows = self.driver.fetchall(cur, self.q["runnable_runs"], self._p(limit=limit))
+        return [r[0] for r in rows]
+
+    # ----------------------------------------------------------------- leases
+
+    def acquire_lease(self, run_id: str, owner: str, ttl_s: float) -> Lease:
+        """Take the run's lease, bumping its epoch.
+
+        Succeeds when the lease is free, expired (store clock), already ours, or held by a
+        process on this host that is gone (see :func:`owner_is_dead`). Raises LeaseHeldError
+        otherwise and RunNotFoundError for an unknown run.
+        """
+        ttl_ms = int(ttl_s * 1000)
+        rec = self.get_run(run_id)
+        stale_owner, stale_epoch = None, None
+        if rec.lease_owner and rec.lease_owner != owner and owner_is_dead(rec.lease_owner):
+            stale_owner, stale_epoch = rec.lease_owner, rec.lease_epoch
+        with self.driver.transaction() as cur:
+            row = self.driver.fetchone(
+                cur,
+                self.q["acquire_lease"],
+                self._p(
+                    run_id=run_id,
+                    owner=owner,
+                    ttl_ms=ttl_ms,
+                    stale_owner=stale_owner,
+                    stale_epoch=stale_epoch,
+                ),
+            )
+        if row is None:
+            rec = self.get_run(run_id)
+            raise LeaseHeldError(run_id, rec.lease_owner or "?", rec.lease_expires_at_ms)
+        return Lease(run_id, owner, int(row[0]), int(row[1]), ttl_ms)
+
+    def renew_lease(self, lease: Lease) -> Lease:
+        """Extend the lease by its ttl. Raises LeaseLostError if it was lost or expired."""
+        with self.driver.transaction() as cur:
+            n = self.driver.execute(
+                cur,
+                self.q["renew_lease"],
+                self._p(
+                    run_id=lease.run_id, owner=lease.owner, epoch=lease.epoch, ttl_ms=lease.ttl_ms
+                ),
+            )
+        if n == 0:
+            raise LeaseLostError(lease.run_id, lease.epoch, "renewal refused")
+        return Lease(
+            lease.run_id, lease.owner, lease.epoch, self.now_ms() + lease.ttl_ms, lease.ttl_ms
+        )
+
+    def release_lease(self, lease: Lease) -> None:
+        """Give the lease up (no-op if it is no longer ours)."""
+        with self.driver.transaction() as cur:
+            self.driver.execute(
+                cur,
+                self.q["release_lease"],
+                self._p(run_id=lease.run_id, owner=lease.owner, epoch=lease.epoch),
+            )
+
+    # ----------------------------------------------------------------- history
+
+    def append(
+        self,
+        lease: Lease,
+        events: Sequence[Event],
+        state: RunState,
+        *,
+        wake_at_ms: int | None = None,
+        consumed: Sequence[tuple[str, int]] = (),
+        force_checkpoint: bool = False,
+        guard_inbox: bool = False,
+    ) -> None:
+        """Append ``events`` (already applied to ``state``) in one fenced transaction.
+
+        ``state`` is the run state *after* the events; it is written as the engine checkpoint
+        when an event is a boundary (:data:`CHECKPOINT_EVENTS`) or the tail grew past
+        ``checkpoint_every``. ``consumed`` marks inbox messages as moved into the history at the
+        given seq. With ``guard_inbox`` the append is refused with :class:`InboxPending` if any
+        inbox message is pending (an approval must not be consumed past a revocation). A run
+        that goes to wait while messages are pending is woken at once. Raises LeaseLostError
+        (nothing written) when fenced off, PayloadError when an event cannot be encoded.
+        """
+        if not events:
+            return
+        rows = [self.encode(e) for e in events]
+        first = events[0].seq
+        do_ckpt = force_checkpoint or any(e.type in CHECKPOINT_EVENTS for e in events)
+        ckpt_text = None
+        with self.driver.transaction() as cur:
+            n = self.driver.execute(
+                cur,
+                self.q["fence_and_update"],
+                self._p(
+                    run_id=lease.run_id,
+                    owner=lease.owner,
+                    epoch=lease.epoch,
+                    prev_seq=first - 1,
+                    last_seq=state.seq,
+                    status=state.status.value,
+                    outcome=state.outcome.value if state.outcome else None,
+                    wake_at_ms=wake_at_ms,
+                    version=state.version,
+                ),
+            )
+            if n == 0:
+                raise LeaseLostError(
+                    lease.run_id, lease.epoch, f"fence check failed appending seq {first}"
+                )
+            for e in events:
+                if e.type == "step_started":
+                    self._refuse_rerun(cur, e)
+            self.driver.executemany(cur, self.q["insert_event"], rows)
+            if not do_ckpt:
+                row = self.driver.fetchone(
+                    cur, self.q["get_checkpoint_seq"], {"run_id": lease.run_id}
+                )
+                do_ckpt = row is not None and state.seq - int(row[0]) >= self.checkpoint_every
+            if do_ckpt:
+                ckpt_text = state.model_dump_json()
+                self.driver.execute(
+                    cur,
+                    self.q["save_checkpoint"],
+                    {"run_id": lease.run_id, "checkpoint_seq": state.seq, "checkpoint": ckpt_text},
+                )
+            for message_id, seq in consumed:
+                self.driver.execute(
+                    cur, self.q["consume_inbox"], {"message_id": message_id, "seq": seq}
+                )
+            if guard_inbox or state.status.value == "waiting":
+                row = self.driver.fetchone(
+                    cur, self.q["count_pending_inbox"], {"run_id": lease.run_id}
+                )
+                if row and int(row[0]):
+                    if guard_inbox:
+                        raise InboxPending(f"run {lease.run_id!r} has inbox messages to apply")
+                    self.driver.execute(cur, self.q["wake_run"], self._p(run_id=lease.run_id))
+
+    def _refuse_rerun(self, cur: Any, e: Event) -> None:
+        """G1/G4 beyond the compact state: a completed step never starts again (a compute
+        step may, for a different input hash). Checked against the indexed history."""
+        p = e.payload
+        row = self.driver.fetchone(
+            cur, self.q["step_completion"], {"run_id": e.run_id, "step_id": e.step_id}
+        )
+        if row is None:
+            return
+        prev = serde.loads(row[0])
+        if getattr(p, "policy", None) == "compute" and prev.get("input_hash") != getattr(
+            p, "input_hash", None
+        ):
+            return
+        raise TransitionError(
+            e.run_id,
+            e.seq,
+            e.type,
+            f"step {e.step_id!r} already completed at seq {row[1]}; a completed step never reruns",
+        )
+
+    def read_events(self, run_id: str, after_seq: int = 0, limit: int = 1_000_000) -> list[Event]:
+        """Events with ``seq > after_seq`` in order. Raises CorruptRecordError on a bad row."""
+        with self.driver.read() as cur:
+            rows = self.driver.fetchall(
+                cur,
+                self.q["events_after"],
+                {"run_id": run_id, "after_seq": after_seq, "limit": limit},
+            )
+        return [self.decode(run_id, r) for r in rows]
+
+    def iter_events(self, run_id: str, page: int = 1000) -> Iterator[Event]:
+        """All events of a run, read page by page."""
+        after = 0
+        while True:
+            batch = self.read_events(run_id, after, page)
+            yield from batch
+            if len(batch) < page:
+                return
+            after = batch[-1].seq
+
+    def load(self, run_id: str) -> RunState:
+        """The run's state: latest engine checkpoint + the events after it (G8).
+
+        A corrupt checkpoint is not trusted: the state is then refolded from the full history
+        (events are the authority). A corrupt event raises CorruptRecordError naming run and seq.
+        """
+        with self.driver.read() as cur:
+            row = self.driver.fetchone(cur, self.q["get_checkpoint"], {"run_id": run_id})
+            if row is None:
+                raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
+            ckpt_seq, ckpt_text, last_seq = int(row[0]), row[1], int(row[2])
+            state: RunState | None = None
+            if ckpt_seq and ckpt_text:
+                try:
+                    state = RunState.model_validate_json(ckpt_text)
+                    if state.run_id != run_id or state.seq != ckpt_seq:
+                        state = None
+                except ValidationError:
+                    state = None
+            after = state.seq if state else 0
+            rows = self.driver.fetchall(
+                cur,
+                self.q["events_after"],
+                {"run_id": run_id, "after_seq": after, "limit": 1 << 62},
+            )
+        if state is None:
+            state = RunState(run_id=run_id)
+        for r in rows:
+            apply(state, self.decode(run_id, r))
+        if state.seq != last_seq:
+            raise CorruptRecordError(
+                f"run {run_id!r}: history ends at seq {state.seq} but the run row says {last_seq}",
+                run_id=run_id,
+                seq=state.seq,
+            )
+        return state
+
+    def completions_after(self, run_id: str, after_seq: int) -> dict[str, Completion]:
+        """Latest completion per step among events after ``after_seq`` (the replay cache)."""
+        with self.driver.read() as cur:
+            rows = self.driver.fetchall(
+                cur, self.q["completions_after"], {"run_id": run_id, "after_seq": after_seq}
+            )
+        out: dict[str, Completion] = {}
+        for step_id, payload, seq in rows:
+            out[step_id] = self._completion(run_id, step_id, payload, seq)
+        return out
+
+    def step_completion(self, run_id: str, step_id: str) -> Completion | None:
+        """The latest completion of one step (indexed lookup), or None."""
+        with self.driver.read() as cur:
+            row = self.driver.fetchone(
+                cur, self.q["step_completion"], {"run_id": run_id, "step_id": step_id}
+            )
+        if row is None:
+            return None
+        return self._completion(run_id, step_id, row[0], int(row[1]))
+
+    def step_events(self, run_id: str, step_id: str) -> list[Event]:
+        """Every event recorded for one step."""
+        with self.driver.read() as cur:
+            rows = self.driver.fetchall(
+                cur, self.q["step_events"], {"run_id": run_id, "step_id": step_id}
+            )
+        return [self.decode(run_id, r) for r in rows]
+
+    def _completion(self, run_id: str, step_id: str, payload: str, seq: int) -> Completion:
+        try:
+            data = serde.loads(payload)
+            return Completion(
+                step_id, data.get("result"), data.get("policy"), data.get("input_hash"), seq
+            )
+        except (ValueError, AttributeError) as exc:
+            raise CorruptRecordError(
+                f"run {run_id!r} seq {seq}: corrupt step_completed payload of step {step_id!r}",
+                run_id=run_id,
+                seq=seq,
+            ) from exc
+
+    # ----------------------------------------------------------------- inbox
+
+    def post_inbox(
+        self, run_id: str, kind: str, body: dict[str, Any], message_id: str | None = None
+    ) -> bool:
+        """Queue a message for the run and wake it if it waits. False if ``message_id`` was
+        already posted (deduplicated forever)."""
+        message_id = message_id or uuid.uuid4().hex
+        with self.driver.transaction() as cur:
+            if self.driver.fetchone(cur, self.q["get_run"], {"run_id": run_id}) is None:
+                raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
+            n = self.driver.execute(
+                cur,
+                self.q["insert_inbox"],
+                self._p(
+                    message_id=message_id,
+                    run_id=run_id,
+                    kind=kind,
+                    body=serde.dumps(serde.to_jsonable(body)),
+                ),
+            )
+            if n:
+                self.driver.execute(cur, self.q["wake_run"], self._p(run_id=run_id))
+        return bool(n)
+
+    def pending_inbox(self, run_id: str) -> list[InboxMessage]:
+        """Messages not yet moved into the history, oldest first."""
+        with self.driver.read() as cur:
+            rows = self.driver.fetchall(cur, self.q["pending_inbox"], {"run_id": run_id})
+        out = []
+        for mid, kind, body, at_ms in rows:
+            try:
+                data = serde.loads(body)
+            except ValueError as exc:
+                raise CorruptRecordError(
+                    f"run {run_id!r}: corrupt inbox message {mid!r}", run_id=run_id
+                ) from exc
+            out.append(InboxMessage(mid, kind, data, int(at_ms)))
+        return out
+
+    def count_pending_inbox(self, run_id: str) -> int:
+        """How many inbox messages wait to be moved into the history."""
+        with self.driver.read() as cur:
+            row = self.driver.fetchone(cur, self.q["count_pending_inbox"], {"run_id": run_id})
+        return int(row[0]) if row else 0
+
+
+class InboxPending(StoreError):
+    """An append guarded against pending inbox messages found some (sync, then retry)."""
+
+
+def check_schema(found: int | None, known: int, url: str) -> None:
+    """Refuse a database written by a newer schema (nothing is changed)."""
+    if found is not None and found > known:
+        raise SchemaVersionError(
+            f"database {url} has schema version {found}, newer than this torpor's {known}; "
+            "upgrade torpor to open it (nothing was changed)"
+        )
+
+
+__all__ = [
+    "Completion",
+    "Driver",
+    "InboxMessage",
+    "InboxPending",
+    "Lease",
+    "RunRecord",
+    "SQLStore",
+    "StoreError",
+    "check_schema",
+    "load_queries",
+    "new_owner_id",
+    "owner_is_dead",
+]

@@ -1,0 +1,201 @@
+"""The embedded SQLite backend (stdlib ``sqlite3``, WAL).
+
+One connection per thread. Writes run in ``BEGIN IMMEDIATE`` transactions, so two processes
+sharing a file serialize their fenced appends. ``synchronous=FULL`` by default: a committed
+boundary survives power loss, not only a process crash (``NORMAL`` is offered for speed).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from ..errors import ConfigError, StoreError
+from .base import SQLStore, check_schema
+
+MIGRATIONS = Path(__file__).parent / "migrations" / "sqlite"
+SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+def _migrations() -> list[tuple[int, str]]:
+    out = []
+    for f in sorted(MIGRATIONS.glob("*.sql")):
+        out.append((int(f.name.split("_", 1)[0]), f.read_text()))
+    return out
+
+
+SCHEMA_VERSION = max(v for v, _ in _migrations())
+
+
+class SQLiteDriver:
+    """Driver for one SQLite file. Thread-safe: a connection per thread."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: str, *, synchronous: str = "FULL", busy_timeout_ms: int = 10_000):
+        if synchronous.upper() not in SYNCHRONOUS:
+            raise ConfigError(f"sqlite synchronous must be one of {SYNCHRONOUS}, not {synchronous}")
+        self.path = path
+        self.synchronous = synchronous.upper()
+        self.busy_timeout_ms = busy_timeout_ms
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+
+    def conn(self) -> sqlite3.Connection:
+        c: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if c is None:
+            c = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self.busy_timeout_ms / 1000,
+            )
+            c.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+            c.execute("PRAGMA journal_mode = WAL")
+            c.execute(f"PRAGMA synchronous = {self.synchronous}")
+            c.execute("PRAGMA foreign_keys = ON")
+            self._local.conn = c
+            with self._lock:
+                self._all.append(c)
+        return c
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Cursor]:
+        c = self.conn()
+        cur = c.cursor()
+        for attempt in range(50):
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.OperationalError as exc:  # busy beyond busy_timeout
+                if "locked" not in str(exc) or attempt == 49:
+                    raise StoreError(f"sqlite {self.path}: cannot begin a write: {exc}") from exc
+                time.sleep(0.01)
+        try:
+            yield cur
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        else:
+            c.execute("COMMIT")
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Cursor]:
+        c = self.conn()
+        cur = c.cursor()
+        if c.in_transaction:
+            yield cur
+            return
+        cur.execute("BEGIN")
+        try:
+            yield cur
+        finally:
+            c.execute("COMMIT")
+
+    def execute(self, cur: Any, sql: str, params: dict[str, Any]) -> int:
+        cur.execute(sql, params)
+        return int(cur.rowcount)
+
+    def executemany(self, cur: Any, sql: str, rows: Sequence[dict[str, Any]]) -> None:
+        cur.executemany(sql, rows)
+
+    def fetchone(self, cur: Any, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        cur.execute(sql, params)
+        row = cur.fetchone()
+        return tuple(row) if row is not None else None
+
+    def fetchall(self, cur: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        cur.execute(sql, params)
+        return [tuple(r) for r in cur.fetchall()]
+
+    def is_unique_violation(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.IntegrityError) and "UNIQUE" in str(exc)
+
+    def close(self) -> None:
+        with self._lock:
+            for c in self._all:
+                try:
+                    c.close()
+                except sqlite3.Error:
+                    pass
+            self._all.clear()
+        self._local = threading.local()
+
+
+def migrate(driver: SQLiteDriver, url: str) -> int:
+    """Bring the schema to :data:`SCHEMA_VERSION`; refuse a newer database untouched."""
+    c = driver.conn()
+    has_table = c.execute(
+        "SELECT 1 FROM sqlite_master WHERE type='table' AND name='torpor_schema'"
+    ).fetchone()
+    found = None
+    if has_table:
+        row = c.execute("SELECT max(version) FROM torpor_schema").fetchone()
+        found = row[0] if row else None
+    check_schema(found, SCHEMA_VERSION, url)
+    if found == SCHEMA_VERSION:
+        return SCHEMA_VERSION
+    with driver.transaction() as cur:
+        # Re-check under the write lock: another process may have migrated meanwhile.
+        cur.execute(
+            "CREATE TABLE IF NOT EXISTS torpor_schema ("
+            "version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL)"
+        )
+        row = cur.execute("SELECT max(version) FROM torpor_schema").fetchone()
+        current = row[0] or 0
+        check_schema(current, SCHEMA_VERSION, url)
+        for version, sql in _migrations():
+            if version <= current:
+                continue
+            for stmt in _split(sql):
+                cur.execute(stmt)
+            cur.execute(
+                "INSERT INTO torpor_schema (version, applied_at_ms) VALUES (?, ?)",
+                (version, int(time.time() * 1000)),
+            )
+    return SCHEMA_VERSION
+
+
+def _split(script: str) -> list[str]:
+    """Split a migration script into statements (no semicolons inside our DDL literals)."""
+    lines = [ln for ln in script.splitlines() if not ln.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def open_sqlite(url: str, *, clock: Callable[[], float] = time.time) -> SQLStore:
+    """Open (creating and migrating) a ``sqlite:///path`` store.
+
+    Query options: ``?synchronous=NORMAL`` (default FULL). ``sqlite:///relative/path`` is
+    relative to the working directory; ``sqlite:////abs/path`` is absolute.
+    """
+    parsed = urlparse(url)
+    if parsed.scheme != "sqlite":
+        raise ConfigError(f"not a sqlite URL: {url}")
+    path = url.split("://", 1)[1].split("?", 1)[0]
+    if path.startswith("/"):
+        path = path[1:]  # sqlite:///rel -> "rel", sqlite:////abs -> "/abs"
+    if not path:
+        raise ConfigError(f"sqlite URL needs a file path: {url}")
+    opts = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    unknown = set(opts) - {"synchronous"}
+    if unknown:
+        raise ConfigError(f"unknown sqlite URL option(s) {sorted(unknown)} in {url}")
+    if path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    driver = SQLiteDriver(path, synchronous=opts.get("synchronous", "FULL"))
+    try:
+        migrate(driver, url)
+    except sqlite3.DatabaseError as exc:
+        driver.close()
+        raise StoreError(f"{url}: not a usable torpor database: {exc}") from exc
+    except BaseException:
+        driver.close()
+        raise
+    return SQLStore(driver, url, clock=clock)

@@ -1,0 +1,102 @@
+"""Workflow registration: a name, a code version, compatibility, and completion criteria."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .errors import UnknownWorkflowError, VersionMismatchError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class WorkflowDef:
+    """A registered workflow.
+
+    ``version`` is recorded when a run starts; resuming under another version is refused unless
+    the recorded one is listed in ``compatible`` (DESIGN.md; issue 2, code version).
+    ``criteria`` name the verifications (``run.verify(name, ...)``) that must all pass for the
+    run to end ``succeeded`` (G5).
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    version: str = "1"
+    compatible: frozenset[str] = field(default_factory=frozenset)
+    criteria: tuple[str, ...] = ()
+    goal: str = ""
+
+    def accepts(self, recorded_version: str) -> bool:
+        return recorded_version == self.version or recorded_version in self.compatible
+
+    def check_version(self, run_id: str, recorded_version: str) -> None:
+        """Raise VersionMismatchError unless this code may continue a run recorded under
+        ``recorded_version``."""
+        if not self.accepts(recorded_version):
+            raise VersionMismatchError(
+                f"run {run_id!r} was recorded under version {recorded_version!r} of workflow "
+                f"{self.name!r}, but the code is version {self.version!r} and does not declare "
+                f"compatibility with it; resume with the old code, or add "
+                f"compatible=[{recorded_version!r}] if the recorded steps still match. "
+                "Nothing was changed."
+            )
+
+
+_REGISTRY: dict[str, WorkflowDef] = {}
+
+
+def workflow(
+    name: str | None = None,
+    *,
+    version: str = "1",
+    compatible: Iterable[str] = (),
+    criteria: Iterable[str] = (),
+    goal: str = "",
+) -> Callable[[F], F]:
+    """Register ``fn(run, input)`` (sync or async) as a workflow.
+
+    Example::
+
+        @torpor.workflow(version="2", compatible=["1"], criteria=["tests pass"])
+        def release(run: torpor.Run, input: dict) -> str: ...
+    """
+
+    def deco(fn: F) -> F:
+        wname = name or f"{fn.__module__}.{fn.__qualname__}"
+        _REGISTRY[wname] = WorkflowDef(
+            name=wname,
+            fn=fn,
+            version=version,
+            compatible=frozenset(compatible),
+            criteria=tuple(criteria),
+            goal=goal or (fn.__doc__ or "").strip().split("\n")[0],
+        )
+        fn.__torpor_workflow__ = wname  # type: ignore[attr-defined]
+        return fn
+
+    return deco
+
+
+def get_workflow(name_or_fn: str | Callable[..., Any]) -> WorkflowDef:
+    """Look up a registered workflow by name or by its function."""
+    name = (
+        name_or_fn
+        if isinstance(name_or_fn, str)
+        else getattr(name_or_fn, "__torpor_workflow__", None)
+    )
+    if name is None or name not in _REGISTRY:
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise UnknownWorkflowError(
+            f"no workflow registered as {name_or_fn!r} (registered: {known}); "
+            "import the module that defines it (--import MODULE)"
+        )
+    return _REGISTRY[name]
+
+
+def import_modules(modules: Iterable[str]) -> None:
+    """Import modules so their ``@workflow`` decorators register."""
+    for m in modules:
+        importlib.import_module(m)
