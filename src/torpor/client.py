@@ -62,7 +62,7 @@ class Client:
         """The folded state (latest checkpoint + events after it)."""
         return self.store.load(run_id)
 
-    def list(
+    def runs(
         self, *, status: str | None = None, outcome: str | None = None, limit: int = 100
     ) -> list[RunRecord]:
         return self.store.list_runs(status=status, outcome=outcome, limit=limit)
@@ -79,20 +79,15 @@ class Client:
         """Every step with its latest status and number of attempts (reads the history)."""
         out: dict[str, dict[str, Any]] = {}
         for ev in self.store.iter_events(run_id):
-            p = ev.payload
+            p: Any = ev.payload
             if ev.type == "step_started":
                 d = out.setdefault(
-                    p.step_id,
-                    {
-                        "policy": p.policy.value,
-                        "attempts": 0,  # type: ignore[attr-defined]
-                        "purpose": p.purpose,
-                    },
-                )  # type: ignore[attr-defined]
+                    p.step_id, {"policy": p.policy.value, "attempts": 0, "purpose": p.purpose}
+                )
                 d["attempts"] += 1
                 d["status"] = "started"
             elif ev.type in ("step_completed", "step_failed"):
-                d = out.setdefault(p.step_id, {"policy": "?", "attempts": 1, "purpose": ""})  # type: ignore[attr-defined]
+                d = out.setdefault(p.step_id, {"policy": "?", "attempts": 1, "purpose": ""})
                 d["status"] = "completed" if ev.type == "step_completed" else "failed"
         return [
             StepView(k, v["policy"], v["status"], v["attempts"], v["purpose"])

@@ -150,7 +150,7 @@ class RunFinishedError(TorporError):
 
 
 class InboxError(TorporError):
-    """A signal or decision sent to a run cannot be accepted (unknown approval, already consumed)."""
+    """A signal or decision cannot be accepted (unknown approval, already consumed)."""
 
 
 class RunInterrupt(BaseException):

@@ -419,7 +419,7 @@ class Run:
             return sid, comp.result, None
         self._recorded_failure(sid)
         key = key or f"{self.run_id}/{sid}"
-        op = operation or getattr(fn, "__qualname__", "effect")
+        op = str(operation or getattr(fn, "__qualname__", "effect"))
         kw = dict(kwargs)
         if _accepts_kw(fn, "idempotency_key"):
             kw["idempotency_key"] = key
@@ -674,10 +674,10 @@ class Run:
         if res.get("decision") == "timeout":
             raise ApprovalDeniedError(f"approval {aid!r} timed out without a decision")
         if res.get("decision") != "approve":
-            info = self.state.approvals.get(aid)
+            denied = self.state.approvals.get(aid)
             raise ApprovalDeniedError(
                 f"approval {aid!r} denied by {res.get('approver')}"
-                + (f": {info.comment}" if info and info.comment else "")
+                + (f": {denied.comment}" if denied and denied.comment else "")
             )
         return Approval(aid, name, tuple(hashes), res.get("approver") or "")
 
@@ -792,7 +792,7 @@ class Run:
                 wait_id=wid,
                 kind=kind,
                 name=name,
-                deadline_ms=deadline,  # type: ignore[arg-type]
+                deadline_ms=deadline,
                 reason=reason,
             ),
             wake_at_ms=deadline,

@@ -10,6 +10,7 @@ nothing. A heartbeat thread renews the lease while the workflow works.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import threading
 import time
@@ -495,10 +496,8 @@ class Runtime:
                 return Execution(self, wf, lease, state).result()
             return Execution(self, wf, lease, state).run()
         finally:
-            try:
+            with contextlib.suppress(Exception):
                 self.store.release_lease(lease)
-            except Exception:
-                pass
 
     def run(
         self,
@@ -552,7 +551,7 @@ class Runtime:
         body = signing.decision_body(run_id, approval_id, decision, approver, hashes, at)
         return ApprovalDecided(
             approval_id=approval_id,
-            decision=decision,  # type: ignore[arg-type]
+            decision=decision,
             approver=approver,
             hashes=sorted(hashes),
             signature=signing.sign(self.signing_key, body),
