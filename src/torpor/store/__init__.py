@@ -1,7 +1,7 @@
 """Stores: where a run's authoritative state lives. Chosen by URL in one place, :func:`open_store`.
 
 - ``sqlite:///path/to/file.db`` — embedded default (stdlib sqlite3, WAL).
-- ``postgresql://…`` — many workers on many machines (see issue 3; not yet in this build).
+- ``postgresql://user@host:port/db`` — many workers on many machines (psycopg 3).
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ def open_store(url: str, *, clock: Callable[[], float] = time.time) -> SQLStore:
 
         return open_sqlite(url, clock=clock)
     if scheme in ("postgresql", "postgres"):
-        raise ConfigError("the PostgreSQL store is not part of this build yet")
+        from .postgres import open_postgres
+
+        return open_postgres(url, clock=clock)
     raise ConfigError(f"unsupported store URL {url!r}: expected sqlite:///path or postgresql://…")
 
 

@@ -296,6 +296,7 @@ class SQLStore:
             if n == 0:
                 return False
             self.driver.execute(cur, self.q["insert_event"], row)
+            self.driver.fetchone(cur, self.q["notify_wake"], {"run_id": run_id})
         return True
 
     def get_run(self, run_id: str) -> RunRecord:
@@ -352,6 +353,38 @@ class SQLStore:
             rec = self.get_run(run_id)
             raise LeaseHeldError(run_id, rec.lease_owner or "?", rec.lease_expires_at_ms)
         return Lease(run_id, owner, int(row[0]), int(row[1]), ttl_ms)
+
+    def claim_next(self, owner: str, ttl_s: float) -> Lease | None:
+        """Take the lease of one runnable run (oldest due first), or None if there is none.
+
+        PostgreSQL skips rows other workers are claiming (``FOR UPDATE SKIP LOCKED``); SQLite
+        serializes claims with its write lock.
+        """
+        ttl_ms = int(ttl_s * 1000)
+        with self.driver.transaction() as cur:
+            row = self.driver.fetchone(
+                cur, self.q["claim_next"], self._p(owner=owner, ttl_ms=ttl_ms)
+            )
+        if row is None:
+            return None
+        return Lease(str(row[0]), owner, int(row[1]), int(row[2]), ttl_ms)
+
+    def next_wake_at_ms(self) -> int | None:
+        """The earliest timer deadline among waiting runs (epoch ms), or None."""
+        with self.driver.read() as cur:
+            row = self.driver.fetchone(cur, self.q["next_wake_at"], {})
+        return int(row[0]) if row and row[0] is not None else None
+
+    def wait_for_wake(self, timeout_s: float, stop: Callable[[], bool] = lambda: False) -> bool:
+        """Block until another process may have made a run runnable, or ``timeout_s`` passed.
+
+        SQLite has no notifications: this sleeps for the timeout (a short poll). PostgreSQL
+        overrides it with LISTEN/NOTIFY. Returns True when woken by a notification.
+        """
+        end = time.monotonic() + timeout_s
+        while not stop() and time.monotonic() < end:
+            time.sleep(min(0.01, max(0.0, end - time.monotonic())))
+        return False
 
     def renew_lease(self, lease: Lease) -> Lease:
         """Extend the lease by its ttl. Raises LeaseLostError if it was lost or expired."""
@@ -585,7 +618,9 @@ class SQLStore:
         already posted (deduplicated forever)."""
         message_id = message_id or uuid.uuid4().hex
         with self.driver.transaction() as cur:
-            if self.driver.fetchone(cur, self.q["get_run"], {"run_id": run_id}) is None:
+            # Lock the run row first (PostgreSQL: FOR UPDATE) so a message cannot slip past a
+            # concurrent fenced append that is consuming an approval.
+            if self.driver.fetchone(cur, self.q["lock_run"], {"run_id": run_id}) is None:
                 raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
             n = self.driver.execute(
                 cur,
@@ -599,6 +634,7 @@ class SQLStore:
             )
             if n:
                 self.driver.execute(cur, self.q["wake_run"], self._p(run_id=run_id))
+                self.driver.fetchone(cur, self.q["notify_wake"], {"run_id": run_id})
         return bool(n)
 
     def pending_inbox(self, run_id: str) -> list[InboxMessage]:

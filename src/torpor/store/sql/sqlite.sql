@@ -102,3 +102,28 @@ SELECT count(*) FROM inbox WHERE run_id = :run_id AND consumed_seq IS NULL;
 
 -- name: get_checkpoint_seq
 SELECT checkpoint_seq FROM runs WHERE run_id = :run_id;
+
+-- name: lock_run
+SELECT run_id FROM runs WHERE run_id = :run_id;
+
+-- name: claim_next
+UPDATE runs
+SET lease_owner = :owner, lease_epoch = lease_epoch + 1,
+    lease_expires_at_ms = :now_ms + :ttl_ms, updated_at_ms = :now_ms
+WHERE run_id = (
+    SELECT run_id FROM runs
+    WHERE (status IN ('pending', 'running') OR (status = 'waiting' AND wake_at_ms <= :now_ms))
+      AND (lease_owner IS NULL OR lease_expires_at_ms <= :now_ms)
+    ORDER BY COALESCE(wake_at_ms, created_at_ms)
+    LIMIT 1
+)
+RETURNING run_id, lease_epoch, lease_expires_at_ms;
+
+-- name: notify_wake
+SELECT :run_id;
+
+-- name: next_wake_at
+SELECT min(wake_at_ms) FROM runs WHERE status = 'waiting' AND wake_at_ms IS NOT NULL;
+
+-- name: db_now_ms
+SELECT :now_ms;

@@ -1,0 +1,168 @@
+"""The PostgreSQL backend (psycopg 3 + psycopg-pool): many workers on many machines.
+
+Same domain operations as SQLite (they live in :class:`~torpor.store.base.SQLStore`); this
+module is only the driver: a connection pool, ``READ COMMITTED`` transactions, ``:name``
+parameters rewritten to psycopg's ``%(name)s``, migrations, and ``LISTEN/NOTIFY`` wakeups.
+Fencing holds because the fenced ``UPDATE`` of the run row takes its row lock; dispatch uses
+``FOR UPDATE SKIP LOCKED``; every lease decision uses the database clock (``torpor_now_ms()``).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, StoreError
+from .base import SQLStore, check_schema
+
+MIGRATIONS = Path(__file__).parent / "migrations" / "postgres"
+_PARAM = re.compile(r"(?<![:\w]):(\w+)")
+#: Advisory lock key that serializes concurrent migrations ("torpor" in ASCII).
+_MIGRATION_LOCK = 0x746F72706F72
+
+
+def _migrations() -> list[tuple[int, str]]:
+    return [(int(f.name.split("_", 1)[0]), f.read_text()) for f in sorted(MIGRATIONS.glob("*.sql"))]
+
+
+SCHEMA_VERSION = max(v for v, _ in _migrations())
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigError(
+            "the PostgreSQL store needs psycopg: pip install 'torpor[postgres]'"
+        ) from exc
+    return psycopg
+
+
+class PostgresDriver:
+    """Driver over a psycopg connection pool."""
+
+    dialect = "postgres"
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8):
+        psycopg = _psycopg()
+        from psycopg_pool import ConnectionPool
+
+        self.url = url
+        self._errors = psycopg.errors
+        self._sql_cache: dict[str, str] = {}
+        self.pool = ConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            open=True,
+            kwargs={"autocommit": False},
+            timeout=30,
+        )
+        self._lock = threading.Lock()
+
+    def _sql(self, sql: str) -> str:
+        out = self._sql_cache.get(sql)
+        if out is None:
+            out = _PARAM.sub(r"%(\1)s", sql.replace("%", "%%"))
+            self._sql_cache[sql] = out
+        return out
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        try:
+            with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                yield cur
+        except self._errors.OperationalError as exc:
+            raise StoreError(f"postgres: {exc}".strip()) from exc
+
+    @contextmanager
+    def read(self) -> Iterator[Any]:
+        with self.transaction() as cur:
+            yield cur
+
+    def execute(self, cur: Any, sql: str, params: dict[str, Any]) -> int:
+        cur.execute(self._sql(sql), params)
+        return int(cur.rowcount)
+
+    def executemany(self, cur: Any, sql: str, rows: Sequence[dict[str, Any]]) -> None:
+        cur.executemany(self._sql(sql), rows)
+
+    def fetchone(self, cur: Any, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        cur.execute(self._sql(sql), params)
+        row = cur.fetchone()
+        return tuple(row) if row is not None else None
+
+    def fetchall(self, cur: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        cur.execute(self._sql(sql), params)
+        return [tuple(r) for r in cur.fetchall()]
+
+    def is_unique_violation(self, exc: BaseException) -> bool:
+        return isinstance(exc, self._errors.UniqueViolation)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def listen(self, channel: str, timeout_s: float, stop: Callable[[], bool]) -> Iterator[str]:
+        """Yield NOTIFY payloads on ``channel``; returns after ``timeout_s`` without one."""
+        psycopg = _psycopg()
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f"LISTEN {channel}")
+            deadline = time.monotonic() + timeout_s
+            while not stop() and time.monotonic() < deadline:
+                for n in conn.notifies(timeout=min(0.5, max(0.0, deadline - time.monotonic()))):
+                    yield n.payload
+                    return
+
+
+def migrate(driver: PostgresDriver, url: str) -> int:
+    """Bring the schema to :data:`SCHEMA_VERSION` under an advisory lock; refuse a newer one."""
+    with driver.pool.connection() as conn, conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS torpor_schema ("
+            "version integer PRIMARY KEY, applied_at_ms bigint NOT NULL)"
+        )
+        row = conn.execute("SELECT max(version) FROM torpor_schema").fetchone()
+        current = row[0] if row and row[0] is not None else 0
+        check_schema(current, SCHEMA_VERSION, url)
+        for version, sql in _migrations():
+            if version <= current:
+                continue
+            conn.execute(sql)
+            conn.execute(
+                "INSERT INTO torpor_schema (version, applied_at_ms) VALUES (%s, %s)",
+                (version, int(time.time() * 1000)),
+            )
+    return SCHEMA_VERSION
+
+
+class PostgresStore(SQLStore):
+    """SQLStore on PostgreSQL, with LISTEN/NOTIFY wakeups.
+
+    Lease expiry, fencing and dispatch are judged by the database clock inside the SQL. Event
+    timestamps and timer deadlines come from the worker's clock (``now_ms``); a timer therefore
+    fires late or early by the skew between that worker and the database (NTP keeps it to ms).
+    """
+
+    driver: PostgresDriver
+
+    def wait_for_wake(self, timeout_s: float, stop: Callable[[], bool] = lambda: False) -> bool:
+        """Block until a NOTIFY on ``torpor_wake`` or ``timeout_s``; True if notified."""
+        return any(True for _ in self.driver.listen("torpor_wake", timeout_s, stop))
+
+
+def open_postgres(url: str, *, clock: Callable[[], float] = time.time) -> PostgresStore:
+    """Open (migrating) a ``postgresql://`` store."""
+    driver = PostgresDriver(url)
+    try:
+        migrate(driver, url)
+    except BaseException:
+        driver.close()
+        raise
+    store = PostgresStore(driver, url, clock=clock)
+    return store

@@ -1,0 +1,135 @@
+-- Named queries of the PostgreSQL backend: the same names as sqlite.sql beside it. Parameters
+-- are `:name` (rewritten to psycopg's %(name)s at load). Lease expiry, fencing and dispatch use
+-- the database clock torpor_now_ms(); `:now_ms` is never trusted here. Nullable filter
+-- parameters are cast so the server can type them.
+
+-- name: schema_version
+SELECT version FROM torpor_schema ORDER BY version DESC LIMIT 1;
+
+-- name: insert_run
+INSERT INTO runs (run_id, workflow, version, status, created_at_ms, updated_at_ms, last_seq)
+VALUES (:run_id, :workflow, :version, 'pending', torpor_now_ms(), torpor_now_ms(), 1)
+ON CONFLICT (run_id) DO NOTHING;
+
+-- name: insert_event
+INSERT INTO events (run_id, seq, type, step_id, epoch, at_ms, v, payload)
+VALUES (:run_id, :seq, :type, :step_id, :epoch, :at_ms, :v, :payload);
+
+-- name: get_run
+SELECT run_id, workflow, version, status, outcome, created_at_ms, updated_at_ms, wake_at_ms,
+       lease_owner, lease_epoch, lease_expires_at_ms, last_seq, checkpoint_seq
+FROM runs WHERE run_id = :run_id;
+
+-- name: lock_run
+SELECT run_id FROM runs WHERE run_id = :run_id FOR UPDATE;
+
+-- name: get_checkpoint
+SELECT checkpoint_seq, checkpoint, last_seq FROM runs WHERE run_id = :run_id;
+
+-- name: get_checkpoint_seq
+SELECT checkpoint_seq FROM runs WHERE run_id = :run_id;
+
+-- name: acquire_lease
+UPDATE runs
+SET lease_owner = :owner, lease_epoch = lease_epoch + 1,
+    lease_expires_at_ms = torpor_now_ms() + :ttl_ms, updated_at_ms = torpor_now_ms()
+WHERE run_id = :run_id
+  AND (lease_owner IS NULL OR lease_expires_at_ms <= torpor_now_ms() OR lease_owner = :owner
+       OR (lease_owner = CAST(:stale_owner AS text)
+           AND lease_epoch = CAST(:stale_epoch AS bigint)))
+RETURNING lease_epoch, lease_expires_at_ms;
+
+-- name: claim_next
+UPDATE runs
+SET lease_owner = :owner, lease_epoch = lease_epoch + 1,
+    lease_expires_at_ms = torpor_now_ms() + :ttl_ms, updated_at_ms = torpor_now_ms()
+WHERE run_id = (
+    SELECT run_id FROM runs
+    WHERE (status IN ('pending', 'running')
+           OR (status = 'waiting' AND wake_at_ms <= torpor_now_ms()))
+      AND (lease_owner IS NULL OR lease_expires_at_ms <= torpor_now_ms())
+    ORDER BY COALESCE(wake_at_ms, created_at_ms)
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING run_id, lease_epoch, lease_expires_at_ms;
+
+-- name: renew_lease
+UPDATE runs SET lease_expires_at_ms = torpor_now_ms() + :ttl_ms
+WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
+  AND lease_expires_at_ms > torpor_now_ms();
+
+-- name: release_lease
+UPDATE runs SET lease_owner = NULL, lease_expires_at_ms = 0, updated_at_ms = torpor_now_ms()
+WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch;
+
+-- name: fence_and_update
+UPDATE runs
+SET last_seq = :last_seq, status = :status, outcome = CAST(:outcome AS text),
+    wake_at_ms = CAST(:wake_at_ms AS bigint), version = :version, updated_at_ms = torpor_now_ms()
+WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
+  AND lease_expires_at_ms > torpor_now_ms() AND last_seq = :prev_seq;
+
+-- name: save_checkpoint
+UPDATE runs SET checkpoint_seq = :checkpoint_seq, checkpoint = :checkpoint
+WHERE run_id = :run_id;
+
+-- name: events_after
+SELECT seq, type, epoch, at_ms, v, payload FROM events
+WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq LIMIT :limit;
+
+-- name: completions_after
+SELECT step_id, payload, seq FROM events
+WHERE run_id = :run_id AND seq > :after_seq AND type = 'step_completed' ORDER BY seq;
+
+-- name: step_completion
+SELECT payload, seq FROM events
+WHERE run_id = :run_id AND step_id = :step_id AND type = 'step_completed'
+ORDER BY seq DESC LIMIT 1;
+
+-- name: step_events
+SELECT seq, type, epoch, at_ms, v, payload FROM events
+WHERE run_id = :run_id AND step_id = :step_id ORDER BY seq;
+
+-- name: list_runs
+SELECT run_id, workflow, version, status, outcome, created_at_ms, updated_at_ms, wake_at_ms,
+       lease_owner, lease_epoch, lease_expires_at_ms, last_seq, checkpoint_seq
+FROM runs
+WHERE (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))
+  AND (CAST(:outcome AS text) IS NULL OR outcome = CAST(:outcome AS text))
+ORDER BY created_at_ms DESC, run_id LIMIT :limit;
+
+-- name: runnable_runs
+SELECT run_id FROM runs
+WHERE (status IN ('pending', 'running')
+       OR (status = 'waiting' AND wake_at_ms <= torpor_now_ms()))
+  AND (lease_owner IS NULL OR lease_expires_at_ms <= torpor_now_ms())
+ORDER BY COALESCE(wake_at_ms, created_at_ms) LIMIT :limit;
+
+-- name: insert_inbox
+INSERT INTO inbox (message_id, run_id, kind, body, at_ms)
+VALUES (:message_id, :run_id, :kind, :body, torpor_now_ms())
+ON CONFLICT (message_id) DO NOTHING;
+
+-- name: wake_run
+UPDATE runs SET wake_at_ms = torpor_now_ms(), updated_at_ms = torpor_now_ms()
+WHERE run_id = :run_id AND status = 'waiting';
+
+-- name: pending_inbox
+SELECT message_id, kind, body, at_ms FROM inbox
+WHERE run_id = :run_id AND consumed_seq IS NULL ORDER BY at_ms, message_id;
+
+-- name: consume_inbox
+UPDATE inbox SET consumed_seq = :seq WHERE message_id = :message_id AND consumed_seq IS NULL;
+
+-- name: count_pending_inbox
+SELECT count(*) FROM inbox WHERE run_id = :run_id AND consumed_seq IS NULL;
+
+-- name: notify_wake
+SELECT pg_notify('torpor_wake', :run_id);
+
+-- name: next_wake_at
+SELECT min(wake_at_ms) FROM runs WHERE status = 'waiting' AND wake_at_ms IS NOT NULL;
+
+-- name: db_now_ms
+SELECT torpor_now_ms();
