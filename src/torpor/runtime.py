@@ -310,6 +310,12 @@ class Execution:
 
     def run(self) -> RunResult:
         st = self.state
+        if st.status is RunStatus.FINISHED:
+            # A finished run accepts nothing but a person's resolution, which reopens it; that
+            # must be recorded before the lease (a lease_acquired on a finished run is refused).
+            self.sync_inbox(force=True)
+            if self.state.status is RunStatus.FINISHED:
+                return self.result()
         self.append([LeaseAcquired(owner=self.lease.owner, epoch=self.lease.epoch)])
         faults.point("lease.acquired")
         if st.version != self.wf.version:
