@@ -30,6 +30,7 @@ from .errors import (
     LeaseLostError,
     NonDeterminismError,
     PayloadError,
+    RunInterrupt,
     StoreError,
     Suspended,
     TransitionError,
@@ -88,6 +89,10 @@ _ENGINE_ERRORS = (
     PayloadError,
     TransitionError,
 )
+
+
+class _Release(RunInterrupt):
+    """Internal: give the run back at this boundary without an outcome (worker shutdown)."""
 
 
 class Execution:
@@ -195,6 +200,8 @@ class Execution:
             self.sync_inbox(force=True)
         if self.state.cancel_requested:
             raise Cancelled(f"run {self.state.run_id!r} was cancelled")
+        if self.runtime.stopping.is_set():
+            raise _Release("worker shutting down")
 
     # ------------------------------------------------------------ inbox
 
@@ -338,6 +345,8 @@ class Execution:
                 value = fn(handle, self.state.input)
         except Suspended as s:
             return self.result(reason=s.reason)
+        except _Release as r:
+            return self.result(reason=f"released: {r}")
         except Cancelled as c:
             return self.finish(Outcome.CANCELLED, str(c))
         except _Unresolved as u:
@@ -448,6 +457,8 @@ class Runtime:
                 f"lease_ttl_s={lease_ttl_s}, or one late renewal loses the lease"
             )
         self.auto_approve = auto_approve
+        #: Set to make executions release their run at the next boundary (graceful shutdown).
+        self.stopping = threading.Event()
         self.on_event = on_event
         self.signing_key = self.settings.signing_key()
 
@@ -487,13 +498,15 @@ class Runtime:
                 raise ConfigError(f"run {rid!r} exists and belongs to workflow {rec.workflow!r}")
         return rid
 
-    def execute(self, run_id: str) -> RunResult:
+    def execute(self, run_id: str, *, lease: Lease | None = None) -> RunResult:
         """Execute the run once under a fresh lease until it finishes or waits.
 
+        ``lease``: one already taken (a worker's ``claim_next``); it is released at the end.
         Raises LeaseHeldError if another live process holds it, VersionMismatchError /
         NonDeterminismError (run left untouched and resumable) for code that does not match.
         """
-        lease = self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
+        if lease is None:
+            lease = self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
         try:
             state = self.store.load(run_id)
             wf = get_workflow(state.workflow)

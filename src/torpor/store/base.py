@@ -488,6 +488,7 @@ class SQLStore:
                     if guard_inbox:
                         raise InboxPending(f"run {lease.run_id!r} has inbox messages to apply")
                     self.driver.execute(cur, self.q["wake_run"], self._p(run_id=lease.run_id))
+                    self.driver.fetchone(cur, self.q["notify_wake"], {"run_id": lease.run_id})
 
     def _refuse_rerun(self, cur: Any, e: Event) -> None:
         """G1/G4 beyond the compact state: a completed step never starts again (a compute

@@ -107,16 +107,23 @@ class PostgresDriver:
     def close(self) -> None:
         self.pool.close()
 
-    def listen(self, channel: str, timeout_s: float, stop: Callable[[], bool]) -> Iterator[str]:
-        """Yield NOTIFY payloads on ``channel``; returns after ``timeout_s`` without one."""
+    def listen_forever(
+        self, channel: str, on_notify: Callable[[str], None], stop: threading.Event
+    ) -> None:
+        """Deliver NOTIFY payloads on ``channel`` to ``on_notify`` until ``stop`` is set;
+        reconnects after a dropped connection (and calls ``on_notify("")`` then, since
+        notifications may have been missed)."""
         psycopg = _psycopg()
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(f"LISTEN {channel}")
-            deadline = time.monotonic() + timeout_s
-            while not stop() and time.monotonic() < deadline:
-                for n in conn.notifies(timeout=min(0.5, max(0.0, deadline - time.monotonic()))):
-                    yield n.payload
-                    return
+        while not stop.is_set():
+            try:
+                with psycopg.connect(self.url, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {channel}")
+                    on_notify("")
+                    while not stop.is_set():
+                        for n in conn.notifies(timeout=0.5):
+                            on_notify(n.payload)
+            except psycopg.Error:
+                stop.wait(0.5)
 
 
 def migrate(driver: PostgresDriver, url: str) -> int:
@@ -151,9 +158,46 @@ class PostgresStore(SQLStore):
 
     driver: PostgresDriver
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._wake = threading.Event()
+        self._listener: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._listener_lock = threading.Lock()
+
+    def _ensure_listener(self) -> None:
+        with self._listener_lock:
+            if self._listener is None:
+                self._listener = threading.Thread(
+                    target=self.driver.listen_forever,
+                    args=("torpor_wake", lambda _p: self._wake.set(), self._closing),
+                    daemon=True,
+                    name="torpor-listen",
+                )
+                self._listener.start()
+
     def wait_for_wake(self, timeout_s: float, stop: Callable[[], bool] = lambda: False) -> bool:
-        """Block until a NOTIFY on ``torpor_wake`` or ``timeout_s``; True if notified."""
-        return any(True for _ in self.driver.listen("torpor_wake", timeout_s, stop))
+        """Block until a NOTIFY on ``torpor_wake`` (any run made runnable) or ``timeout_s``.
+
+        A listener connection stays open for the store's life, so a notification that arrives
+        while the caller is busy is not lost: the next call returns at once.
+        """
+        self._ensure_listener()
+        end = time.monotonic() + timeout_s
+        while not stop():
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            if self._wake.wait(min(left, 0.25)):
+                self._wake.clear()
+                return True
+        return False
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._listener is not None:
+            self._listener.join(timeout=2)
+        super().close()
 
 
 def open_postgres(url: str, *, clock: Callable[[], float] = time.time) -> PostgresStore:

@@ -127,6 +127,27 @@ class SQLiteDriver:
         self._local = threading.local()
 
 
+class SQLiteStore(SQLStore):
+    """SQLStore on SQLite. Wakeups poll ``PRAGMA data_version``, which changes whenever another
+    connection commits: a cheap shared-memory read, so an idle worker notices a signal within
+    milliseconds without querying the tables."""
+
+    driver: SQLiteDriver
+
+    def wait_for_wake(self, timeout_s: float, stop: Callable[[], bool] = lambda: False) -> bool:
+        conn = self.driver.conn()
+        first = conn.execute("PRAGMA data_version").fetchone()[0]
+        end = time.monotonic() + timeout_s
+        while not stop():
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(left, 0.002))
+            if conn.execute("PRAGMA data_version").fetchone()[0] != first:
+                return True
+        return False
+
+
 def migrate(driver: SQLiteDriver, url: str) -> int:
     """Bring the schema to :data:`SCHEMA_VERSION`; refuse a newer database untouched."""
     c = driver.conn()
@@ -167,7 +188,7 @@ def _split(script: str) -> list[str]:
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
-def open_sqlite(url: str, *, clock: Callable[[], float] = time.time) -> SQLStore:
+def open_sqlite(url: str, *, clock: Callable[[], float] = time.time) -> SQLiteStore:
     """Open (creating and migrating) a ``sqlite:///path`` store.
 
     Query options: ``?synchronous=NORMAL`` (default FULL). ``sqlite:///relative/path`` is
@@ -196,4 +217,4 @@ def open_sqlite(url: str, *, clock: Callable[[], float] = time.time) -> SQLStore
     except BaseException:
         driver.close()
         raise
-    return SQLStore(driver, url, clock=clock)
+    return SQLiteStore(driver, url, clock=clock)

@@ -1,0 +1,158 @@
+"""A worker: picks runnable runs, executes them under leases, reacts to wakeups.
+
+Any number of workers, on any number of machines, may share one PostgreSQL database (or one
+SQLite file on one machine). Each loop iteration claims one runnable run — pending, crashed
+(lease expired), or waiting with a due timer or a new inbox message — with
+``FOR UPDATE SKIP LOCKED`` on PostgreSQL, executes it in a thread of its pool, and releases it
+when it waits or ends. Idle workers block on ``LISTEN torpor_wake`` (PostgreSQL) or a short
+poll (SQLite), never longer than the next timer deadline.
+
+Shutdown (SIGTERM/SIGINT, or :meth:`Worker.stop`): stop claiming; running executions release
+their run at their next boundary (or finish first); the worker exits when they are done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError, LeaseHeldError, TorporError
+from .runtime import RunResult, Runtime
+
+log = logging.getLogger("torpor.worker")
+
+
+@dataclass
+class WorkerStats:
+    """Counts since the worker started."""
+
+    executed: int = 0
+    finished: int = 0
+    waiting: int = 0
+    errors: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+
+class Worker:
+    """Execute runnable runs from ``runtime.store``.
+
+    ``concurrency``: runs executed at once (threads). ``poll_s``: the longest an idle worker
+    sleeps before looking again; it is woken sooner by any commit that may have made a run
+    runnable (PostgreSQL: NOTIFY; SQLite: ``PRAGMA data_version``). Raises ConfigError for a
+    concurrency below 1.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        concurrency: int = 1,
+        poll_s: float = 1.0,
+        on_result: Callable[[RunResult], None] | None = None,
+    ):
+        if concurrency < 1:
+            raise ConfigError(f"worker concurrency must be >= 1, not {concurrency}")
+        self.runtime = runtime
+        self.store = runtime.store
+        self.concurrency = concurrency
+        self.poll_s = poll_s
+        self.on_result = on_result
+        self.stats = WorkerStats()
+        self._stop = threading.Event()
+        self._slots = threading.Semaphore(concurrency)
+        self._lock = threading.Lock()
+
+    def stop(self) -> None:
+        """Stop claiming; running executions release their run at the next boundary."""
+        self._stop.set()
+        self.runtime.stopping.set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop the worker gracefully (main thread only)."""
+
+        def handler(signum: int, frame: Any) -> None:
+            log.info("signal %s: stopping after the current boundaries", signum)
+            self.stop()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def _execute(self, run_id: str, lease: Any) -> None:
+        try:
+            res = self.runtime.execute(run_id, lease=lease)
+            with self._lock:
+                self.stats.executed += 1
+                if res.outcome:
+                    self.stats.finished += 1
+                    self.stats.outcomes[res.outcome] = self.stats.outcomes.get(res.outcome, 0) + 1
+                elif res.status == "waiting":
+                    self.stats.waiting += 1
+            if self.on_result is not None:
+                self.on_result(res)
+        except LeaseHeldError:
+            pass
+        except TorporError as exc:
+            with self._lock:
+                self.stats.errors += 1
+            log.error("run %s: %s", run_id, exc)
+        except Exception:
+            with self._lock:
+                self.stats.errors += 1
+            log.exception("run %s: unexpected error", run_id)
+        finally:
+            self._slots.release()
+
+    def run(self, *, until_idle: bool = False, max_seconds: float | None = None) -> WorkerStats:
+        """Loop until stopped (or, with ``until_idle``, until nothing is runnable or due soon).
+
+        ``max_seconds`` bounds the loop's duration (for tests and benchmarks).
+        """
+        start = time.monotonic()
+        futures: list[Future[None]] = []
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="torpor-run") as pool:
+            while not self._stop.is_set():
+                if max_seconds is not None and time.monotonic() - start > max_seconds:
+                    break
+                if not self._slots.acquire(timeout=self.poll_s):
+                    continue
+                try:
+                    lease = self.store.claim_next(self.runtime.owner, self.runtime.lease_ttl_s)
+                except TorporError as exc:
+                    self._slots.release()
+                    log.warning("claim failed: %s", exc)
+                    self._stop.wait(self.poll_s)
+                    continue
+                if lease is not None:
+                    futures.append(pool.submit(self._execute, lease.run_id, lease))
+                    futures = [f for f in futures if not f.done()]
+                    continue
+                self._slots.release()
+                if until_idle and not futures_running(futures):
+                    nxt = self.store.next_wake_at_ms()
+                    if nxt is None or nxt - self.store.now_ms() > self.poll_s * 1000:
+                        break
+                self._idle_wait()
+            for f in futures:
+                with contextlib.suppress(Exception):
+                    f.result()
+        return self.stats
+
+    def _idle_wait(self) -> None:
+        timeout = self.poll_s
+        nxt = self.store.next_wake_at_ms()
+        if nxt is not None:
+            timeout = max(0.0, min(timeout, (nxt - self.store.now_ms()) / 1000))
+        if timeout > 0:
+            self.store.wait_for_wake(timeout, self._stop.is_set)
+
+
+def futures_running(futures: list[Future[None]]) -> bool:
+    """True while any execution is still in progress."""
+    return any(not f.done() for f in futures)
