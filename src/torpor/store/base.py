@@ -436,6 +436,55 @@ class SQLStore:
         """
         if not events:
             return
+        for attempt in range(3):
+            try:
+                self._append_once(
+                    lease,
+                    events,
+                    state,
+                    wake_at_ms=wake_at_ms,
+                    consumed=consumed,
+                    force_checkpoint=force_checkpoint,
+                    guard_inbox=guard_inbox,
+                )
+                return
+            except (LeaseLostError, InboxPending, TransitionError, PayloadError):
+                raise
+            except StoreError:
+                # The connection failed around the commit: it may or may not have landed.
+                # Read back instead of guessing; retry only what certainly did not land.
+                landed = self._landed(events)
+                if landed:
+                    return
+                if landed is None or attempt == 2:
+                    raise
+
+    def _landed(self, events: Sequence[Event]) -> bool | None:
+        """Whether ``events`` are in the history exactly as given: True (all), False (none),
+        None (something else holds those seqs: another writer won)."""
+        first, last = events[0], events[-1]
+        found = self.read_events(first.run_id, first.seq - 1, len(events))
+        if not found:
+            return False
+        same = [(e.seq, e.type, e.epoch) for e in found] == [
+            (e.seq, e.type, e.epoch) for e in events
+        ]
+        return True if same and found[-1].seq == last.seq else None
+
+    def _append_once(
+        self,
+        lease: Lease,
+        events: Sequence[Event],
+        state: RunState,
+        *,
+        wake_at_ms: int | None = None,
+        consumed: Sequence[tuple[str, int]] = (),
+        force_checkpoint: bool = False,
+        guard_inbox: bool = False,
+    ) -> None:
+        """One attempt of :meth:`append` in one transaction."""
+        if not events:
+            return
         rows = [self.encode(e) for e in events]
         first = events[0].seq
         do_ckpt = force_checkpoint or any(e.type in CHECKPOINT_EVENTS for e in events)

@@ -80,11 +80,18 @@ class SQLiteDriver:
                 time.sleep(0.01)
         try:
             yield cur
-        except BaseException:
-            c.execute("ROLLBACK")
+        except BaseException as exc:
+            with suppress(sqlite3.Error):
+                c.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):
+                raise StoreError(f"sqlite {self.path}: {exc}") from exc
             raise
-        else:
+        try:
             c.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            with suppress(sqlite3.Error):
+                c.execute("ROLLBACK")
+            raise StoreError(f"sqlite {self.path}: commit failed: {exc}") from exc
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Cursor]:
