@@ -44,12 +44,46 @@ def client(runtime: torpor.Runtime) -> torpor.Client:
     return torpor.Client(runtime.store)
 
 
-def run_python(code: str, *, cwd: Path, env: dict[str, str] | None = None,
-               timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_python(
+    code: str, *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter (real process; may be SIGKILLed by a fault point)."""
     full_env = dict(os.environ)
-    full_env["PYTHONPATH"] = os.pathsep.join([str(cwd), str(ROOT / "src"),
-                                              full_env.get("PYTHONPATH", "")])
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        [str(cwd), str(ROOT / "src"), full_env.get("PYTHONPATH", "")]
+    )
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A fresh PostgreSQL database for the session (see tests/pg.py). Fails, never skips, when
+    the server is unreachable."""
+    from pg import session_database
+
+    with session_database() as url:
+        yield url
+
+
+@pytest.fixture
+def pg_url(pg_database: str) -> str:
+    """A PostgreSQL URL whose connections use a schema of their own for this test."""
+    from pg import schema_url
+
+    return schema_url(pg_database)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, db_url: str) -> str:
+    """The conformance parameter: the same test against every store backend."""
+    if request.param == "sqlite":
+        return db_url
+    return str(request.getfixturevalue("pg_url"))

@@ -466,8 +466,8 @@ class SQLStore:
         found = self.read_events(first.run_id, first.seq - 1, len(events))
         if not found:
             return False
-        same = [(e.seq, e.type, e.epoch) for e in found] == [
-            (e.seq, e.type, e.epoch) for e in events
+        same = [(e.seq, e.type, e.epoch, e.payload) for e in found] == [
+            (e.seq, e.type, e.epoch, e.payload) for e in events
         ]
         return True if same and found[-1].seq == last.seq else None
 

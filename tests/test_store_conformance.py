@@ -1,0 +1,233 @@
+"""One conformance suite every store backend passes: the same tests on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import torpor
+from torpor.errors import LeaseHeldError, LeaseLostError, RunNotFoundError, SchemaVersionError
+from torpor.events import Event, RunStarted, RunState, StepCompleted, StepStarted, apply, fold
+from torpor.store import SQLStore, open_store
+from torpor.store.base import InboxPending
+
+
+@pytest.fixture
+def store(store_url: str) -> Any:
+    s = open_store(store_url)
+    yield s
+    s.close()
+
+
+def _start(store: SQLStore, run_id: str = "r1") -> RunState:
+    assert store.create_run(run_id, RunStarted(workflow="wf", version="1"))
+    return store.load(run_id)
+
+
+def _ev(state: RunState, payload: Any, epoch: int) -> Event:
+    from torpor.events import type_of
+
+    return Event(
+        run_id=state.run_id,
+        seq=state.seq + 1,
+        type=type_of(payload),
+        payload=payload,
+        at_ms=1,
+        epoch=epoch,
+    )
+
+
+def _append_step(store: SQLStore, lease: Any, state: RunState, step_id: str, result: Any) -> None:
+    evs = []
+    for p in (
+        StepStarted(step_id=step_id, policy="read"),
+        StepCompleted(step_id=step_id, result=result, policy="read"),
+    ):
+        ev = _ev(state, p, lease.epoch)
+        apply(state, ev)
+        evs.append(ev)
+    store.append(lease, evs, state)
+
+
+def test_create_run_is_idempotent(store: SQLStore) -> None:
+    assert store.create_run("r1", RunStarted(workflow="wf", version="1"))
+    assert not store.create_run("r1", RunStarted(workflow="other", version="9"))
+    rec = store.get_run("r1")
+    assert (rec.workflow, rec.version, rec.status, rec.last_seq) == ("wf", "1", "pending", 1)
+    with pytest.raises(RunNotFoundError):
+        store.get_run("nope")
+
+
+def test_lease_exclusive_and_epoch_grows(store: SQLStore) -> None:
+    _start(store)
+    a = store.acquire_lease("r1", "host-a:1:x", ttl_s=30)
+    with pytest.raises(LeaseHeldError):
+        store.acquire_lease("r1", "host-b:2:y", ttl_s=30)
+    store.release_lease(a)
+    b = store.acquire_lease("r1", "host-b:2:y", ttl_s=30)
+    assert b.epoch == a.epoch + 1
+    renewed = store.renew_lease(b)
+    assert renewed.epoch == b.epoch
+    with pytest.raises(LeaseLostError):
+        store.renew_lease(a)
+
+
+def test_stale_epoch_write_is_rejected_and_writes_nothing(store: SQLStore) -> None:
+    state = _start(store)
+    a = store.acquire_lease("r1", "host-a:1:x", ttl_s=0.3)
+    _append_step(store, a, state, "s1", 1)
+    time.sleep(0.4)  # a's lease expires (judged by the store's clock)
+    b = store.acquire_lease("r1", "host-b:2:y", ttl_s=30)
+    stale = state.model_copy(deep=True)
+    with pytest.raises(LeaseLostError):
+        _append_step(store, a, stale, "s2", 2)
+    assert [e.seq for e in store.read_events("r1")] == [1, 2, 3]
+    _append_step(store, b, state, "s2", 2)
+    assert store.load("r1").model_dump() == fold(store.read_events("r1")).model_dump()
+
+
+def test_expired_lease_cannot_write_even_untaken(store: SQLStore) -> None:
+    state = _start(store)
+    a = store.acquire_lease("r1", "host-a:1:x", ttl_s=0.2)
+    time.sleep(0.3)
+    with pytest.raises(LeaseLostError):
+        _append_step(store, a, state, "s1", 1)
+    assert store.get_run("r1").last_seq == 1
+
+
+def test_load_is_checkpoint_plus_tail(store: SQLStore) -> None:
+    store.checkpoint_every = 10
+    state = _start(store)
+    lease = store.acquire_lease("r1", "o:1:x", ttl_s=30)
+    for i in range(25):
+        _append_step(store, lease, state, f"s{i}", i)
+    rec = store.get_run("r1")
+    assert rec.last_seq == 51
+    assert 51 - rec.checkpoint_seq < 10 + 2
+    loaded = store.load("r1")
+    assert loaded.model_dump() == fold(store.read_events("r1")).model_dump()
+    comps = store.completions_after("r1", 0)
+    assert comps["s7"].result == 7
+    c = store.step_completion("r1", "s24")
+    assert c is not None and c.result == 24
+    assert store.step_completion("r1", "nope") is None
+
+
+def test_completed_step_never_restarts(store: SQLStore) -> None:
+    state = _start(store)
+    lease = store.acquire_lease("r1", "o:1:x", ttl_s=30)
+    _append_step(store, lease, state, "s1", 1)
+    ev = _ev(state, StepStarted(step_id="s1", policy="read"), lease.epoch)
+    with pytest.raises(torpor.TransitionError):
+        store.append(lease, [ev], apply(state.model_copy(deep=True), ev))
+    assert store.get_run("r1").last_seq == 3
+
+
+def test_inbox_dedupe_wake_and_guard(store: SQLStore) -> None:
+    _start(store)
+    assert store.post_inbox("r1", "signal", {"name": "go"}, message_id="m1")
+    assert not store.post_inbox("r1", "signal", {"name": "go"}, message_id="m1")
+    msgs = store.pending_inbox("r1")
+    assert [m.message_id for m in msgs] == ["m1"]
+    assert store.count_pending_inbox("r1") == 1
+    state = store.load("r1")
+    lease = store.acquire_lease("r1", "o:1:x", ttl_s=30)
+    ev = _ev(state, StepStarted(step_id="s", policy="read"), lease.epoch)
+    with pytest.raises(InboxPending):
+        store.append(lease, [ev], apply(state.model_copy(deep=True), ev), guard_inbox=True)
+    with pytest.raises(RunNotFoundError):
+        store.post_inbox("nope", "signal", {"name": "go"})
+
+
+def test_claim_next_gives_each_run_to_one_claimer(store: SQLStore) -> None:
+    for i in range(20):
+        store.create_run(f"r{i}", RunStarted(workflow="wf", version="1"))
+    claimed: list[str] = []
+    lock = threading.Lock()
+
+    def claimer(n: int) -> None:
+        while True:
+            lease = store.claim_next(f"host:{n}:c", ttl_s=30)
+            if lease is None:
+                return
+            with lock:
+                claimed.append(lease.run_id)
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(claimed) == sorted(f"r{i}" for i in range(20))
+    assert store.runnable_runs() == []
+
+
+def test_list_runs_filters(store: SQLStore) -> None:
+    for i in range(3):
+        store.create_run(f"r{i}", RunStarted(workflow="wf", version="1"))
+    assert len(store.list_runs()) == 3
+    assert len(store.list_runs(status="pending")) == 3
+    assert store.list_runs(outcome="succeeded") == []
+
+
+def test_ambiguous_commit_is_read_back(store: SQLStore) -> None:
+    state = _start(store)
+    lease = store.acquire_lease("r1", "o:1:x", ttl_s=30)
+    before = state.model_copy(deep=True)
+    _append_step(store, lease, state, "s1", 1)
+    evs = store.read_events("r1", 1)
+    assert store._landed(evs) is True
+    ghost = [_ev(state, StepStarted(step_id="s2", policy="read"), lease.epoch)]
+    assert store._landed(ghost) is False
+    other = [_ev(before, StepStarted(step_id="x", policy="read"), lease.epoch)]
+    assert store._landed(other) is None
+
+
+def test_newer_schema_is_refused(store_url: str) -> None:
+    s = open_store(store_url)
+    with s.driver.transaction() as cur:
+        s.driver.execute(
+            cur, "INSERT INTO torpor_schema (version, applied_at_ms) VALUES (999, 0)", {}
+        )
+    s.close()
+    with pytest.raises(SchemaVersionError):
+        open_store(store_url)
+
+
+@torpor.workflow(name="conformance.e2e", criteria=["checked"])
+def _e2e(run: torpor.Run, inp: Any) -> Any:
+    a = run.step("a", lambda: 1)
+    ref = run.artifact("out", f"value {a}")
+    st = run.restore({"i": 0})
+    for i in range(st["i"], 3):
+        run.compute("c", lambda x: x * 2, i)
+        st["i"] = i + 1
+        run.checkpoint(st)
+    appr = run.approval("ship", [ref])
+    sent = run.effect("send", lambda idempotency_key: idempotency_key, approval=appr)
+    got = run.wait_for("go", timeout=timedelta(seconds=30))
+    run.verify("checked", True)
+    return {"sent": sent, "got": got}
+
+
+def test_workflow_end_to_end(store_url: str) -> None:
+    rt = torpor.Runtime(store_url)
+    c = torpor.Client(rt.store)
+    try:
+        res = rt.run("conformance.e2e", None, run_id="e2e")
+        assert res.status == "waiting"
+        c.decide("e2e", None, "approve", "alice")
+        assert rt.resume("e2e").status == "waiting"
+        c.signal("e2e", "go", {"x": 1}, message_id="m")
+        c.signal("e2e", "go", {"x": 1}, message_id="m")
+        res = rt.resume("e2e")
+        assert res.outcome == "succeeded", res
+        assert res.result == {"sent": "e2e/send", "got": {"x": 1}}
+        st = c.state("e2e")
+        assert st.model_dump() == fold(c.events("e2e")).model_dump()
+    finally:
+        rt.close()
