@@ -353,7 +353,8 @@ class Run:
 
         ``key`` defaults to ``"<run_id>/<step_id>"``. If ``fn`` accepts an ``idempotency_key``
         parameter it is passed in, so the outside world can carry it (a commit trailer, a
-        Message-ID, an API idempotency header) and ``reconcile`` can look for it.
+        Message-ID, an API idempotency header) and ``reconcile`` can look for it. If it accepts
+        ``fencing_token``, the lease epoch (an int that only grows) is passed in too.
         ``approval`` must be an approval granted on content covering ``artifacts`` (their
         hashes); it is consumed atomically with the intent (G6).
         Returns the recorded result. Raises StepError when the effect failed and reconcile
@@ -423,6 +424,10 @@ class Run:
         kw = dict(kwargs)
         if _accepts_kw(fn, "idempotency_key"):
             kw["idempotency_key"] = key
+        if _accepts_kw(fn, "fencing_token"):
+            # The lease epoch, for services that reject stale writers (Kleppmann's fencing
+            # tokens): a paused worker whose lease was taken over cannot complete the effect.
+            kw["fencing_token"] = self._ex.lease.epoch
         info = self.state.effects.get(key)
         if info is not None and info.step_id != sid:
             raise NonDeterminismError(
