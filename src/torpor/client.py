@@ -16,10 +16,22 @@ from typing import Any
 from . import serde, signing
 from .artifacts import ArtifactStore
 from .config import Settings
-from .errors import InboxError, RunFinishedError
-from .events import REOPENABLE, Event, RunState, RunStatus, Verdict, checkpoint_answers
+from .errors import InboxError, RunFinishedError, TorporError
+from .events import (
+    REOPENABLE,
+    ArtifactRef,
+    Event,
+    RunState,
+    RunStatus,
+    Verdict,
+    checkpoint_answers,
+)
 from .store import SQLStore, open_store
-from .store.base import RunRecord
+from .store.base import InboxMessage, RunRecord
+
+
+class ArtifactNotFoundError(TorporError):
+    """No artifact of the run matches the name or hash asked for."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +129,46 @@ class Client:
                 out[p.key]["reason"] = p.error
         return [EffectView(k, **v) for k, v in out.items()]
 
+    def inbox(self, run_id: str) -> list[InboxMessage]:
+        """Messages (signals, decisions, cancels, resolutions) the run has not applied yet."""
+        self.store.get_run(run_id)
+        return self.store.pending_inbox(run_id)
+
+    def runnable(self, limit: int = 100) -> list[str]:
+        """Ids of runs a worker could take now: pending, crashed, or waiting with a due wake."""
+        return self.store.runnable_runs(limit)
+
+    def artifacts(self, run_id: str) -> list[ArtifactRef]:
+        """Every artifact version the run created, oldest first (reads the history)."""
+        self.store.get_run(run_id)
+        return [
+            ArtifactRef(**ev.payload.model_dump())
+            for ev in self.store.iter_events(run_id)
+            if ev.type == "artifact_created"
+        ]
+
+    def find_artifact(self, run_id: str, ref: str) -> ArtifactRef:
+        """One artifact of the run by name (latest version), ``name@version``, or sha256 (a
+        unique prefix, ``sha256:`` optional). Raises ArtifactNotFoundError."""
+        refs = self.artifacts(run_id)
+        name, _, version = ref.rpartition("@")
+        if name and version.isdigit():
+            hit = [a for a in refs if a.name == name and a.version == int(version)]
+        else:
+            hit = [a for a in refs if a.name == ref][-1:]
+        digest = ref.removeprefix("sha256:").lower()
+        if not hit and len(digest) >= 4:
+            hit = list({a.sha256: a for a in refs if a.sha256.startswith(digest)}.values())
+        if len(hit) > 1:
+            raise ArtifactNotFoundError(
+                f"run {run_id!r}: {ref!r} matches {len(hit)} artifacts; give more of the hash"
+            )
+        if not hit:
+            raise ArtifactNotFoundError(
+                f"run {run_id!r} has no artifact named {ref!r} nor one whose sha256 starts so"
+            )
+        return hit[0]
+
     # ------------------------------------------------------------ steering
 
     def _open(self, run_id: str, allow_reopenable: bool = False) -> RunState:
@@ -198,8 +250,9 @@ class Client:
         )
         return approval_id, list(info.hashes)
 
-    def revoke(self, run_id: str, approval_id: str, by: str, reason: str = "") -> None:
-        """Revoke an approval not yet consumed: the effect it authorized will not happen."""
+    def revoke(self, run_id: str, approval_id: str, by: str, reason: str = "") -> list[str]:
+        """Revoke an approval not yet consumed: the effect it authorized will not happen.
+        Returns the content hashes the revoked approval bound."""
         st = self._open(run_id)
         info = st.approvals.get(approval_id)
         if info is None:
@@ -219,6 +272,7 @@ class Client:
             {"approval_id": approval_id, "by": by, "reason": reason},
             message_id=f"revoke:{approval_id}",
         )
+        return list(info.hashes)
 
     def cancel(self, run_id: str, by: str = "user", reason: str = "") -> None:
         """Ask the run to stop; it ends ``cancelled`` at its next boundary."""
