@@ -8,18 +8,23 @@ broken otherwise — the store calls it at append time, so impossible histories 
 The state is deliberately *compact* so that a checkpoint stays small however long the run has
 been going (guarantee G8): completed steps are dropped from ``RunState.steps`` at every user
 checkpoint (their results stay in the event history and are read back by an indexed lookup),
-effects that are settled are dropped too, and per-name maps (artifacts, verifications) keep the
-latest entry only.
+effects that certainly did not happen (absent, failed) are dropped too, and per-name maps
+(artifacts, verifications) keep the latest entry only. Effects that did or may have happened are
+kept: they are what a checkpoint must answer about, and what prevents a key from being performed
+twice.
 """
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import TransitionError
+
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 #: Version of the event payload schema. A stored event with a higher version is refused.
 EVENT_SCHEMA_VERSION = 1
@@ -332,6 +337,8 @@ class ApprovalInfo(BaseModel):
     signature: str | None = None
     decided_at_ms: int = 0
     comment: str = ""
+    #: The step that consumed the approval: only that step's effects may cite it (G6).
+    consumed_by: str | None = None
 
 
 class WaitInfo(BaseModel):
@@ -468,6 +475,11 @@ def _step_started(s: RunState, e: Event, refuse: Refuse) -> None:
     p: StepStarted = e.payload  # type: ignore[assignment]
     cur = s.steps.get(p.step_id)
     if cur is not None:
+        if p.policy is not cur.policy:
+            raise refuse(
+                f"step {p.step_id!r} was started with policy {cur.policy}, not {p.policy}; "
+                "a step id keeps its recovery policy"
+            )
         if cur.status == "started":
             # A crash left the step open; a new attempt supersedes it.
             if p.policy is Policy.EFFECT:
@@ -500,13 +512,20 @@ def _open_step(s: RunState, step_id: str, refuse: Refuse) -> StepInfo:
     return cur
 
 
+_DOUBT = ("intended", "unknown")
+
+
+def _refuse_if_in_doubt(s: RunState, step_id: str, verb: str, refuse: Refuse) -> None:
+    """A step whose effect may have happened is neither done nor failed until it is settled."""
+    doubt = [k for k, x in s.effects.items() if x.step_id == step_id and x.status in _DOUBT]
+    if doubt:
+        raise refuse(f"step {step_id!r} {verb} while its effect(s) {doubt} are in doubt")
+
+
 def _step_completed(s: RunState, e: Event, refuse: Refuse) -> None:
     p: StepCompleted = e.payload  # type: ignore[assignment]
     cur = _open_step(s, p.step_id, refuse)
-    if cur.policy is Policy.EFFECT:
-        eff = [x for x in s.effects.values() if x.step_id == p.step_id]
-        if eff and eff[-1].status in ("intended", "unknown"):
-            raise refuse(f"effect step {p.step_id!r} completed while its effect is in doubt")
+    _refuse_if_in_doubt(s, p.step_id, "completed", refuse)
     cur.status = "completed"
     s.steps_completed += 1
 
@@ -514,6 +533,7 @@ def _step_completed(s: RunState, e: Event, refuse: Refuse) -> None:
 def _step_failed(s: RunState, e: Event, refuse: Refuse) -> None:
     p: StepFailed = e.payload  # type: ignore[assignment]
     cur = _open_step(s, p.step_id, refuse)
+    _refuse_if_in_doubt(s, p.step_id, "failed", refuse)
     cur.status = "failed"
 
 
@@ -529,8 +549,11 @@ def _effect_intended(s: RunState, e: Event, refuse: Refuse) -> None:
         raise refuse(f"effect {p.key!r} attempt {p.attempt} is not above {cur.attempt}")
     if p.approval_id is not None:
         appr = s.approvals.get(p.approval_id)
-        if appr is None or appr.status != "consumed":
-            raise refuse(f"effect {p.key!r} cites approval {p.approval_id!r} that is not consumed")
+        if appr is None or appr.status != "consumed" or appr.consumed_by != p.step_id:
+            raise refuse(
+                f"effect {p.key!r} cites approval {p.approval_id!r} that step {p.step_id!r} "
+                "has not consumed"
+            )
     s.effects[p.key] = EffectInfo(
         step_id=p.step_id,
         operation=p.operation,
@@ -579,8 +602,8 @@ def _artifact_created(s: RunState, e: Event, refuse: Refuse) -> None:
     want = (prev.version + 1) if prev else 1
     if p.version != want:
         raise refuse(f"artifact {p.name!r} version must be {want}")
-    if len(p.sha256) != 64:
-        raise refuse("artifact sha256 must be 64 hex digits")
+    if not _SHA256_RE.fullmatch(p.sha256):
+        raise refuse("artifact sha256 must be 64 lowercase hex digits")
     s.artifacts[p.name] = ArtifactRef(**p.model_dump())
 
 
@@ -628,9 +651,17 @@ def _approval_consumed(s: RunState, e: Event, refuse: Refuse) -> None:
             f"approval {p.approval_id!r} cannot be consumed: it is "
             f"{cur.status if cur else 'unknown'}"
         )
+    if not p.hashes:
+        raise refuse(f"consumption of approval {p.approval_id!r} names no content")
     if not set(p.hashes) <= set(cur.hashes):
         raise refuse(f"approval {p.approval_id!r} does not cover the content being consumed")
+    step = s.steps.get(p.step_id)
+    if step is None or step.status != "started":
+        raise refuse(
+            f"approval {p.approval_id!r} consumed by step {p.step_id!r}, which is not running"
+        )
     cur.status = "consumed"
+    cur.consumed_by = p.step_id
 
 
 def _wait_started(s: RunState, e: Event, refuse: Refuse) -> None:
@@ -662,6 +693,15 @@ def _wait_completed(s: RunState, e: Event, refuse: Refuse) -> None:
     p: WaitCompleted = e.payload  # type: ignore[assignment]
     if s.wait is None or s.wait.wait_id != p.wait_id:
         raise refuse(f"wait {p.wait_id!r} is not the open wait")
+    w = s.wait
+    if p.via == "timer" and w.kind != "timer":
+        raise refuse(f"a {w.kind} wait is not completed by a timer")
+    if p.via == "deadline" and w.deadline_ms is None:
+        raise refuse(f"wait {p.wait_id!r} has no deadline")
+    if p.via == "signal" and w.kind != "signal":
+        raise refuse(f"a {w.kind} wait is not completed by a signal")
+    if p.via == "decision" and w.kind != "approval":
+        raise refuse(f"a {w.kind} wait is not completed by a decision")
     if p.via == "signal":
         pending = s.signals.get(s.wait.name, [])
         idx = next((i for i, x in enumerate(pending) if x.signal_id == p.signal_id), None)
@@ -683,10 +723,12 @@ def _checkpoint_saved(s: RunState, e: Event, refuse: Refuse) -> None:
     s.user_state = p.state
     s.user_checkpoint_seq = e.seq
     s.counters = dict(p.counters)
-    # Prune settled steps and effects: resume restarts from here, and anything older that code
-    # asks for again is read back from the history by an indexed lookup.
+    # Prune settled steps: resume restarts from here, and anything older that code asks for
+    # again is read back from the history by an indexed lookup. Effects are kept unless they
+    # certainly did not happen (absent, failed): the checkpoint must answer "what effects may
+    # have occurred", and an observed key must stay known so it is never performed again (G2).
     s.steps = {k: v for k, v in s.steps.items() if v.status == "started"}
-    s.effects = {k: v for k, v in s.effects.items() if v.status in ("intended", "unknown")}
+    s.effects = {k: v for k, v in s.effects.items() if v.status not in ("absent", "failed")}
     s.pruned_seq = e.seq
 
 
@@ -706,9 +748,12 @@ def _cancel_requested(s: RunState, e: Event, refuse: Refuse) -> None:
 
 def _run_finished(s: RunState, e: Event, refuse: Refuse) -> None:
     p: RunFinished = e.payload  # type: ignore[assignment]
+    doubt = s.effects_in_doubt()
+    if doubt and p.outcome is not Outcome.UNRESOLVED:
+        # Whatever else happened, an effect that may have happened makes the run unresolved
+        # (G2): it is neither failed nor stopped, cancelled or blocked "before any effect".
+        raise refuse(f"effects {doubt} are in doubt: the only honest outcome is unresolved")
     if p.outcome in (Outcome.SUCCEEDED, Outcome.SUCCEEDED_WITH_WARNINGS):
-        if s.effects_in_doubt():
-            raise refuse(f"cannot succeed with effects in doubt: {s.effects_in_doubt()}")
         missing = [c for c in s.criteria if c not in s.verifications]
         failing = [c for c in s.criteria if c in s.verifications and not s.verifications[c].passed]
         if missing or failing:
@@ -720,8 +765,6 @@ def _run_finished(s: RunState, e: Event, refuse: Refuse) -> None:
             raise refuse("run recorded warnings: the outcome is succeeded_with_warnings")
     if p.outcome is Outcome.STOPPED_SAFE and s.effects_applied:
         raise refuse("stopped_safe means no effect happened, but effects were applied")
-    if p.outcome is Outcome.FAILED and s.effects_in_doubt():
-        raise refuse(f"effects {s.effects_in_doubt()} are in doubt: the outcome is unresolved")
     s.status = RunStatus.FINISHED
     s.outcome = p.outcome
     s.outcome_reason = p.reason

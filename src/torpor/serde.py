@@ -26,7 +26,10 @@ class NotSerializable(ValueError):
 
 def to_jsonable(value: Any, path: str = "$") -> Any:
     """Return ``value`` as plain JSON data, or raise :class:`NotSerializable` naming the path."""
-    if value is None or isinstance(value, bool | int | str):
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, str):
+        _check_text(value, path)
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -43,14 +46,28 @@ def to_jsonable(value: Any, path: str = "$") -> Any:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise NotSerializable(f"{path}: dict key {k!r} is not a string")
+            _check_text(k, f"{path} key")
             out[k] = to_jsonable(v, f"{path}.{k}")
         return out
     raise NotSerializable(f"{path}: value of type {type(value).__name__} is not JSON-serializable")
 
 
+def _check_text(text: str, path: str) -> None:
+    """Refuse text that has no UTF-8 form (lone surrogates): it could not be stored."""
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError as exc:
+            raise NotSerializable(
+                f"{path}: string has no UTF-8 form ({exc.reason} at index {exc.start})"
+            ) from None
+
+
 def dumps(value: Any) -> str:
     """Canonical JSON text (sorted keys, no whitespace) of an already-jsonable value."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
 
 
 def loads(text: str | bytes) -> Any:

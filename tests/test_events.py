@@ -1,0 +1,1073 @@
+"""The event model and its pure fold (guarantee G4), proven over random histories.
+
+A small state machine (:class:`Model`, independent of :mod:`torpor.events`) generates *valid*
+run histories: lease changes, steps started / completed / failed / retried, effects intended /
+observed / reconciled / failed, artifacts, approvals requested / decided / revoked / consumed,
+waits on signals, timers and approvals, user checkpoints, verifications, warnings, outcomes that
+the evidence allows, and reopening. :func:`impossible` derives, from any reachable state,
+events that cannot happen next. Properties:
+
+- every generated history folds, event by event;
+- every impossible event is refused with a TransitionError naming the run, the seq and the
+  rule, and leaves the state exactly as it was;
+- folding a prefix and then the rest equals folding the whole;
+- a RunState survives a JSON round trip (what the engine checkpoint relies on), and folding
+  the rest onto the round-tripped state equals folding the whole.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from torpor.errors import TransitionError
+from torpor.events import (
+    EVENT_TYPES,
+    REOPENABLE,
+    ApprovalConsumed,
+    ApprovalDecided,
+    ApprovalRequested,
+    ApprovalRevoked,
+    ArtifactCreated,
+    CancelRequested,
+    CheckpointSaved,
+    EffectFailed,
+    EffectIntended,
+    EffectObserved,
+    EffectReconciled,
+    Event,
+    LeaseAcquired,
+    Outcome,
+    Policy,
+    RunFinished,
+    RunReopened,
+    RunStarted,
+    RunState,
+    RunStatus,
+    SignalReceived,
+    StepCompleted,
+    StepFailed,
+    StepStarted,
+    Verdict,
+    VerificationRecorded,
+    VersionAccepted,
+    WaitCompleted,
+    WaitStarted,
+    WarningRecorded,
+    _Payload,
+    apply,
+    checkpoint_answers,
+    fold,
+    type_of,
+)
+
+RUN = "run-ä"
+FAST = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+hexes = st.text("0123456789abcdef", min_size=64, max_size=64)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6)
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+CRITERIA = ["tests", "lint", "compile"]
+SIGNALS = ["go", "data"]
+DOUBT = ("intended", "unknown")
+
+
+# --------------------------------------------------------------------------- the model
+
+
+@dataclass
+class Model:
+    """What a valid history allows next; deliberately written apart from the fold."""
+
+    criteria: list[str]
+    version: str = "1"
+    epoch: int = 0
+    n: int = 0  # fresh-id counter
+    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    effects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    artifacts: dict[str, int] = field(default_factory=dict)
+    hashes: list[str] = field(default_factory=list)
+    approvals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    wait: dict[str, Any] | None = None
+    signals: dict[str, list[str]] = field(default_factory=dict)
+    verifications: dict[str, bool] = field(default_factory=dict)
+    warnings: int = 0
+    applied: int = 0
+    outcome: Outcome | None = None
+
+    def fresh(self, prefix: str) -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    def open_steps(self, policy: Policy | None = None) -> list[str]:
+        return [
+            k
+            for k, v in self.steps.items()
+            if v["status"] == "started" and (policy is None or v["policy"] is policy)
+        ]
+
+    def in_doubt(self, step_id: str | None = None) -> list[str]:
+        return [
+            k
+            for k, e in self.effects.items()
+            if e["status"] in DOUBT and (step_id is None or e["step"] == step_id)
+        ]
+
+
+Draw = Callable[[st.SearchStrategy[Any]], Any]
+Action = Callable[[Draw, Model], list[_Payload]]
+
+
+def a_lease(draw: Draw, m: Model) -> list[_Payload]:
+    m.epoch += draw(st.integers(1, 3))
+    return [LeaseAcquired(owner=m.fresh("worker-"), epoch=m.epoch)]
+
+
+def a_version(draw: Draw, m: Model) -> list[_Payload]:
+    old, m.version = m.version, m.fresh("v")
+    return [VersionAccepted(from_version=old, to_version=m.version)]
+
+
+def a_step_new(draw: Draw, m: Model) -> list[_Payload]:
+    sid = m.fresh("step-")
+    policy = draw(st.sampled_from([*Policy, Policy.EFFECT]))
+    ih = draw(hexes) if policy is Policy.COMPUTE else None
+    m.steps[sid] = {"policy": policy, "status": "started", "attempt": 1, "ih": ih}
+    return [
+        StepStarted(step_id=sid, policy=policy, input_hash=ih, purpose=draw(st.text(max_size=5)))
+    ]
+
+
+def retryable(m: Model) -> list[str]:
+    out = []
+    for k, v in m.steps.items():
+        if v["status"] == "started" and v["policy"] is not Policy.EFFECT:
+            out.append(k)  # a crash left it open: a new attempt supersedes it
+        elif v["status"] == "failed":
+            out.append(k)
+        elif v["status"] == "completed" and v["policy"] is Policy.COMPUTE:
+            out.append(k)  # reruns for a new input hash
+    return out
+
+
+def a_step_retry(draw: Draw, m: Model) -> list[_Payload]:
+    sid = draw(st.sampled_from(retryable(m)))
+    v = m.steps[sid]
+    if v["status"] == "completed":
+        v["ih"] = draw(hexes.filter(lambda h: h != v["ih"]))
+    v["attempt"] += draw(st.integers(1, 2))
+    v["status"] = "started"
+    return [StepStarted(step_id=sid, policy=v["policy"], attempt=v["attempt"], input_hash=v["ih"])]
+
+
+def settleable(m: Model) -> list[str]:
+    return [k for k in m.open_steps() if not m.in_doubt(k)]
+
+
+def a_step_complete(draw: Draw, m: Model) -> list[_Payload]:
+    sid = draw(st.sampled_from(settleable(m)))
+    v = m.steps[sid]
+    v["status"] = "completed"
+    return [
+        StepCompleted(step_id=sid, result=draw(json_values), policy=v["policy"], input_hash=v["ih"])
+    ]
+
+
+def a_step_fail(draw: Draw, m: Model) -> list[_Payload]:
+    sid = draw(st.sampled_from(settleable(m)))
+    m.steps[sid]["status"] = "failed"
+    return [StepFailed(step_id=sid, error=draw(st.text(max_size=8)), retryable=draw(st.booleans()))]
+
+
+def a_effect_intend(draw: Draw, m: Model) -> list[_Payload]:
+    sid = draw(st.sampled_from(m.open_steps(Policy.EFFECT)))
+    again = [
+        k for k, e in m.effects.items() if e["step"] == sid and e["status"] in ("absent", "failed")
+    ]
+    if again and draw(st.booleans()):
+        key = draw(st.sampled_from(again))
+        attempt = m.effects[key]["attempt"] + 1
+    else:
+        key, attempt = m.fresh("key-"), 1
+    mine = [k for k, a in m.approvals.items() if a["status"] == "consumed" and a["by"] == sid]
+    approval = draw(st.sampled_from([None, *mine]))
+    m.effects[key] = {"step": sid, "status": "intended", "attempt": attempt}
+    return [
+        EffectIntended(
+            step_id=sid, key=key, operation="send", attempt=attempt, approval_id=approval
+        )
+    ]
+
+
+def a_effect_observe(draw: Draw, m: Model) -> list[_Payload]:
+    key = draw(st.sampled_from([k for k, e in m.effects.items() if e["status"] == "intended"]))
+    m.effects[key]["status"] = "observed"
+    m.applied += 1
+    return [EffectObserved(key=key, result=draw(json_values))]
+
+
+def a_effect_reconcile(draw: Draw, m: Model) -> list[_Payload]:
+    key = draw(st.sampled_from(m.in_doubt()))
+    e = m.effects[key]
+    by = "engine" if e["status"] == "intended" and draw(st.booleans()) else "alice"
+    verdict = draw(st.sampled_from(list(Verdict)))
+    e["status"] = verdict.value
+    if verdict is Verdict.APPLIED:
+        m.applied += 1
+    return [EffectReconciled(key=key, verdict=verdict, by=by, result=draw(json_values))]
+
+
+def a_effect_fail(draw: Draw, m: Model) -> list[_Payload]:
+    keys = [k for k, e in m.effects.items() if e["status"] in ("intended", "absent")]
+    key = draw(st.sampled_from(keys))
+    m.effects[key]["status"] = "failed"
+    return [EffectFailed(key=key, error="boom")]
+
+
+def a_artifact(draw: Draw, m: Model) -> list[_Payload]:
+    name = draw(st.sampled_from(["patch", "report"]))
+    m.artifacts[name] = m.artifacts.get(name, 0) + 1
+    sha = draw(hexes)
+    m.hashes.append(sha)
+    return [
+        ArtifactCreated(
+            name=name, sha256=sha, version=m.artifacts[name], size=draw(st.integers(0, 9))
+        )
+    ]
+
+
+def a_approval_request(draw: Draw, m: Model) -> list[_Payload]:
+    aid = m.fresh("appr-")
+    pool = st.sampled_from(m.hashes) | hexes if m.hashes else hexes
+    hashes = draw(st.lists(pool, min_size=1, max_size=3, unique=True))
+    m.approvals[aid] = {"hashes": hashes, "status": "requested", "by": None}
+    return [ApprovalRequested(approval_id=aid, name="ship", hashes=hashes)]
+
+
+def in_status(m: Model, status: str) -> list[str]:
+    return [k for k, a in m.approvals.items() if a["status"] == status]
+
+
+def a_approval_decide(draw: Draw, m: Model) -> list[_Payload]:
+    aid = draw(st.sampled_from(in_status(m, "requested")))
+    a = m.approvals[aid]
+    decision = draw(st.sampled_from(["approve", "deny"]))
+    a["status"] = "approved" if decision == "approve" else "denied"
+    return [
+        ApprovalDecided(
+            approval_id=aid,
+            decision=decision,
+            approver="alice",
+            hashes=draw(st.permutations(a["hashes"])),
+            signature="sig",
+            decided_at_ms=draw(st.integers(0, 2**41)),
+        )
+    ]
+
+
+def a_approval_revoke(draw: Draw, m: Model) -> list[_Payload]:
+    aid = draw(st.sampled_from(in_status(m, "approved")))
+    m.approvals[aid]["status"] = "revoked"
+    return [ApprovalRevoked(approval_id=aid, by="alice")]
+
+
+def a_approval_consume(draw: Draw, m: Model) -> list[_Payload]:
+    aid = draw(st.sampled_from(in_status(m, "approved")))
+    sid = draw(st.sampled_from(m.open_steps()))
+    a = m.approvals[aid]
+    hashes = draw(st.lists(st.sampled_from(a["hashes"]), min_size=1, unique=True))
+    a["status"], a["by"] = "consumed", sid
+    return [ApprovalConsumed(approval_id=aid, step_id=sid, hashes=hashes)]
+
+
+def a_wait_start(draw: Draw, m: Model) -> list[_Payload]:
+    kinds = ["signal", "timer"] + (["approval"] if m.approvals else [])
+    kind = draw(st.sampled_from(kinds))
+    deadline = draw(st.none() | st.integers(0, 2**41))
+    if kind == "timer":
+        deadline = draw(st.integers(0, 2**41))
+    if kind == "signal":
+        name = draw(st.sampled_from(SIGNALS))
+    elif kind == "approval":
+        name = draw(st.sampled_from(sorted(m.approvals)))
+    else:
+        name = "sleep"
+    m.wait = {"id": m.fresh("wait-"), "kind": kind, "name": name, "deadline": deadline}
+    return [WaitStarted(wait_id=m.wait["id"], kind=kind, name=name, deadline_ms=deadline)]
+
+
+def a_signal(draw: Draw, m: Model) -> list[_Payload]:
+    name = draw(st.sampled_from(SIGNALS))
+    sig = m.fresh("sig-")
+    m.signals.setdefault(name, []).append(sig)
+    return [SignalReceived(signal_id=sig, name=name, payload=draw(json_values))]
+
+
+def wait_endings(m: Model) -> list[str]:
+    w = m.wait
+    if w is None:
+        return []
+    out = []
+    if w["kind"] == "signal" and m.signals.get(w["name"]):
+        out.append("signal")
+    if w["kind"] == "timer":
+        out.append("timer")
+    if w["deadline"] is not None:
+        out.append("deadline")
+    if w["kind"] == "approval" and m.approvals[w["name"]]["status"] != "requested":
+        out.append("decision")
+    return out
+
+
+def a_wait_complete(draw: Draw, m: Model) -> list[_Payload]:
+    assert m.wait is not None
+    via = draw(st.sampled_from(wait_endings(m)))
+    sig = None
+    if via == "signal":
+        pending = m.signals[m.wait["name"]]
+        sig = draw(st.sampled_from(pending))
+        pending.remove(sig)
+    wid, m.wait = m.wait["id"], None
+    return [WaitCompleted(wait_id=wid, via=via, signal_id=sig)]
+
+
+def a_checkpoint(draw: Draw, m: Model) -> list[_Payload]:
+    counters = draw(st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 9)))
+    return [CheckpointSaved(state=draw(json_values), counters=counters)]
+
+
+def a_verify(draw: Draw, m: Model) -> list[_Payload]:
+    name = draw(st.sampled_from([*m.criteria, "extra"]))
+    passed = draw(st.booleans())
+    m.verifications[name] = passed
+    return [VerificationRecorded(name=name, passed=passed, detail=draw(json_values))]
+
+
+def a_warn(draw: Draw, m: Model) -> list[_Payload]:
+    m.warnings += 1
+    return [WarningRecorded(message=draw(st.text(max_size=8)))]
+
+
+def a_cancel(draw: Draw, m: Model) -> list[_Payload]:
+    return [CancelRequested(by="bob")]
+
+
+def legal_outcomes(m: Model) -> list[Outcome]:
+    if m.in_doubt():
+        return [Outcome.UNRESOLVED]
+    out = [Outcome.BLOCKED, Outcome.UNRESOLVED, Outcome.FAILED, Outcome.CANCELLED]
+    if all(m.verifications.get(c) for c in m.criteria):
+        out.append(Outcome.SUCCEEDED_WITH_WARNINGS)
+        if not m.warnings:
+            out.append(Outcome.SUCCEEDED)
+    if not m.applied:
+        out.append(Outcome.STOPPED_SAFE)
+    return out
+
+
+def a_finish(draw: Draw, m: Model) -> list[_Payload]:
+    m.outcome = draw(st.sampled_from(legal_outcomes(m)))
+    m.wait = None
+    return [RunFinished(outcome=m.outcome, reason="r", result=draw(json_values))]
+
+
+def a_reopen(draw: Draw, m: Model) -> list[_Payload]:
+    m.outcome = None
+    return [RunReopened(by="alice", reason="settled")]
+
+
+def enabled(m: Model) -> dict[str, Action]:
+    if m.outcome is not None:
+        return {"reopen": a_reopen} if m.outcome in REOPENABLE else {}
+    acts: dict[str, Action] = {
+        "lease": a_lease,
+        "version": a_version,
+        "artifact": a_artifact,
+        "approval_request": a_approval_request,
+        "signal": a_signal,
+        "checkpoint": a_checkpoint,
+        "verify": a_verify,
+        "warn": a_warn,
+        "cancel": a_cancel,
+        "finish": a_finish,
+    }
+    if m.wait is None:
+        acts["step_new"] = a_step_new
+        acts["wait_start"] = a_wait_start
+        if retryable(m):
+            acts["step_retry"] = a_step_retry
+    elif wait_endings(m):
+        acts["wait_complete"] = a_wait_complete
+    if settleable(m):
+        acts["step_complete"] = a_step_complete
+        acts["step_fail"] = a_step_fail
+    if m.open_steps(Policy.EFFECT):
+        acts["effect_intend"] = a_effect_intend
+    if any(e["status"] == "intended" for e in m.effects.values()):
+        acts["effect_observe"] = a_effect_observe
+    if m.in_doubt():
+        acts["effect_reconcile"] = a_effect_reconcile
+    if any(e["status"] in ("intended", "absent") for e in m.effects.values()):
+        acts["effect_fail"] = a_effect_fail
+    if in_status(m, "requested"):
+        acts["approval_decide"] = a_approval_decide
+    if in_status(m, "approved"):
+        acts["approval_revoke"] = a_approval_revoke
+        if m.open_steps():
+            acts["approval_consume"] = a_approval_consume
+    return acts
+
+
+#: How often each enabled action is drawn (default 2): effects and steps are the heart of a
+#: run and need several actions in a row, an outcome ends the history.
+WEIGHTS = {
+    "finish": 1,
+    "cancel": 1,
+    "version": 1,
+    "step_new": 5,
+    "step_complete": 3,
+    "effect_intend": 8,
+    "effect_observe": 6,
+    "effect_reconcile": 6,
+    "approval_consume": 4,
+    "wait_complete": 4,
+}
+
+
+def to_events(payloads: list[_Payload], run_id: str = RUN) -> list[Event]:
+    return [
+        Event(run_id=run_id, seq=i, type=type_of(p), payload=p, at_ms=1000 + i, epoch=0)
+        for i, p in enumerate(payloads, start=1)
+    ]
+
+
+@st.composite
+def histories(draw: Draw, max_len: int = 45) -> list[Event]:
+    """A valid history: run_started, then actions the model allows."""
+    m = Model(criteria=draw(st.lists(st.sampled_from(CRITERIA), unique=True, max_size=2)))
+    payloads: list[_Payload] = [
+        RunStarted(
+            workflow="wf", version="1", input=draw(json_values), criteria=m.criteria, goal="g"
+        )
+    ]
+    for _ in range(draw(st.integers(0, max_len))):
+        acts = enabled(m)
+        if not acts:
+            break
+        weighted = [a for a in sorted(acts) for _ in range(WEIGHTS.get(a, 2))]
+        name = draw(st.sampled_from(weighted))
+        payloads.extend(acts[name](draw, m))
+    return to_events(payloads)
+
+
+# --------------------------------------------------------------------------- impossible events
+
+
+def impossible(s: RunState) -> list[tuple[str, Event]]:
+    """Events that cannot come next after state ``s``, each with a label for the report."""
+    nxt = s.seq + 1
+    out: list[tuple[str, Event]] = []
+
+    def add(
+        label: str, p: _Payload, *, seq: int = nxt, run_id: str = s.run_id, etype: str = ""
+    ) -> None:
+        out.append(
+            (
+                label,
+                Event(
+                    run_id=run_id, seq=seq, type=etype or type_of(p), payload=p, at_ms=0, epoch=0
+                ),
+            )
+        )
+
+    warn = WarningRecorded(message="w")
+    started = RunStarted(workflow="wf", version="1")
+    if s.seq == 0:
+        add("first event is not run_started", warn)
+        add("first event is not run_started", StepStarted(step_id="x", policy=Policy.READ))
+        add("seq does not start at 1", started, seq=2)
+        return out
+    add("seq gap", warn, seq=nxt + 1)
+    add("seq repeated", warn, seq=s.seq)
+    add("event of another run", warn, run_id="other-run")
+    add("payload of another type", CancelRequested(), etype="warning_recorded")
+    add("second run_started", started)
+    if s.status is RunStatus.FINISHED:
+        add("event after run_finished", warn)
+        add("step after run_finished", StepStarted(step_id="late", policy=Policy.READ))
+        add("signal after run_finished", SignalReceived(signal_id="late", name="go"))
+        add("lease after run_finished", LeaseAcquired(owner="w", epoch=s.epoch + 1))
+        add("second run_finished", RunFinished(outcome=Outcome.FAILED))
+        if s.outcome not in REOPENABLE:
+            add("reopen a run that is not unresolved/blocked", RunReopened(by="alice"))
+        return out
+    add("reopen a run that is not finished", RunReopened(by="alice"))
+    add("lease epoch not above the current one", LeaseAcquired(owner="w", epoch=s.epoch))
+    add(
+        "version_accepted from a version the run is not at",
+        VersionAccepted(from_version=s.version + "x", to_version="9"),
+    )
+    add("step completed that never started", StepCompleted(step_id="never"))
+    add("step failed that never started", StepFailed(step_id="never", error="e"))
+    add("effect observed that was never intended", EffectObserved(key="never"))
+    add(
+        "effect reconciled that was never intended",
+        EffectReconciled(key="never", verdict=Verdict.ABSENT),
+    )
+    add("effect failed that was never intended", EffectFailed(key="never", error="e"))
+    add(
+        "effect intended on a step never started",
+        EffectIntended(step_id="never", key="k-new", operation="op"),
+    )
+    add(
+        "approval decided that was never requested",
+        ApprovalDecided(
+            approval_id="never", decision="approve", approver="a", hashes=["h"], signature="s"
+        ),
+    )
+    add("approval revoked that was never requested", ApprovalRevoked(approval_id="never", by="a"))
+    add(
+        "approval consumed that was never requested",
+        ApprovalConsumed(approval_id="never", step_id="x", hashes=["h"]),
+    )
+    add(
+        "approval bound to no content",
+        ApprovalRequested(approval_id="fresh-appr", name="n", hashes=[]),
+    )
+    add(
+        "artifact with a bad sha256",
+        ArtifactCreated(name="fresh-art", sha256="abc", version=1, size=0),
+    )
+    add(
+        "artifact with an uppercase sha256",
+        ArtifactCreated(name="fresh-art", sha256="A" * 64, version=1, size=0),
+    )
+    add(
+        "first artifact version is not 1",
+        ArtifactCreated(name="fresh-art", sha256="a" * 64, version=2, size=0),
+    )
+    add("timer wait without a deadline", WaitStarted(wait_id="w-new", kind="timer", name="sleep"))
+    for name, ref in s.artifacts.items():
+        add(
+            "artifact version repeated",
+            ArtifactCreated(name=name, sha256="b" * 64, version=ref.version, size=0),
+        )
+        add(
+            "artifact version skipped",
+            ArtifactCreated(name=name, sha256="b" * 64, version=ref.version + 2, size=0),
+        )
+
+    in_doubt = s.effects_in_doubt()
+    criteria_ok = all(c in s.verifications and s.verifications[c].passed for c in s.criteria)
+    if not criteria_ok:
+        add("succeeded with a failing or missing criterion", RunFinished(outcome=Outcome.SUCCEEDED))
+        add(
+            "succeeded_with_warnings with a failing or missing criterion",
+            RunFinished(outcome=Outcome.SUCCEEDED_WITH_WARNINGS),
+        )
+    if s.warnings:
+        add("succeeded although warnings were recorded", RunFinished(outcome=Outcome.SUCCEEDED))
+    if s.effects_applied:
+        add("stopped_safe after an applied effect", RunFinished(outcome=Outcome.STOPPED_SAFE))
+    if in_doubt:
+        for o in Outcome:
+            if o is not Outcome.UNRESOLVED:
+                add(f"{o.value} with an effect in doubt", RunFinished(outcome=o))
+
+    for sid, info in s.steps.items():
+        other = next(p for p in Policy if p is not info.policy)
+        add(
+            "step restarted under another policy",
+            StepStarted(step_id=sid, policy=other, attempt=info.attempt + 1),
+        )
+        if info.status != "started":
+            add("step completed that is not open", StepCompleted(step_id=sid))
+            add("step failed that is not open", StepFailed(step_id=sid, error="e"))
+            if info.policy is Policy.EFFECT:
+                add(
+                    "effect intended on a closed step",
+                    EffectIntended(step_id=sid, key="k-new", operation="op"),
+                )
+        if info.status == "completed" and info.policy is not Policy.COMPUTE:
+            add(
+                "completed step started again",
+                StepStarted(step_id=sid, policy=info.policy, attempt=info.attempt + 1),
+            )
+        if info.status == "completed" and info.policy is Policy.COMPUTE:
+            add(
+                "compute step rerun for the same input hash",
+                StepStarted(
+                    step_id=sid,
+                    policy=info.policy,
+                    attempt=info.attempt + 1,
+                    input_hash=info.input_hash,
+                ),
+            )
+        if info.status != "completed":
+            add(
+                "step attempt not above the last",
+                StepStarted(
+                    step_id=sid,
+                    policy=info.policy,
+                    attempt=info.attempt,
+                    input_hash=info.input_hash,
+                ),
+            )
+        if info.status == "started" and info.policy is Policy.EFFECT:
+            add(
+                "open effect step restarted",
+                StepStarted(step_id=sid, policy=info.policy, attempt=info.attempt + 1),
+            )
+            for aid, a in s.approvals.items():
+                if a.consumed_by != sid:
+                    add(
+                        "effect cites an approval its step did not consume",
+                        EffectIntended(step_id=sid, key="k-new", operation="op", approval_id=aid),
+                    )
+            add(
+                "effect cites an unknown approval",
+                EffectIntended(step_id=sid, key="k-new", operation="op", approval_id="never"),
+            )
+        if info.status == "started" and info.policy is not Policy.EFFECT:
+            add(
+                "effect intended on a non-effect step",
+                EffectIntended(step_id=sid, key="k-new", operation="op"),
+            )
+        if info.status == "started" and any(
+            e.step_id == sid and e.status in DOUBT for e in s.effects.values()
+        ):
+            add("step completed with its effect in doubt", StepCompleted(step_id=sid))
+            add("step failed with its effect in doubt", StepFailed(step_id=sid, error="e"))
+
+    for key, e in s.effects.items():
+        if e.status != "intended":
+            add("effect observed that is not intended", EffectObserved(key=key))
+        if e.status not in DOUBT:
+            add(
+                "effect reconciled that is not in doubt",
+                EffectReconciled(key=key, verdict=Verdict.APPLIED, by="alice"),
+            )
+        if e.status == "unknown":
+            add(
+                "engine settles an effect a person must settle",
+                EffectReconciled(key=key, verdict=Verdict.ABSENT),
+            )
+        if e.status not in ("intended", "absent"):
+            add("effect failed from a settled status", EffectFailed(key=key, error="e"))
+        step = s.steps.get(e.step_id)
+        if step is not None and step.status == "started":
+            if e.status not in ("absent", "failed"):
+                add(
+                    "effect key performed again",
+                    EffectIntended(
+                        step_id=e.step_id, key=key, operation="op", attempt=e.attempt + 1
+                    ),
+                )
+            else:
+                add(
+                    "effect attempt not above the last",
+                    EffectIntended(step_id=e.step_id, key=key, operation="op", attempt=e.attempt),
+                )
+
+    open_step = next((k for k, v in s.steps.items() if v.status == "started"), None)
+    for aid, a in s.approvals.items():
+        add(
+            "approval requested twice",
+            ApprovalRequested(approval_id=aid, name="n", hashes=["c" * 64]),
+        )
+        if a.status != "requested":
+            add(
+                "approval decided twice",
+                ApprovalDecided(
+                    approval_id=aid,
+                    decision="approve",
+                    approver="a",
+                    hashes=a.hashes,
+                    signature="s",
+                ),
+            )
+        else:
+            add(
+                "decision names other content",
+                ApprovalDecided(
+                    approval_id=aid,
+                    decision="approve",
+                    approver="a",
+                    hashes=[*a.hashes, "d" * 64],
+                    signature="s",
+                ),
+            )
+        if a.status != "approved":
+            add(f"approval revoked while {a.status}", ApprovalRevoked(approval_id=aid, by="a"))
+            add(
+                f"approval consumed while {a.status}",
+                ApprovalConsumed(approval_id=aid, step_id=open_step or "x", hashes=a.hashes[:1]),
+            )
+        else:
+            add(
+                "approval consumed with hashes not approved",
+                ApprovalConsumed(approval_id=aid, step_id=open_step or "x", hashes=["e" * 64]),
+            )
+            add(
+                "approval consumed for no content",
+                ApprovalConsumed(approval_id=aid, step_id=open_step or "x", hashes=[]),
+            )
+            add(
+                "approval consumed by a step that is not running",
+                ApprovalConsumed(approval_id=aid, step_id="never", hashes=a.hashes[:1]),
+            )
+
+    for name, pending in s.signals.items():
+        for sig in pending:
+            add("signal received twice", SignalReceived(signal_id=sig.signal_id, name=name))
+
+    w = s.wait
+    if w is None:
+        add("wait completed while not waiting", WaitCompleted(wait_id="w", via="timer"))
+    else:
+        add("step started while waiting", StepStarted(step_id="fresh-step", policy=Policy.READ))
+        add("second wait while waiting", WaitStarted(wait_id="w2", kind="signal", name="go"))
+        add("wrong wait completed", WaitCompleted(wait_id=w.wait_id + "x", via="timer"))
+        if w.kind != "timer":
+            add("timer completes a non-timer wait", WaitCompleted(wait_id=w.wait_id, via="timer"))
+        if w.deadline_ms is None:
+            add(
+                "deadline completes a wait without one",
+                WaitCompleted(wait_id=w.wait_id, via="deadline"),
+            )
+        if w.kind != "signal":
+            add(
+                "signal completes a non-signal wait",
+                WaitCompleted(wait_id=w.wait_id, via="signal", signal_id="x"),
+            )
+        else:
+            add(
+                "wait completed by a signal never received",
+                WaitCompleted(wait_id=w.wait_id, via="signal", signal_id="never"),
+            )
+        if w.kind != "approval":
+            add(
+                "decision completes a non-approval wait",
+                WaitCompleted(wait_id=w.wait_id, via="decision"),
+            )
+        elif s.approvals[w.name].status == "requested":
+            add(
+                "decision wait completed before a decision",
+                WaitCompleted(wait_id=w.wait_id, via="decision"),
+            )
+    return out
+
+
+# --------------------------------------------------------------------------- properties
+
+
+def dump(s: RunState) -> dict[str, Any]:
+    return s.model_dump(mode="json")
+
+
+@FAST
+@given(histories())
+def test_every_valid_history_folds(events: list[Event]) -> None:
+    state = RunState(run_id=RUN)
+    for e in events:
+        apply(state, e)  # raises on a wrongly refused event
+    assert state.seq == len(events)
+    assert dump(fold(events)) == dump(state)
+
+
+@FAST
+@given(histories(), st.data())
+def test_prefix_then_rest_equals_whole(events: list[Event], data: st.DataObject) -> None:
+    k = data.draw(st.integers(1, len(events)), label="cut")
+    whole = fold(events)
+    prefix = fold(events[:k])
+    before = dump(prefix)
+    assert dump(fold(events[k:], prefix)) == dump(whole)
+    assert dump(prefix) == before  # fold(…, state) works on a copy
+
+
+@FAST
+@given(histories(), st.data())
+def test_state_survives_json_round_trip(events: list[Event], data: st.DataObject) -> None:
+    k = data.draw(st.integers(1, len(events)), label="cut")
+    prefix = fold(events[:k])
+    text = prefix.model_dump_json()
+    back = RunState.model_validate_json(text)
+    assert dump(back) == dump(prefix)
+    assert back.model_dump_json() == text
+    # Loading = checkpoint + tail: folding the rest onto the decoded checkpoint is the same.
+    assert dump(fold(events[k:], back)) == dump(fold(events))
+
+
+@FAST
+@given(histories(), st.data())
+def test_every_impossible_event_is_refused(events: list[Event], data: st.DataObject) -> None:
+    k = data.draw(st.integers(0, len(events)), label="cut")
+    state = fold(events[:k]) if k else RunState(run_id=RUN)
+    candidates = impossible(state)
+    label, bad = data.draw(st.sampled_from(candidates), label="mutation")
+    before = dump(state)
+    with pytest.raises(TransitionError) as info:
+        apply(state, bad)
+    err = info.value
+    assert err.run_id == RUN, label
+    assert err.seq == bad.seq, label
+    assert err.event_type == bad.type, label
+    assert err.rule, label
+    assert f"run {RUN!r} seq {bad.seq}" in str(err)
+    assert dump(state) == before, f"refused {label!r} changed the state"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories())
+def test_all_impossible_events_at_every_prefix(events: list[Event]) -> None:
+    """Exhaustively: at every prefix of a valid history, every impossible event is refused and
+    the state is left exactly as it was (the valid next event is then still accepted)."""
+    state = RunState(run_id=RUN)
+    for e in [*events, None]:
+        before = dump(state)
+        for label, bad in impossible(state):
+            with pytest.raises(TransitionError) as info:
+                apply(state, bad)
+            assert (info.value.run_id, info.value.seq) == (RUN, bad.seq), label
+            assert dump(state) == before, f"refused {label!r} changed the state"
+        if e is not None:
+            apply(state, e)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(), st.data())
+def test_spliced_impossible_event_refuses_the_whole_history(
+    events: list[Event], data: st.DataObject
+) -> None:
+    """An impossible event in the middle of a history: fold() of the whole sequence raises at
+    exactly that seq (nothing after it is ever considered)."""
+    k = data.draw(st.integers(1, len(events)), label="cut")
+    state = fold(events[:k])
+    cands = [(lbl, e) for lbl, e in impossible(state) if e.seq == k + 1 and e.run_id == RUN]
+    label, bad = data.draw(st.sampled_from(cands), label="mutation")
+    rest = [e.model_copy(update={"seq": e.seq + 1}) for e in events[k:]]
+    with pytest.raises(TransitionError) as info:
+        fold([*events[:k], bad, *rest])
+    assert info.value.seq == k + 1, label
+
+
+def test_the_generator_reaches_every_event_type() -> None:
+    """Sanity of the generator itself: every event type shows up in valid histories."""
+    seen: set[str] = set()
+
+    @settings(max_examples=150, deadline=None, database=None, derandomize=True)
+    @given(histories())
+    def collect(events: list[Event]) -> None:
+        seen.update(e.type for e in events)
+
+    collect()
+    assert seen == set(EVENT_TYPES)
+
+
+# --------------------------------------------------------------------------- unit tests
+
+
+def ev(s: RunState, p: _Payload) -> RunState:
+    return apply(
+        s, Event(run_id=s.run_id, seq=s.seq + 1, type=type_of(p), payload=p, at_ms=0, epoch=0)
+    )
+
+
+def started(criteria: list[str] | None = None) -> RunState:
+    s = RunState(run_id="r")
+    return ev(s, RunStarted(workflow="wf", version="1", criteria=criteria or [], goal="ship it"))
+
+
+def test_fold_of_nothing_needs_a_state() -> None:
+    with pytest.raises(ValueError):
+        fold([])
+
+
+def test_transition_error_names_run_seq_and_rule() -> None:
+    s = started()
+    with pytest.raises(TransitionError) as info:
+        ev(s, StepCompleted(step_id="ghost"))
+    err = info.value
+    assert (err.run_id, err.seq, err.event_type) == ("r", 2, "step_completed")
+    assert "ghost" in err.rule and "never started" in err.rule
+    assert str(err) == f"run 'r' seq 2: step_completed refused: {err.rule}"
+
+
+def test_approval_consumed_after_revoke_is_refused() -> None:
+    s = started()
+    h = "a" * 64
+    ev(s, ApprovalRequested(approval_id="ap", name="ship", hashes=[h]))
+    ev(
+        s,
+        ApprovalDecided(
+            approval_id="ap", decision="approve", approver="al", hashes=[h], signature="s"
+        ),
+    )
+    ev(s, ApprovalRevoked(approval_id="ap", by="al"))
+    ev(s, StepStarted(step_id="push", policy=Policy.EFFECT))
+    with pytest.raises(TransitionError, match="revoked"):
+        ev(s, ApprovalConsumed(approval_id="ap", step_id="push", hashes=[h]))
+
+
+def test_consumed_approval_authorizes_only_its_step() -> None:
+    s = started()
+    h = "a" * 64
+    ev(s, ApprovalRequested(approval_id="ap", name="ship", hashes=[h]))
+    ev(
+        s,
+        ApprovalDecided(
+            approval_id="ap", decision="approve", approver="al", hashes=[h], signature="s"
+        ),
+    )
+    ev(s, StepStarted(step_id="push", policy=Policy.EFFECT))
+    ev(s, StepStarted(step_id="mail", policy=Policy.EFFECT))
+    ev(s, ApprovalConsumed(approval_id="ap", step_id="push", hashes=[h]))
+    with pytest.raises(TransitionError, match="has not consumed"):
+        ev(s, EffectIntended(step_id="mail", key="k2", operation="mail", approval_id="ap"))
+    ev(s, EffectIntended(step_id="push", key="k1", operation="push", approval_id="ap"))
+    # After a verdict of absent, the same step may try again under the same approval.
+    ev(s, EffectReconciled(key="k1", verdict=Verdict.ABSENT))
+    ev(s, EffectIntended(step_id="push", key="k1", operation="push", attempt=2, approval_id="ap"))
+
+
+def test_observed_effect_survives_a_user_checkpoint() -> None:
+    """An effect that happened stays in the state after pruning: the checkpoint still answers
+    "what effects may have occurred", and the key can never be performed again (G2)."""
+    s = started()
+    ev(s, StepStarted(step_id="push", policy=Policy.EFFECT))
+    ev(s, EffectIntended(step_id="push", key="k", operation="push"))
+    ev(s, EffectObserved(key="k", result="sha"))
+    ev(s, StepCompleted(step_id="push", policy=Policy.EFFECT))
+    ev(s, StepStarted(step_id="mail", policy=Policy.EFFECT))
+    ev(s, EffectIntended(step_id="mail", key="m", operation="mail"))
+    ev(s, EffectFailed(key="m", error="refused"))
+    ev(s, StepFailed(step_id="mail", error="refused"))
+    ev(s, CheckpointSaved(state={"i": 1}))
+    assert s.steps == {}
+    assert set(s.effects) == {"k"}  # the failed one certainly did not happen: pruned
+    assert checkpoint_answers(s)["effects"] == {"k": "observed"}
+    ev(s, StepStarted(step_id="push-again", policy=Policy.EFFECT))
+    with pytest.raises(TransitionError, match="never performed blindly"):
+        ev(s, EffectIntended(step_id="push-again", key="k", operation="push"))
+
+
+def test_cancel_with_an_effect_in_doubt_must_be_unresolved() -> None:
+    s = started()
+    ev(s, StepStarted(step_id="push", policy=Policy.EFFECT))
+    ev(s, EffectIntended(step_id="push", key="k", operation="push"))
+    for o in (Outcome.CANCELLED, Outcome.BLOCKED, Outcome.STOPPED_SAFE, Outcome.FAILED):
+        with pytest.raises(TransitionError, match="in doubt"):
+            ev(s, RunFinished(outcome=o))
+    ev(s, RunFinished(outcome=Outcome.UNRESOLVED, reason="push may have happened"))
+    # A person settles it: the run is reopened and may finish honestly.
+    ev(s, RunReopened(by="al"))
+    ev(s, EffectReconciled(key="k", verdict=Verdict.APPLIED, by="al"))
+    ev(s, StepCompleted(step_id="push", policy=Policy.EFFECT))
+    with pytest.raises(TransitionError, match="stopped_safe"):
+        ev(s, RunFinished(outcome=Outcome.STOPPED_SAFE))
+    ev(s, RunFinished(outcome=Outcome.SUCCEEDED))
+
+
+def test_lone_state_is_json_with_awkward_values() -> None:
+    s = started()
+    ev(s, CheckpointSaved(state={"big": 10**30, "neg0": -0.0, "tiny": 5e-324, "s": "é\u2028\x00"}))
+    back = RunState.model_validate_json(s.model_dump_json())
+    assert json.dumps(back.user_state, sort_keys=True) == json.dumps(s.user_state, sort_keys=True)
+
+
+# ------------------------------------------------------------------ checkpoint_answers
+
+
+def test_answers_of_a_fresh_run() -> None:
+    a = checkpoint_answers(started())
+    assert a == {
+        "establishing": "ship it",
+        "evidence": {"verifications": {}, "artifacts": {}},
+        "effects": {},
+        "next": "runnable: the next step may start",
+    }
+
+
+def test_answers_name_the_step_its_purpose_and_the_evidence() -> None:
+    s = started(["tests"])
+    h = "f" * 64
+    ev(
+        s,
+        StepStarted(
+            step_id="fix:a.py", policy=Policy.COMPUTE, purpose="modernize a.py", input_hash="1"
+        ),
+    )
+    ev(s, ArtifactCreated(name="patch", sha256=h, version=1, size=3))
+    ev(s, VerificationRecorded(name="tests", passed=False))
+    a = checkpoint_answers(s)
+    assert a["establishing"] == "fix:a.py: modernize a.py"
+    assert a["evidence"] == {
+        "verifications": {"tests": {"passed": False}},
+        "artifacts": {"patch": f"sha256:{h} v1"},
+    }
+    ev(s, StepCompleted(step_id="fix:a.py", policy=Policy.COMPUTE, input_hash="1"))
+    ev(s, StepStarted(step_id="plain", policy=Policy.READ))
+    assert checkpoint_answers(s)["establishing"] == "plain"
+
+
+def test_answers_of_effects_in_doubt_and_settled() -> None:
+    s = started()
+    ev(s, StepStarted(step_id="push", policy=Policy.EFFECT))
+    ev(s, EffectIntended(step_id="push", key="k1", operation="push"))
+    a = checkpoint_answers(s)
+    assert a["effects"] == {"k1": "intended"}
+    assert a["next"] == "reconcile effects in doubt: k1"
+    ev(s, EffectReconciled(key="k1", verdict=Verdict.ABSENT))
+    assert checkpoint_answers(s)["effects"] == {}  # absent: certainly did not happen
+    ev(s, EffectIntended(step_id="push", key="k1", operation="push", attempt=2))
+    ev(s, EffectObserved(key="k1"))
+    a = checkpoint_answers(s)
+    assert a["effects"] == {"k1": "observed"}
+    assert a["next"] == "runnable: the next step may start"
+
+
+def test_answers_of_a_wait_with_deadline() -> None:
+    s = started()
+    ev(s, WaitStarted(wait_id="w", kind="signal", name="go", deadline_ms=1234))
+    assert checkpoint_answers(s)["next"] == "waiting for signal 'go' (deadline epoch-ms 1234)"
+    s2 = started()
+    ev(s2, WaitStarted(wait_id="w", kind="approval", name="ap"))
+    assert checkpoint_answers(s2)["next"] == "waiting for approval 'ap'"
+
+
+def test_answers_of_a_finished_run() -> None:
+    s = started()
+    ev(s, RunFinished(outcome=Outcome.BLOCKED, reason="budget exhausted"))
+    assert checkpoint_answers(s)["next"] == "finished: blocked (budget exhausted)"
+    s2 = started()
+    ev(s2, RunFinished(outcome=Outcome.SUCCEEDED))
+    assert checkpoint_answers(s2)["next"] == "finished: succeeded"
+
+
+def test_answers_are_json() -> None:
+    s = started(["tests"])
+    ev(s, VerificationRecorded(name="tests", passed=True, detail={"n": 3}))
+    json.dumps(checkpoint_answers(s))
