@@ -228,18 +228,31 @@ class SQLStore:
 
     @staticmethod
     def encode(event: Event) -> dict[str, Any]:
-        """The row of one event. Raises PayloadError when the payload is too large."""
+        """The row of one event. Raises PayloadError when the payload is too large or not
+        JSON data.
+
+        Each field goes through :func:`serde.to_jsonable`, the same rule as every recorded
+        value: bytes, sets, non-string keys, NaN or lone surrogates are refused with their path
+        instead of being silently converted (pydantic's JSON mode would turn NaN into null and
+        bytes into text, so the history would no longer say what the run saw).
+        """
+        p = event.payload
         try:
-            text = serde.dumps(event.payload.model_dump(mode="json"))
-        except Exception as exc:  # pydantic serialization of Any fields
+            data = {
+                name: serde.to_jsonable(getattr(p, name), f"{event.type}.{name}")
+                for name in type(p).model_fields
+            }
+            text = serde.dumps(data)
+        except (serde.NotSerializable, ValueError, TypeError) as exc:
             raise PayloadError(
                 event.run_id, event.step_id, f"{event.type} payload is not serializable: {exc}"
-            ) from exc
-        if len(text.encode()) > serde.MAX_PAYLOAD_BYTES:
+            ) from None
+        size = len(text.encode())
+        if size > serde.MAX_PAYLOAD_BYTES:
             raise PayloadError(
                 event.run_id,
                 event.step_id,
-                f"{event.type} payload is {len(text.encode())} bytes, over the "
+                f"{event.type} payload is {size} bytes, over the "
                 f"{serde.MAX_PAYLOAD_BYTES}-byte limit; store large values as an artifact",
             )
         return {
@@ -255,30 +268,40 @@ class SQLStore:
 
     @staticmethod
     def decode(run_id: str, row: tuple[Any, ...]) -> Event:
-        """An event from ``(seq, type, epoch, at_ms, v, payload)``; CorruptRecordError if bad."""
+        """An event from ``(seq, type, epoch, at_ms, v, payload)``; CorruptRecordError if bad.
+
+        Whatever is wrong with the row (an unknown or newer schema version, an unknown type,
+        a payload that is not JSON or does not match its type, bad column types), the error
+        names the run and the seq; nothing is repaired or rewritten.
+        """
         seq, etype, epoch, at_ms, v, payload = row
+
+        def corrupt(problem: str) -> CorruptRecordError:
+            return CorruptRecordError(
+                f"run {run_id!r} seq {seq}: {problem}", run_id=run_id, seq=seq
+            )
+
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise corrupt(f"unknown event schema version {v!r}")
         if v > EVENT_SCHEMA_VERSION:
-            raise CorruptRecordError(
-                f"run {run_id!r} seq {seq}: event schema version {v} is newer than this "
-                f"torpor understands ({EVENT_SCHEMA_VERSION}); upgrade torpor",
-                run_id=run_id,
-                seq=seq,
+            raise corrupt(
+                f"event schema version {v} is newer than this torpor understands "
+                f"({EVENT_SCHEMA_VERSION}); upgrade torpor (nothing was changed)"
             )
-        model = EVENT_TYPES.get(etype)
+        model = EVENT_TYPES.get(etype) if isinstance(etype, str) else None
         if model is None:
-            raise CorruptRecordError(
-                f"run {run_id!r} seq {seq}: unknown event type {etype!r}", run_id=run_id, seq=seq
-            )
+            raise corrupt(f"unknown event type {etype!r}")
         try:
             data = serde.loads(payload)
+        except (ValueError, TypeError) as exc:
+            raise corrupt(f"corrupt {etype} payload: not JSON ({exc})") from exc
+        try:
             body = model.model_validate(data)
-        except (ValueError, ValidationError) as exc:
-            raise CorruptRecordError(
-                f"run {run_id!r} seq {seq}: corrupt {etype} payload: {exc}".splitlines()[0],
-                run_id=run_id,
-                seq=seq,
-            ) from exc
-        return Event(run_id=run_id, seq=seq, type=etype, payload=body, at_ms=at_ms, epoch=epoch)
+            return Event(run_id=run_id, seq=seq, type=etype, payload=body, at_ms=at_ms, epoch=epoch)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(x) for x in err["loc"]) or "payload"
+            raise corrupt(f"corrupt {etype} row: {loc}: {err['msg']}") from exc
 
     # ----------------------------------------------------------------- runs
 
@@ -485,6 +508,7 @@ class SQLStore:
         """One attempt of :meth:`append` in one transaction."""
         if not events:
             return
+        self._check_batch(lease, events, state)
         rows = [self.encode(e) for e in events]
         first = events[0].seq
         do_ckpt = force_checkpoint or any(e.type in CHECKPOINT_EVENTS for e in events)
@@ -509,10 +533,11 @@ class SQLStore:
                 raise LeaseLostError(
                     lease.run_id, lease.epoch, f"fence check failed appending seq {first}"
                 )
-            for e in events:
+            for e, r in zip(events, rows, strict=True):
+                # Checked event by event, so a rerun within one batch is seen too.
                 if e.type == "step_started":
                     self._refuse_rerun(cur, e)
-            self.driver.executemany(cur, self.q["insert_event"], rows)
+                self.driver.execute(cur, self.q["insert_event"], r)
             if not do_ckpt:
                 row = self.driver.fetchone(
                     cur, self.q["get_checkpoint_seq"], {"run_id": lease.run_id}
@@ -539,6 +564,38 @@ class SQLStore:
                     self.driver.execute(cur, self.q["wake_run"], self._p(run_id=lease.run_id))
                     self.driver.fetchone(cur, self.q["notify_wake"], {"run_id": lease.run_id})
 
+    @staticmethod
+    def _check_batch(lease: Lease, events: Sequence[Event], state: RunState) -> None:
+        """Cheap checks that ``events`` are what the caller folded into ``state``: this run,
+        dense seqs ending at ``state.seq``, written under the lease's epoch. (The transitions
+        themselves were checked by :func:`~torpor.events.apply` when the caller folded them;
+        the store adds what the compact state cannot know, see :meth:`_refuse_rerun`.)"""
+        first = events[0].seq
+        for i, e in enumerate(events):
+            if e.run_id != lease.run_id:
+                raise TransitionError(
+                    lease.run_id, e.seq, e.type, f"event belongs to run {e.run_id!r}"
+                )
+            if e.seq != first + i:
+                raise TransitionError(
+                    lease.run_id, e.seq, e.type, f"seq must be {first + i} (dense, append-only)"
+                )
+            if e.epoch != lease.epoch:
+                raise TransitionError(
+                    lease.run_id,
+                    e.seq,
+                    e.type,
+                    f"event says epoch {e.epoch} but is written under lease epoch {lease.epoch}",
+                )
+        if state.run_id != lease.run_id or state.seq != events[-1].seq:
+            raise TransitionError(
+                lease.run_id,
+                events[-1].seq,
+                events[-1].type,
+                f"the state given is at seq {state.seq} of run {state.run_id!r}: it must be "
+                "the state after these events",
+            )
+
     def _refuse_rerun(self, cur: Any, e: Event) -> None:
         """G1/G4 beyond the compact state: a completed step never starts again (a compute
         step may, for a different input hash). Checked against the indexed history."""
@@ -548,11 +605,13 @@ class SQLStore:
         )
         if row is None:
             return
-        prev = serde.loads(row[0])
-        if getattr(p, "policy", None) == "compute" and prev.get("input_hash") != getattr(
-            p, "input_hash", None
+        prev = self._completion(e.run_id, e.step_id or "", row[0], int(row[1]))
+        if (
+            getattr(p, "policy", None) == "compute"
+            and prev.policy in (None, "compute")
+            and prev.input_hash != getattr(p, "input_hash", None)
         ):
-            return
+            return  # a compute step reruns for a new input
         raise TransitionError(
             e.run_id,
             e.seq,
@@ -583,30 +642,60 @@ class SQLStore:
     def load(self, run_id: str) -> RunState:
         """The run's state: latest engine checkpoint + the events after it (G8).
 
-        A corrupt checkpoint is not trusted: the state is then refolded from the full history
-        (events are the authority). A corrupt event raises CorruptRecordError naming run and seq.
+        A checkpoint that cannot be decoded, or that the events after it do not fold onto, is
+        not trusted: the state is then refolded from the full history (events are the
+        authority; nothing is rewritten). A corrupt event, or a stored history that is itself
+        impossible, raises CorruptRecordError naming run and seq.
         """
         with self.driver.read() as cur:
             row = self.driver.fetchone(cur, self.q["get_checkpoint"], {"run_id": run_id})
             if row is None:
                 raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
-            ckpt_seq, ckpt_text, last_seq = int(row[0]), row[1], int(row[2])
-            state: RunState | None = None
-            if ckpt_seq and ckpt_text:
-                try:
-                    state = RunState.model_validate_json(ckpt_text)
-                    if state.run_id != run_id or state.seq != ckpt_seq:
-                        state = None
-                except ValidationError:
-                    state = None
-            after = state.seq if state else 0
+            ckpt_seq, ckpt_text, last_seq = row[0], row[1], int(row[2])
+            state = self._checkpoint_state(run_id, ckpt_seq, ckpt_text, last_seq)
             rows = self.driver.fetchall(
                 cur,
                 self.q["events_after"],
-                {"run_id": run_id, "after_seq": after, "limit": 1 << 62},
+                {"run_id": run_id, "after_seq": state.seq if state else 0, "limit": 1 << 62},
             )
-        if state is None:
-            state = RunState(run_id=run_id)
+        if state is not None:
+            try:
+                return self._fold_rows(run_id, state, rows, last_seq)
+            except TransitionError:
+                pass  # the checkpoint disagrees with the history: refold from the start
+            with self.driver.read() as cur:
+                rows = self.driver.fetchall(
+                    cur,
+                    self.q["events_after"],
+                    {"run_id": run_id, "after_seq": 0, "limit": 1 << 62},
+                )
+        try:
+            return self._fold_rows(run_id, RunState(run_id=run_id), rows, last_seq)
+        except TransitionError as exc:
+            raise CorruptRecordError(
+                f"run {run_id!r} seq {exc.seq}: the stored history is impossible: {exc.rule}",
+                run_id=run_id,
+                seq=exc.seq,
+            ) from exc
+
+    @staticmethod
+    def _checkpoint_state(
+        run_id: str, ckpt_seq: Any, ckpt_text: Any, last_seq: int
+    ) -> RunState | None:
+        """The engine checkpoint, or None when there is none or it cannot be trusted."""
+        if not ckpt_text or not isinstance(ckpt_seq, int) or not 0 < ckpt_seq <= last_seq:
+            return None
+        try:
+            state = RunState.model_validate_json(ckpt_text)
+        except (ValidationError, ValueError, TypeError):
+            return None
+        if state.run_id != run_id or state.seq != ckpt_seq:
+            return None
+        return state
+
+    def _fold_rows(
+        self, run_id: str, state: RunState, rows: list[tuple[Any, ...]], last_seq: int
+    ) -> RunState:
         for r in rows:
             apply(state, self.decode(run_id, r))
         if state.seq != last_seq:
@@ -652,7 +741,7 @@ class SQLStore:
             return Completion(
                 step_id, data.get("result"), data.get("policy"), data.get("input_hash"), seq
             )
-        except (ValueError, AttributeError) as exc:
+        except (ValueError, AttributeError, TypeError) as exc:
             raise CorruptRecordError(
                 f"run {run_id!r} seq {seq}: corrupt step_completed payload of step {step_id!r}",
                 run_id=run_id,

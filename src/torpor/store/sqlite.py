@@ -156,16 +156,15 @@ class SQLiteStore(SQLStore):
 
 
 def migrate(driver: SQLiteDriver, url: str) -> int:
-    """Bring the schema to :data:`SCHEMA_VERSION`; refuse a newer database untouched."""
-    c = driver.conn()
-    has_table = c.execute(
-        "SELECT 1 FROM sqlite_master WHERE type='table' AND name='torpor_schema'"
-    ).fetchone()
-    found = None
-    if has_table:
-        row = c.execute("SELECT max(version) FROM torpor_schema").fetchone()
-        found = row[0] if row else None
+    """Bring the schema to :data:`SCHEMA_VERSION`; refuse a newer database untouched.
+
+    The file is first inspected through a plain connection that changes nothing (the driver's
+    connections switch the file to WAL, which rewrites its header): a database from a newer
+    schema, or an SQLite database that is not a torpor store, is refused before any write.
+    """
+    found = _inspect(driver, url)
     check_schema(found, SCHEMA_VERSION, url)
+    driver.conn()  # now configure the file (WAL) for use
     if found == SCHEMA_VERSION:
         return SCHEMA_VERSION
     with driver.transaction() as cur:
@@ -187,6 +186,29 @@ def migrate(driver: SQLiteDriver, url: str) -> int:
                 (version, int(time.time() * 1000)),
             )
     return SCHEMA_VERSION
+
+
+def _inspect(driver: SQLiteDriver, url: str) -> int | None:
+    """The schema version of the file (None when it is empty), read without writing.
+
+    Raises StoreError for an SQLite database that has tables but is not a torpor store, and
+    lets sqlite3.DatabaseError through for a file that is not SQLite at all.
+    """
+    c = sqlite3.connect(driver.path, isolation_level=None, timeout=driver.busy_timeout_ms / 1000)
+    try:
+        c.execute(f"PRAGMA busy_timeout = {driver.busy_timeout_ms}")
+        tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables:
+            return None
+        if "torpor_schema" not in tables:
+            raise StoreError(
+                f"{url}: this SQLite database is not a torpor store (it has tables "
+                f"{sorted(tables)[:5]} and no torpor_schema); refusing to modify it"
+            )
+        row = c.execute("SELECT max(version) FROM torpor_schema").fetchone()
+        return row[0] if row else None
+    finally:
+        c.close()
 
 
 def _split(script: str) -> list[str]:
