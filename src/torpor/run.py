@@ -57,10 +57,14 @@ from .events import (
     WarningRecorded,
     _Payload,
 )
-from .store.base import Completion
+from .store.base import Completion, InboxPending
 
 if TYPE_CHECKING:
     from .runtime import Execution
+
+
+#: How often a consuming append refused for pending inbox messages is re-checked and retried.
+_GUARD_RETRIES = 20
 
 
 class StepError(TorporError):
@@ -150,17 +154,40 @@ def _accepts_kw(fn: Callable[..., Any], name: str) -> bool:
     )
 
 
+class _AsyncMisuse(TorporError):
+    """An async function given to the sync API inside a running event loop: a mistake in the
+    workflow code, never recorded as the step's failure (fixed code must be able to replay)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "an async step function was called with run.step()/run.effect() inside an async "
+            "workflow; use `await run.astep(...)` / `await run.aeffect(...)` there"
+        )
+
+
+def _in_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _refuse_async_in_loop(fn: Callable[..., Any]) -> None:
+    """Refuse, before anything is recorded or called, an async function given to the sync API
+    inside a running event loop."""
+    if inspect.iscoroutinefunction(fn) and _in_loop():
+        raise _AsyncMisuse()
+
+
 def _run_sync(value: Any) -> Any:
     """Resolve an awaitable returned by a step function called from sync code."""
     if inspect.isawaitable(value):
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
+        if not _in_loop():
             return asyncio.run(_await(value))
-        raise TorporError(
-            "an async step function was called with run.step() inside an async workflow; "
-            "use `await run.astep(...)` / `await run.aeffect(...)` there"
-        )
+        if inspect.iscoroutine(value):
+            value.close()  # never started: nothing ran, and no "never awaited" warning
+        raise _AsyncMisuse()
     return value
 
 
@@ -247,8 +274,11 @@ class Run:
         sid, cached, ih, pol = self._step_pre(step_id, policy, args, kwargs)
         if cached is not None:
             return cached.result
+        _refuse_async_in_loop(fn)
         try:
             value = _run_sync(fn(*args, **kwargs))
+        except _AsyncMisuse:
+            raise
         except Exception as exc:
             self._step_fail(sid, pol, ih, purpose, exc)
         return self._step_post(sid, pol, ih, purpose, value)
@@ -360,6 +390,7 @@ class Run:
         Returns the recorded result. Raises StepError when the effect failed and reconcile
         confirmed it absent; the run ends ``unresolved`` when the outcome cannot be known.
         """
+        _refuse_async_in_loop(fn)
         sid, cached, call = self._effect_pre(
             step_id, fn, args, kwargs, key, approval, artifacts, operation, purpose, reconcile
         )
@@ -473,20 +504,37 @@ class Run:
                 )
             )
         approval_id = None
+        consume = False
         if approval is not None:
             hashes = self._approval_hashes(approval, artifacts, sid)
-            self._check_approval(approval, hashes)
-            if self.state.approvals[approval.approval_id].status == "approved":
-                payloads.append(
-                    ApprovalConsumed(approval_id=approval.approval_id, step_id=sid, hashes=hashes)
-                )
             approval_id = approval.approval_id
+            # A retry after `absent` (engine or person) stays under the consumption recorded
+            # with this effect's first intent; any other use must find the approval unconsumed.
+            consume = info is None or info.approval_id != approval_id
+            if consume:
+                self._check_approval(approval, hashes)
+                payloads.append(
+                    ApprovalConsumed(approval_id=approval_id, step_id=sid, hashes=hashes)
+                )
         payloads.append(
             EffectIntended(
                 step_id=sid, key=key, operation=op, attempt=attempt, approval_id=approval_id
             )
         )
-        self._append(*payloads, guard_inbox=approval is not None)
+        for _ in range(_GUARD_RETRIES):
+            try:
+                self._append(*payloads, guard_inbox=consume)
+                break
+            except InboxPending:
+                # A message (a revocation?) landed between the check and the consuming append:
+                # move it into the history and check the approval again before consuming it.
+                assert approval is not None
+                self._check_approval(approval, hashes)
+        else:
+            raise TorporError(
+                f"run {self.run_id!r} step {sid!r}: inbox messages keep arriving; "
+                "the approval could not be consumed"
+            )
         faults.point("effect.intended")
         return sid, None, EffectCall(self.run_id, sid, key, op, attempt, args, kw)
 

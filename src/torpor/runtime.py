@@ -109,6 +109,9 @@ class Execution:
         self._inbox_dirty = True
         self._lost: LeaseLostError | None = None
         self._stop = threading.Event()
+        #: The lease goes into the history with this execution's first write, so an execution
+        #: that writes nothing (a wait not yet due, a refused replay) leaves the history as is.
+        self._lease_recorded = False
 
     # ------------------------------------------------------------ recording
 
@@ -126,6 +129,12 @@ class Execution:
         """Validate ``payloads`` against the state (G4) and append them in one transaction."""
         if self._lost is not None:
             raise self._lost
+        record_lease = not self._lease_recorded and self.state.status is not RunStatus.FINISHED
+        if record_lease:
+            # (A finished run takes only its reopening first; the lease follows in the next
+            # write, because the fold refuses a lease record on a finished run.)
+            payloads = [LeaseAcquired(owner=self.lease.owner, epoch=self.lease.epoch), *payloads]
+            consumed = [(mid, seq + 1) for mid, seq in consumed or ()]
         now = self.now_ms()
         events: list[Event] = []
         try:
@@ -159,6 +168,9 @@ class Execution:
             self.state = self.store.load(self.state.run_id) if self._lost is None else self.state
             raise
         faults.point("append.after")
+        if record_lease:
+            self._lease_recorded = True
+            faults.point("lease.acquired")
         for ev in events:
             if ev.type == "step_completed":
                 p = ev.payload
@@ -323,8 +335,6 @@ class Execution:
             self.sync_inbox(force=True)
             if self.state.status is RunStatus.FINISHED:
                 return self.result()
-        self.append([LeaseAcquired(owner=self.lease.owner, epoch=self.lease.epoch)])
-        faults.point("lease.acquired")
         if st.version != self.wf.version:
             self.append([VersionAccepted(from_version=st.version, to_version=self.wf.version)])
         self.sync_inbox(force=True)

@@ -1,0 +1,236 @@
+"""G6: an approval authorizes exactly the content approved, can be revoked until consumed, and
+is signed and attributable. Every refusal leaves the outside world (the ledger) untouched and
+the run ``blocked`` with the reason."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import runtime_kit as kit
+import torpor
+from runtime_kit import Lab
+
+
+def push(sha: str, idempotency_key: str) -> dict[str, Any]:
+    kit.ledger("effect", key=idempotency_key, sha=sha)
+    return {"pushed": sha}
+
+
+def find_push(call: torpor.EffectCall) -> torpor.Applied | torpor.Absent:
+    hits = kit.ledger_entries("effect", key=call.idempotency_key)
+    return torpor.Applied({"pushed": hits[-1]["sha"]}) if hits else torpor.Absent()
+
+
+@torpor.workflow(name="g6.ship", version="1")
+def ship(run: torpor.Run, cfg: dict[str, Any]) -> Any:
+    content = cfg["content"]
+    if cfg.get("source"):
+        content = run.step("read source", lambda: Path(cfg["source"]).read_text())
+    ref = run.artifact("patch", content)
+    appr = run.approval("ship", [ref], summary="push the patch")
+    if cfg.get("pause"):
+        run.wait_for("go")
+    if cfg.get("change"):
+        ref = run.artifact("patch", content + "\n# one more line after approval\n")
+    return run.effect("push", push, ref.sha256, approval=appr, artifacts=[ref], reconcile=find_push)
+
+
+@pytest.fixture(autouse=True)
+def _ledger(tmp_path: Path) -> None:
+    kit.use_ledger(tmp_path / "ledger.jsonl")
+
+
+def decide(client: torpor.Client, rid: str, decision: str = "approve") -> tuple[str, list[str]]:
+    return client.decide(rid, None, decision, "alice", comment="looked at it")
+
+
+def test_approved_content_is_pushed_once(runtime: torpor.Runtime, client: torpor.Client) -> None:
+    res = runtime.run(ship, {"content": "patch v1\n"}, run_id="ok")
+    assert res.status == "waiting" and res.wait_kind == "approval"
+    (aid, hashes) = next(iter(client.pending_approvals("ok").items()))
+    assert hashes == [torpor.ArtifactStore(runtime.settings.artifacts_url).put(b"patch v1\n")]
+    got_id, got_hashes = decide(client, "ok")
+    assert (got_id, got_hashes) == (aid, hashes)
+    res = runtime.resume("ok")
+    assert res.outcome == "succeeded", res
+    assert [e["sha"] for e in kit.ledger_entries("effect")] == hashes
+    consumed = [e.payload for e in client.events("ok") if e.type == "approval_consumed"]
+    assert len(consumed) == 1 and consumed[0].hashes == hashes  # type: ignore[attr-defined]
+    intent = next(e.payload for e in client.events("ok") if e.type == "effect_intended")
+    assert intent.approval_id == aid  # type: ignore[attr-defined]
+
+
+def test_content_changed_after_approval_is_not_authorized(
+    runtime: torpor.Runtime, client: torpor.Client
+) -> None:
+    runtime.run(ship, {"content": "patch v1\n", "change": True}, run_id="chg")
+    decide(client, "chg")
+    res = runtime.resume("chg")
+    assert res.outcome == "blocked", res
+    assert "does not cover content" in res.reason and "new approval" in res.reason
+    assert kit.ledger_entries("effect") == []
+    types = [e.type for e in client.events("chg")]
+    assert "effect_intended" not in types and "approval_consumed" not in types
+    assert client.state("chg").artifacts["patch"].version == 2
+
+
+def test_content_changed_on_resume_needs_a_new_approval(
+    runtime: torpor.Runtime, client: torpor.Client, tmp_path: Path
+) -> None:
+    """The approved content is recomputed from a source that changed meanwhile: the approval
+    of the old content does not carry over; a new one (for the new hash) is requested."""
+    src = tmp_path / "patch.diff"
+    src.write_text("patch v1\n")
+    cfg = {"content": "", "source": str(src)}
+    runtime.run(ship, cfg, run_id="src")
+    old_id, old_hashes = decide(client, "src")
+    # The step that reads the source is a read step: recorded, so the change is not seen...
+    src.write_text("patch v2\n")
+    assert runtime.resume("src").outcome == "succeeded"
+    assert [e["sha"] for e in kit.ledger_entries("effect")] == old_hashes
+
+    # ...but a run whose source changes *before* it is read approves the new content only.
+    src.write_text("patch v3\n")
+    runtime.run(ship, cfg, run_id="src2")
+    (new_id, new_hashes) = next(iter(client.pending_approvals("src2").items()))
+    assert new_hashes != old_hashes and new_id != old_id
+
+
+def test_revoke_before_consumption_stops_the_effect(
+    runtime: torpor.Runtime, client: torpor.Client
+) -> None:
+    runtime.run(ship, {"content": "patch v1\n", "pause": True}, run_id="rev")
+    aid, _ = decide(client, "rev")
+    res = runtime.resume("rev")
+    assert res.status == "waiting" and res.wait_kind == "signal"  # approved, waiting for "go"
+    assert client.state("rev").approvals[aid].status == "approved"
+    client.revoke("rev", aid, "carol", reason="found a bug in the patch")
+    client.signal("rev", "go")
+    res = runtime.resume("rev")
+    assert res.outcome == "blocked", res
+    assert "revoked" in res.reason
+    assert kit.ledger_entries("effect") == []
+    assert "effect_intended" not in [e.type for e in client.events("rev")]
+
+
+def test_revoke_racing_the_consumption_wins(
+    runtime: torpor.Runtime, client: torpor.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A revocation that lands between the approval check and the consuming append: the
+    append is refused (guarded against pending inbox messages), the revocation applied, and
+    the effect does not happen."""
+    runtime.run(ship, {"content": "patch v1\n", "pause": True}, run_id="race")
+    aid, _ = decide(client, "race")
+    runtime.resume("race")
+    client.signal("race", "go")
+
+    store = runtime.store
+    real_append = store.append
+
+    def append_with_a_revocation_landing_first(*a: Any, **kw: Any) -> None:
+        if kw.get("guard_inbox") and client.state("race").approvals[aid].status == "approved":
+            client.revoke("race", aid, "carol", reason="stop")
+        real_append(*a, **kw)
+
+    monkeypatch.setattr(store, "append", append_with_a_revocation_landing_first)
+    res = runtime.resume("race")
+    assert res.outcome == "blocked", res
+    assert "revoked" in res.reason
+    assert kit.ledger_entries("effect") == []
+
+
+def test_deny_blocks(runtime: torpor.Runtime, client: torpor.Client) -> None:
+    runtime.run(ship, {"content": "patch v1\n"}, run_id="deny")
+    decide(client, "deny", "deny")
+    res = runtime.resume("deny")
+    assert res.outcome == "blocked", res
+    assert "denied by alice" in res.reason and "looked at it" in res.reason
+    assert kit.ledger_entries("effect") == []
+
+
+def test_tampered_signature_in_the_database_is_refused(
+    runtime: torpor.Runtime, client: torpor.Client, db_url: str
+) -> None:
+    runtime.run(ship, {"content": "patch v1\n", "pause": True}, run_id="tam")
+    aid, _ = decide(client, "tam")
+    runtime.resume("tam")  # the decision is now in the history; the run waits for "go"
+
+    # Someone with write access to the database changes who approved (keeping the signature):
+    # in the event and in the engine checkpoint both, so the forgery is self-consistent.
+    path = db_url.removeprefix("sqlite:///")
+    con = sqlite3.connect(path)
+    with con:
+        n = con.execute(
+            'UPDATE events SET payload = replace(payload, \'"approver":"alice"\', '
+            "'\"approver\":\"mallory\"') WHERE run_id = 'tam' AND type = 'approval_decided'"
+        ).rowcount
+        assert n == 1
+        con.execute(
+            'UPDATE runs SET checkpoint = replace(checkpoint, \'"approver":"alice"\', '
+            "'\"approver\":\"mallory\"') WHERE run_id = 'tam'"
+        )
+    con.close()
+    assert client.state("tam").approvals[aid].approver == "mallory"
+    client.signal("tam", "go")
+    res = runtime.resume("tam")
+    assert res.outcome == "blocked", res
+    assert "signature does not verify" in res.reason
+    assert kit.ledger_entries("effect") == []
+
+
+def test_decision_signed_with_another_key_is_refused(
+    runtime: torpor.Runtime, client: torpor.Client, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime.run(ship, {"content": "patch v1\n"}, run_id="forge")
+    monkeypatch.setenv("TORPOR_SIGNING_KEY", "not-the-deployment-key")
+    forger = torpor.Client(db_url)
+    forger.decide("forge", None, "approve", "alice")
+    forger.close()
+    res = runtime.resume("forge")
+    assert res.outcome == "blocked", res
+    assert "signature does not verify" in res.reason
+    assert kit.ledger_entries("effect") == []
+
+
+SHIP_MODULE = """
+def push(sha, idempotency_key):
+    ledger("effect", key=idempotency_key, sha=sha)
+    return {"pushed": sha}
+
+
+def find_push(call):
+    hits = ledger_entries("effect", key=call.idempotency_key)
+    return torpor.Applied({"pushed": hits[-1]["sha"]}) if hits else torpor.Absent()
+
+
+@torpor.workflow(name="g6.ship", version="1")
+def ship(run, content):
+    ref = run.artifact("patch", content)
+    appr = run.approval("ship", [ref])
+    return run.effect("push", push, ref.sha256, approval=appr, artifacts=[ref], reconcile=find_push)
+"""
+
+
+@pytest.mark.parametrize("point", ["effect.intended", "effect.called"])
+def test_killed_while_consuming_an_approval(tmp_path: Path, db_url: str, point: str) -> None:
+    """The approval was consumed with the intent; the process dies before/after the call. On
+    resume the effect is reconciled under that same consumption and happens exactly once."""
+    lab = Lab(tmp_path / "sub", db_url, tmp_path / "sub-ledger.jsonl")
+    lab.tmp.mkdir()
+    lab.module("g6wf", SHIP_MODULE)
+    p = lab.drive("g6wf", "k", workflow="g6.ship", input="patch v1\n")
+    assert p.result is not None and p.result["status"] == "waiting", p.describe()
+    c = lab.client()
+    c.decide("k", None, "approve", "alice")
+    c.close()
+    p = lab.drive("g6wf", "k", resume=True, crash_at=point)
+    assert p.killed, p.describe()
+    done = lab.resume_until_finished("g6wf", "k")
+    assert done.result is not None
+    assert done.result["outcome"] == "succeeded", done.result
+    assert len(lab.ledger("effect")) == 1
+    assert [e.type for e in lab.events("k")].count("approval_consumed") == 1

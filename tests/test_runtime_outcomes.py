@@ -1,0 +1,131 @@
+"""G5: ``succeeded`` only with a passing verification of every completion criterion; warnings
+make it ``succeeded_with_warnings``; ``stopped_safe`` is refused once an effect happened and the
+refusal is recorded honestly; explicit ``block``; the evidence is in the checkpoint answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import runtime_kit as kit
+import torpor
+
+
+@pytest.fixture(autouse=True)
+def _ledger(tmp_path: Path) -> None:
+    kit.use_ledger(tmp_path / "ledger.jsonl")
+
+
+def _boom() -> bool:
+    raise RuntimeError("test runner crashed")
+
+
+@torpor.workflow(name="g5.release", version="1", criteria=["tests pass", "lint clean"])
+def release(run: torpor.Run, cfg: dict[str, Any]) -> str:
+    run.step("build", lambda: "built")
+    if cfg.get("tests") is not None:
+        run.verify("tests pass", cfg["tests"], detail={"passed": 41, "failed": 0})
+    if cfg.get("lint") == "raise":
+        run.verify("lint clean", _boom)
+    elif cfg.get("lint") is not None:
+        run.verify("lint clean", lambda: (cfg["lint"], {"findings": 0 if cfg["lint"] else 3}))
+    for w in cfg.get("warnings", []):
+        run.warn(w)
+    return "done"  # saying "done" is not evidence
+
+
+@pytest.mark.parametrize(
+    ("cfg", "outcome", "reason"),
+    [
+        ({"tests": True, "lint": True}, "succeeded", "all completion criteria verified"),
+        ({}, "failed", "never verified: tests pass, lint clean"),
+        ({"tests": True}, "failed", "never verified: lint clean"),
+        ({"tests": True, "lint": False}, "failed", "failing: lint clean"),
+        ({"tests": False, "lint": True}, "failed", "failing: tests pass"),
+        ({"tests": True, "lint": "raise"}, "failed", "failing: lint clean"),
+        (
+            {"tests": True, "lint": True, "warnings": ["3 files skipped"]},
+            "succeeded_with_warnings",
+            "3 files skipped",
+        ),
+    ],
+)
+def test_outcome_follows_the_evidence(
+    runtime: torpor.Runtime,
+    client: torpor.Client,
+    cfg: dict[str, Any],
+    outcome: str,
+    reason: str,
+) -> None:
+    res = runtime.run(release, cfg)
+    assert res.outcome == outcome, res
+    assert reason in res.reason, res.reason
+    st = client.state(res.run_id)
+    assert st.outcome == outcome
+    answers = client.answers(res.run_id)
+    assert answers["next"].startswith(f"finished: {outcome}")
+    for name in ("tests pass", "lint clean"):
+        if name in st.verifications:
+            assert answers["evidence"]["verifications"][name] == {
+                "passed": st.verifications[name].passed
+            }
+    if cfg.get("lint") == "raise":
+        detail = st.verifications["lint clean"].detail
+        assert "RuntimeError: test runner crashed" in detail
+    if outcome != "failed":
+        assert res.result == "done"
+
+
+def _send(what: str, idempotency_key: str) -> dict[str, str]:
+    kit.ledger("effect", key=idempotency_key, what=what)
+    return {"sent": what}
+
+
+@torpor.workflow(name="g5.stop", version="1")
+def stopper(run: torpor.Run, cfg: dict[str, Any]) -> str:
+    run.step("look", lambda: "looked")
+    if cfg.get("effect_first"):
+        run.effect("send", _send, "hello")
+    if cfg.get("block"):
+        run.block("no budget left for the model")
+    run.stop_safe("nothing to do: the repository is already modern")
+    return "unreachable"
+
+
+def test_stop_safe_before_any_effect(runtime: torpor.Runtime) -> None:
+    res = runtime.run(stopper, {})
+    assert res.outcome == "stopped_safe", res
+    assert "already modern" in res.reason
+    assert kit.ledger_entries("effect") == []
+
+
+def test_stop_safe_after_an_applied_effect_is_refused_and_recorded_honestly(
+    runtime: torpor.Runtime, client: torpor.Client
+) -> None:
+    res = runtime.run(stopper, {"effect_first": True}, run_id="late-stop")
+    assert res.outcome != "stopped_safe", res
+    assert res.outcome == "failed", res  # known state, nothing in doubt — but not "safe"
+    assert "already modern" in res.reason
+    assert "effects were applied" in res.reason
+    assert len(kit.ledger_entries("effect")) == 1
+    finished = [e.payload for e in client.events("late-stop") if e.type == "run_finished"]
+    assert [f.outcome for f in finished] == ["failed"]  # type: ignore[attr-defined]
+    assert client.answers("late-stop")["effects"] == {"late-stop/send": "observed"}
+
+
+def test_block(runtime: torpor.Runtime) -> None:
+    res = runtime.run(stopper, {"block": True})
+    assert res.outcome == "blocked" and "no budget" in res.reason, res
+
+
+def test_workflow_exception_fails_with_the_reason(runtime: torpor.Runtime) -> None:
+    @torpor.workflow(name="g5.raises", version="1")
+    def raises(run: torpor.Run, _: Any) -> None:
+        run.step("one", lambda: 1)
+        raise ValueError("the plan has a cycle")
+
+    res = runtime.run(raises, None)
+    assert res.outcome == "failed"
+    assert res.reason == "ValueError: the plan has a cycle"

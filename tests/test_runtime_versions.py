@@ -1,0 +1,171 @@
+"""Code version and determinism: a run resumed under code that does not match its record is
+refused with a clear error and its history is left exactly as it was; code that declares
+compatibility continues (``version_accepted``). G10 at the API: a value that cannot be recorded
+is refused when it is recorded, naming run and step, and nothing recorded before is lost."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import torpor
+from runtime_kit import Lab
+
+FLOW = """
+@torpor.workflow(name="ver.flow", version={version!r}, compatible={compatible!r})
+def flow(run, _):
+    a = run.{a_kind}("a", work, "a", 1)
+    got = run.wait_for("go")
+    b = run.step("b", work, "b", 2)
+    return [a, got, b]
+"""
+
+
+def flow_module(
+    lab: Lab, name: str, version: str, compatible: tuple[str, ...] = (), a_kind: str = "step"
+) -> str:
+    return lab.module(
+        name, FLOW.format(version=version, compatible=list(compatible), a_kind=a_kind)
+    )
+
+
+@pytest.fixture
+def lab(tmp_path: Path, db_url: str) -> Lab:
+    return Lab(tmp_path, db_url, tmp_path / "ledger.jsonl")
+
+
+def _history(lab: Lab, rid: str) -> list[tuple[int, str, Any]]:
+    return [(e.seq, e.type, e.payload.model_dump(mode="json")) for e in lab.events(rid)]
+
+
+def _signal(lab: Lab, rid: str) -> None:
+    c = lab.client()
+    try:
+        c.signal(rid, "go", "now", message_id="go-1")
+    finally:
+        c.close()
+
+
+def test_incompatible_version_is_refused_and_history_unchanged(lab: Lab) -> None:
+    v1 = flow_module(lab, "v1", "1")
+    v2 = flow_module(lab, "v2", "2")
+    v2c = flow_module(lab, "v2c", "2", compatible=("1",))
+    p = lab.drive(v1, "r", workflow="ver.flow")
+    assert p.result is not None and p.result["status"] == "waiting", p.describe()
+    _signal(lab, "r")
+    before = _history(lab, "r")
+
+    refused = lab.drive(v2, "r", resume=True)
+    assert refused.error is not None, refused.describe()
+    assert refused.error["type"] == "VersionMismatchError"
+    msg = refused.error["msg"]
+    assert "'r'" in msg and "version '1'" in msg and "version '2'" in msg
+    assert "compatible=['1']" in msg
+    assert _history(lab, "r") == before, "a refused resume changed the history"
+    assert lab.ledger("step", name="b") == []
+
+    # Code that declares it can continue version-1 runs does so, and says so in the history.
+    ok = lab.drive(v2c, "r", resume=True)
+    assert ok.result is not None and ok.result["outcome"] == "succeeded", ok.describe()
+    assert ok.result["result"] == [1, "now", 2]
+    after = lab.events("r")
+    accepted = [e.payload for e in after if e.type == "version_accepted"]
+    assert [(a.from_version, a.to_version) for a in accepted] == [("1", "2")]  # type: ignore[attr-defined]
+    assert _history(lab, "r")[: len(before)] == before
+    assert len(lab.ledger("step", name="a")) == 1  # recorded under v1, reused under v2
+    assert lab.state("r").version == "2"
+
+
+def test_replay_asking_another_policy_is_nondeterminism(lab: Lab) -> None:
+    original = flow_module(lab, "orig", "1")
+    changed = flow_module(lab, "changed", "1", a_kind="compute")  # same version, new code
+    p = lab.drive(original, "nd", workflow="ver.flow")
+    assert p.result is not None and p.result["status"] == "waiting", p.describe()
+    before = _history(lab, "nd")
+
+    bad = lab.drive(changed, "nd", resume=True)
+    assert bad.error is not None, bad.describe()
+    assert bad.error["type"] == "NonDeterminismError"
+    assert "'nd'" in bad.error["msg"] and "'a'" in bad.error["msg"]
+    assert "read" in bad.error["msg"] and "compute" in bad.error["msg"]
+    assert _history(lab, "nd") == before, "a refused replay changed the history"
+
+    # The run is intact: the original code finishes it, reusing the recorded step.
+    _signal(lab, "nd")
+    ok = lab.drive(original, "nd", resume=True)
+    assert ok.result is not None and ok.result["outcome"] == "succeeded", ok.describe()
+    assert len(lab.ledger("step", name="a")) == 1
+
+
+# ---------------------------------------------------------------------- G10 at the API
+
+
+class Opaque:
+    pass
+
+
+def _returns(value: Any) -> Any:
+    return value
+
+
+@torpor.workflow(name="g10.bad_result", version="1")
+def bad_result(run: torpor.Run, kind: str) -> Any:
+    ok = run.step("ok", _returns, {"fine": [1, 2, 3]})
+    run.checkpoint({"after": "ok"})
+    bad = {
+        "object": Opaque(),
+        "set": {"a": {1, 2}},
+        "nan": [math.nan],
+        "key": {1: "int key"},
+        "huge": "x" * (2 << 20),
+    }[kind]
+    return [ok, run.step("bad", _returns, bad)]
+
+
+@pytest.mark.parametrize("kind", ["object", "set", "nan", "key", "huge"])
+def test_unserializable_step_result_is_refused_when_recorded(
+    runtime: torpor.Runtime, client: torpor.Client, kind: str
+) -> None:
+    rid = f"g10-{kind}"
+    with pytest.raises(torpor.PayloadError) as info:
+        runtime.run(bad_result, kind, run_id=rid)
+    err = info.value
+    assert err.run_id == rid and err.step_id == "bad"
+    assert f"run {rid!r} step 'bad'" in str(err)
+    if kind == "huge":
+        assert "artifact" in str(err)
+    evs = client.events(rid)
+    assert all(e.step_id != "bad" for e in evs), "something was recorded for the bad step"
+    assert [e.payload.step_id for e in evs if e.type == "step_completed"] == ["ok"]  # type: ignore[attr-defined]
+    assert client.state(rid).user_state == {"after": "ok"}
+    # Nothing recorded is lost or rewritten by a second attempt either.
+    before = [(e.seq, e.type) for e in evs]
+    with pytest.raises(torpor.PayloadError):
+        runtime.resume(rid)
+    assert [(e.seq, e.type) for e in client.events(rid)][: len(before)] == before
+    assert all(e.step_id != "bad" for e in client.events(rid))
+
+
+def _opaque_effect(idempotency_key: str) -> Any:
+    return Opaque()
+
+
+@torpor.workflow(name="g10.bad_effect_result", version="1")
+def bad_effect_result(run: torpor.Run, _: Any) -> Any:
+    return run.effect("send", _opaque_effect)
+
+
+def test_unserializable_effect_result_records_that_the_effect_happened(
+    runtime: torpor.Runtime, client: torpor.Client
+) -> None:
+    with pytest.raises(torpor.PayloadError) as info:
+        runtime.run(bad_effect_result, None, run_id="g10-eff")
+    assert info.value.step_id == "send"
+    eff = client.effects("g10-eff")
+    assert [(e.key, e.status) for e in eff] == [("g10-eff/send", "observed")]
+    res = runtime.resume("g10-eff")  # never performed again; the run fails with the reason
+    assert res.outcome == "failed", res
+    assert "not serializable" in res.reason
