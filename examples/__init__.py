@@ -1,0 +1,1 @@
+"""Runnable torpor examples (``python -m examples.repo_agent``)."""

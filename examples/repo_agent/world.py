@@ -1,0 +1,87 @@
+"""Look at the outside world the agent changed: the remote's commits and the delivered mail.
+
+Independent of torpor's records on purpose — this is how a person (or the kill test) checks
+that a run that was killed and resumed many times still pushed once and emailed once::
+
+    uv run python -m examples.repo_agent.world RUN_ID [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import effects
+from .smtp import MailStore
+
+
+def remote_commits_with_key(remote: str | Path, key: str) -> list[str]:
+    """Every commit in any ref of ``remote`` whose message carries the key's trailer."""
+    out = effects.git(
+        "log",
+        "--all",
+        "--fixed-strings",
+        f"--grep={effects.TRAILER}: {key}",
+        "--format=%H",
+        git_dir=remote,
+    ).stdout.split()
+    return out
+
+
+def push_log(remote: str | Path) -> list[tuple[str, str, str]]:
+    """Ref updates recorded by the default remote's post-receive hook: (old, new, ref)."""
+    log = Path(remote) / "torpor-push.log"
+    if not log.exists():
+        return []
+    rows = []
+    for line in log.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            rows.append((parts[0], parts[1], parts[2]))
+    return rows
+
+
+def emails_with_key(maildir: str | Path, key: str) -> list[str]:
+    """Delivered messages (file names) whose Message-ID is the one derived from ``key``."""
+    mid = effects.message_id_for(key)
+    return [m.path.name for m in MailStore(maildir).find(mid)]
+
+
+def world_report(
+    run_id: str, workdir: str | Path, remote: str | Path | None = None
+) -> dict[str, Any]:
+    """Counts of the run's effects as the world sees them."""
+    root = Path(workdir)
+    remote = remote or root / "remote.git"
+    push_key, email_key = f"{run_id}/push", f"{run_id}/email"
+    commits = remote_commits_with_key(remote, push_key)
+    mails = emails_with_key(root / "mail", email_key)
+    return {
+        "run_id": run_id,
+        "push_key": push_key,
+        "commits_with_key": commits,
+        "ref_updates_logged": [r for r in push_log(remote) if r[1] in commits],
+        "email_key": email_key,
+        "message_id": effects.message_id_for(email_key),
+        "emails_with_message_id": mails,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m examples.repo_agent.world")
+    p.add_argument("run_id")
+    p.add_argument("--workdir", help="default: $TORPOR_HOME/repo_agent/RUN_ID")
+    p.add_argument("--remote", help="default: the workdir's remote.git")
+    args = p.parse_args(argv)
+    import torpor
+
+    workdir = args.workdir or torpor.Settings.from_env().home / "repo_agent" / args.run_id
+    print(json.dumps(world_report(args.run_id, workdir, args.remote), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
