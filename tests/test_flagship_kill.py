@@ -34,7 +34,11 @@ from test_flagship import ROOT, Agent, check_world_and_history, new_agent
 SEED_OVERRIDE = os.environ.get("TORPOR_KILL_SEED")
 MIN_DISTINCT_KILLS = int(os.environ.get("TORPOR_KILL_MIN", "30"))
 MAX_KILLS_PER_RUN = 14
-MAX_RUNS = 8
+MAX_RUNS = 10
+#: Event numbers of an uninterrupted json run (63 events): the last artifact is recorded by
+#: about 30, the effects begin after about 55.
+ARTIFACTS_DONE_SEQ = 28
+LATE_SEQ = 55
 EFFECT_POINTS = ("effect.called@1", "effect.intended@1", "effect.called@2", "effect.intended@2")
 
 
@@ -84,12 +88,18 @@ class SeqWatch:
 
 
 def _pick(rng: random.Random, current: int) -> tuple[str, str]:
-    """The next kill: a little further into the run than where it stands now."""
-    mode = rng.choices(["crash", "seq", "time"], weights=[4, 5, 1])[0]
+    """The next kill: a little further into the run than where it stands now.
+
+    Near the end of a run (``current`` is its event number) only kills that can still land
+    are drawn, so that each run contributes several kill points.
+    """
+    late = current >= LATE_SEQ
+    mode = rng.choices(["crash", "seq", "time"], weights=[4, 5, 0 if late else 1])[0]
     if mode == "crash":
         points = ["append.after", "append.before", "artifact.stored"]
-        name = rng.choices(points, weights=[5, 3, 1])[0]
-        n = 1 if name == "artifact.stored" else rng.randint(2, 5)
+        weights = [5, 3, 1 if current < ARTIFACTS_DONE_SEQ else 0]
+        name = rng.choices(points, weights=weights)[0]
+        n = 1 if name == "artifact.stored" else rng.randint(2, 3 if late else 5)
         return mode, f"{name}@{n}"
     # Whom to kill: the whole process group (a machine dying), or only the agent's pid (a
     # `kill -9 PID`: its children — git, ruff, the test runner — live on as orphans and may
@@ -98,7 +108,8 @@ def _pick(rng: random.Random, current: int) -> tuple[str, str]:
     if mode == "seq":
         # A random delay after the history reaches a random event: lands inside ruff, git,
         # compileall, the CPython tests, the SMTP exchange.
-        return mode, f"{current + rng.randint(2, 9)}+{rng.uniform(0.0, 0.5):.3f}s/{whom}"
+        gap = rng.randint(1, 2) if late else rng.randint(2, 9)
+        return mode, f"{current + gap}+{rng.uniform(0.0, 0.5):.3f}s/{whom}"
     return mode, f"{rng.uniform(0.4, 2.5):.3f}s/{whom}"
 
 
