@@ -240,7 +240,7 @@ def a_effect_reconcile(draw: Draw, m: Model) -> list[_Payload]:
 
 
 def a_effect_fail(draw: Draw, m: Model) -> list[_Payload]:
-    keys = [k for k, e in m.effects.items() if e["status"] in ("intended", "absent")]
+    keys = [k for k, e in m.effects.items() if e["status"] == "intended"]
     key = draw(st.sampled_from(keys))
     m.effects[key]["status"] = "failed"
     return [EffectFailed(key=key, error="boom")]
@@ -429,7 +429,7 @@ def enabled(m: Model) -> dict[str, Action]:
         acts["effect_observe"] = a_effect_observe
     if m.in_doubt():
         acts["effect_reconcile"] = a_effect_reconcile
-    if any(e["status"] in ("intended", "absent") for e in m.effects.values()):
+    if any(e["status"] == "intended" for e in m.effects.values()):
         acts["effect_fail"] = a_effect_fail
     if in_status(m, "requested"):
         acts["approval_decide"] = a_approval_decide
@@ -674,8 +674,8 @@ def impossible(s: RunState) -> list[tuple[str, Event]]:
                 "engine settles an effect a person must settle",
                 EffectReconciled(key=key, verdict=Verdict.ABSENT),
             )
-        if e.status not in ("intended", "absent"):
-            add("effect failed from a settled status", EffectFailed(key=key, error="e"))
+        if e.status != "intended":
+            add("effect failed that is not intended", EffectFailed(key=key, error="e"))
         step = s.steps.get(e.step_id)
         if step is not None and step.status == "started":
             if e.status not in ("absent", "failed"):
@@ -838,6 +838,24 @@ def test_every_impossible_event_is_refused(events: list[Event], data: st.DataObj
     assert err.rule, label
     assert f"run {RUN!r} seq {bad.seq}" in str(err)
     assert dump(state) == before, f"refused {label!r} changed the state"
+
+
+@FAST
+@given(histories(), st.data())
+def test_a_user_checkpoint_never_makes_a_valid_history_impossible(
+    events: list[Event], data: st.DataObject
+) -> None:
+    """Pruning at a user checkpoint only forgets what no later event may need: a checkpoint
+    inserted anywhere a run is not finished leaves the rest of the history valid."""
+    k = data.draw(st.integers(1, len(events)), label="cut")
+    state = fold(events[:k])
+    if state.status is RunStatus.FINISHED:
+        return
+    ckpt = Event(
+        run_id=RUN, seq=k + 1, type="checkpoint_saved", payload=CheckpointSaved(), at_ms=0, epoch=0
+    )
+    rest = [e.model_copy(update={"seq": e.seq + 1}) for e in events[k:]]
+    fold([*events[:k], ckpt, *rest])
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -590,8 +590,12 @@ def _effect_reconciled(s: RunState, e: Event, refuse: Refuse) -> None:
 def _effect_failed(s: RunState, e: Event, refuse: Refuse) -> None:
     p: EffectFailed = e.payload  # type: ignore[assignment]
     cur = s.effects.get(p.key)
-    if cur is None or cur.status not in ("intended", "absent"):
-        raise refuse(f"effect {p.key!r} cannot fail from status {cur.status if cur else None}")
+    # Only an intended effect fails (the call raised and nothing happened). An absent one is
+    # performed again or left alone; allowing absent -> failed also made the rule depend on
+    # whether a user checkpoint had pruned the absent effect in between.
+    if cur is None or cur.status != "intended":
+        status = cur.status if cur else "never intended"
+        raise refuse(f"effect {p.key!r} cannot fail: it is {status}, not intended")
     cur.status = "failed"
     cur.reason = p.error
 
