@@ -5,6 +5,8 @@ the run ``blocked`` with the reason."""
 from __future__ import annotations
 
 import sqlite3
+import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -234,3 +236,24 @@ def test_killed_while_consuming_an_approval(tmp_path: Path, db_url: str, point: 
     assert done.result["outcome"] == "succeeded", done.result
     assert len(lab.ledger("effect")) == 1
     assert [e.type for e in lab.events("k")].count("approval_consumed") == 1
+
+
+@torpor.workflow(name="g6.hurry", version="1")
+def hurry(run: torpor.Run, _: Any) -> Any:
+    ref = run.artifact("patch", "patch v1\n")
+    appr = run.approval("ship", [ref], timeout=timedelta(seconds=0.2))
+    return run.effect("push", push, ref.sha256, approval=appr, artifacts=[ref])
+
+
+def test_approval_deadline_passes_without_a_decision(
+    runtime: torpor.Runtime, client: torpor.Client
+) -> None:
+    res = runtime.run(hurry, None, run_id="late")
+    assert res.status == "waiting" and res.wait_kind == "approval" and res.wake_at_ms
+    time.sleep(max(0.0, res.wake_at_ms / 1000 - time.time()) + 0.05)
+    res = runtime.resume("late")
+    assert res.outcome == "blocked", res
+    assert "timed out" in res.reason
+    assert kit.ledger_entries("effect") == []
+    with pytest.raises(torpor.TorporError):  # too late to approve now
+        client.decide("late", None, "approve", "alice")

@@ -150,7 +150,7 @@ def test_sigkill_at_random_moments(lab: Lab) -> None:
         while len(lab.ledger()) == before and proc.poll() is None:
             assert time.monotonic() < deadline, "the process never started working"
             time.sleep(0.005)
-        time.sleep(rng.uniform(0.0, 0.2))
+        time.sleep(rng.uniform(0.0, 0.15))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
         p = lab.collect(proc)

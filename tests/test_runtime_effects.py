@@ -182,3 +182,52 @@ def test_effect_raising_with_unknown_outcome_is_unresolved(lab: Lab) -> None:
     assert "TimeoutError" in p.result["reason"]
     assert len(lab.ledger("effect")) == 1
     assert lab.ledger("step", name="after") == []
+
+
+def test_cancelling_a_run_with_an_effect_in_doubt_stays_honest(lab: Lab) -> None:
+    """Killed after the call, then cancelled before anyone resumed it: the mail may have gone
+    out, so the run cannot just say ``cancelled`` — it is ``unresolved`` until a person settles
+    the effect, and then it ends ``cancelled`` without performing anything more."""
+    start(lab, "c1", "effect.called")
+    c = lab.client()
+    try:
+        c.cancel("c1", by="ops", reason="wrong recipient")
+    finally:
+        c.close()
+    p = lab.drive("g2wf", "c1", resume=True)
+    assert p.result is not None, p.describe()
+    assert p.result["outcome"] == "unresolved", p.result
+    assert "wrong recipient" in p.result["reason"] or "cancel" in p.result["reason"]
+    assert "c1/send" in p.result["reason"]
+    c = lab.client()
+    try:
+        assert c.answers("c1")["effects"] == {"c1/send": "intended"}
+        c.resolve("c1", "c1/send", "applied", "ops", result={"sent": "hello"})
+    finally:
+        c.close()
+    done = lab.resume_until_finished("g2wf", "c1")
+    assert done.result is not None and done.result["outcome"] == "cancelled", done.result
+    assert len(lab.ledger("effect")) == 1
+    assert lab.ledger("step", name="after") == []
+
+
+@pytest.mark.parametrize("verdict", ["applied", "absent"])
+def test_a_person_settles_the_effect_before_anyone_resumes(lab: Lab, verdict: str) -> None:
+    """Crashed with the effect in doubt; a person checks the relay and resolves it before the
+    run is resumed: the resume takes the person's word and does not ask reconcile."""
+    point = "effect.called" if verdict == "applied" else "effect.intended"
+    start(lab, "p1", point)
+    c = lab.client()
+    try:
+        assert [(v.key, v.status) for v in c.effects("p1")] == [("p1/send", "intended")]
+        c.resolve("p1", "p1/send", verdict, "dana", result={"sent": "hello", "by": "dana"})
+    finally:
+        c.close()
+    done = lab.resume_until_finished("g2wf", "p1")
+    assert done.result is not None and done.result["outcome"] == "succeeded", done.result
+    assert len(lab.ledger("effect")) == 1
+    assert lab.ledger("reconcile") == []
+    if verdict == "applied":
+        assert done.result["result"]["sent"] == {"sent": "hello", "by": "dana"}
+    else:
+        assert lab.ledger("effect")[0]["pid"] == lab.pids[-1]

@@ -5,12 +5,14 @@ wakes, and nothing it tries to write lands."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+import torpor
 from runtime_kit import Lab
 
 LEASES = """
@@ -90,3 +92,43 @@ def test_paused_holder_is_fenced_off_after_takeover(lab: Lab) -> None:
     assert len(lab.ledger("effect")) == 1
     assert Counter(e["name"] for e in lab.ledger("step")) == {"first": 1, "slow": 2, "last": 1}
     lab.check_no_rerun_after_record("fence")
+
+
+# ---------------------------------------------------------------------- in-process
+
+
+def _long_step(seconds: float) -> str:
+    time.sleep(seconds)
+    return "done"
+
+
+@torpor.workflow(name="l.long_step", version="1")
+def long_step(run: torpor.Run, seconds: float) -> str:
+    return str(run.step("long", _long_step, seconds))
+
+
+def test_heartbeat_keeps_the_lease_through_a_long_step(db_url: str) -> None:
+    """A step three times longer than the lease ttl: the heartbeat renews it, the run
+    succeeds, and another owner trying meanwhile is refused."""
+    rt = torpor.Runtime(db_url, lease_ttl_s=0.5, heartbeat_s=0.1)
+    other = torpor.Runtime(db_url, lease_ttl_s=0.5, heartbeat_s=0.1)
+    rid = rt.start(long_step, 1.5)
+    refused: list[BaseException] = []
+
+    def intrude() -> None:
+        time.sleep(0.9)  # well past the first lease's ttl
+        try:
+            other.execute(rid)
+        except torpor.LeaseHeldError as exc:
+            refused.append(exc)
+
+    t = threading.Thread(target=intrude)
+    t.start()
+    try:
+        res = rt.execute(rid)
+    finally:
+        t.join()
+        rt.close()
+        other.close()
+    assert res.outcome == "succeeded", res
+    assert len(refused) == 1

@@ -169,3 +169,23 @@ def test_unserializable_effect_result_records_that_the_effect_happened(
     res = runtime.resume("g10-eff")  # never performed again; the run fails with the reason
     assert res.outcome == "failed", res
     assert "not serializable" in res.reason
+
+
+def test_unserializable_input_or_compute_arguments_are_refused(
+    runtime: torpor.Runtime, client: torpor.Client
+) -> None:
+    with pytest.raises(torpor.PayloadError) as info:
+        runtime.start(bad_result, Opaque(), run_id="bad-input")
+    assert "bad-input" in str(info.value) and "input" in str(info.value)
+    with pytest.raises(torpor.RunNotFoundError):
+        client.get("bad-input")
+
+    @torpor.workflow(name="g10.bad_args", version="1")
+    def bad_args(run: torpor.Run, _: Any) -> Any:
+        run.step("ok", _returns, 1)
+        return run.compute("hash me", _returns, Opaque())
+
+    with pytest.raises(torpor.PayloadError) as info:
+        runtime.run(bad_args, None, run_id="bad-args")
+    assert info.value.step_id == "hash me" and "not hashable" in str(info.value)
+    assert all(e.step_id != "hash me" for e in client.events("bad-args"))

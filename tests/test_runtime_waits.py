@@ -64,7 +64,7 @@ def test_timer_straddling_a_sigkill_fires_once_at_the_original_deadline(lab: Lab
     waits = [e for e in lab.events("t1") if e.type == "wait_started"]
     assert len(waits) == 1
     original_ms = waits[0].payload.deadline_ms  # type: ignore[attr-defined]
-    assert original_ms - waits[0].at_ms == 2000
+    assert 1900 <= original_ms - waits[0].at_ms <= 2000  # fixed when the sleep began
     assert time.time() * 1000 < original_ms, "B must start before the deadline for this test"
 
     b = lab.drive("wwf", "t1", resume=True)
