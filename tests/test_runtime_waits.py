@@ -216,3 +216,34 @@ def test_cancel_a_waiting_run(runtime: torpor.Runtime, client: torpor.Client) ->
     assert kit.ledger_entries("got") == []
     with pytest.raises(torpor.TorporError):
         client.signal("wc", "go", 1)
+
+
+@pytest.mark.parametrize(
+    ("kind", "body"),
+    [
+        ("signal", {"payload": "no name"}),
+        ("decision", {"approval_id": "ship@x"}),
+        ("resolve", {"key": "k"}),
+        ("mystery", {"a": 1}),
+    ],
+)
+def test_malformed_inbox_message_never_blocks_the_run(
+    runtime: torpor.Runtime, client: torpor.Client, kind: str, body: dict[str, Any]
+) -> None:
+    """A message that cannot be understood (written by a buggy client, or by hand) is moved
+    into the history as a warning naming it; the run goes on and its outcome says so."""
+    rid = runtime.start(waiter, {"timeout": 0.05})
+    assert runtime.resume(rid).status == "waiting"
+    runtime.store.post_inbox(rid, kind, body, message_id="bad-1")
+    res = runtime.resume(rid)
+    assert res.status == "waiting", res  # not an error: still waiting for "go"
+    warnings = client.state(rid).warnings
+    assert len(warnings) == 1 and "bad-1" in warnings[0] and "malformed" in warnings[0]
+    client.signal(rid, "go", "fine")
+    res = runtime.resume(rid)
+    if res.status == "waiting":  # the second wait's short deadline
+        time.sleep(0.1)
+        res = runtime.resume(rid)
+    assert res.outcome == "succeeded_with_warnings", res
+    assert res.result["first"] == "fine"
+    assert "bad-1" in res.reason

@@ -230,9 +230,15 @@ class Execution:
         consumed: list[tuple[str, int]] = []
         trial = self.state.model_copy(deep=True)
         for m in msgs:
-            converted = self._convert(m, trial)
             snapshot = trial.model_copy(deep=True)
             try:
+                # A malformed body (missing fields, unknown kind, wrong types) is refused like an
+                # impossible transition: a warning, never an error that blocks the run for good.
+                try:
+                    converted = self._convert(m, trial)
+                except (InboxError, KeyError, TypeError, ValueError) as bad:
+                    detail = f"malformed: {type(bad).__name__}: {bad}".splitlines()[0]
+                    raise TransitionError(trial.run_id, trial.seq + 1, m.kind, detail) from bad
                 seq = trial.seq
                 for p in converted:
                     seq += 1
