@@ -10,10 +10,11 @@ Fencing holds because the fenced ``UPDATE`` of the run row takes its row lock; d
 from __future__ import annotations
 
 import re
+import select
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,18 @@ def _migrations() -> list[tuple[int, str]]:
 
 
 SCHEMA_VERSION = max(v for v, _ in _migrations())
+
+
+def _is_dead(conn: Any) -> bool:
+    """True when an idle connection is certainly unusable (closed, broken, or the server has
+    sent something — its termination notice — while nothing was asked)."""
+    if conn.closed or conn.broken:
+        return True
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 def _psycopg() -> Any:
@@ -64,6 +77,7 @@ class PostgresDriver:
             timeout=30,
         )
         self._lock = threading.Lock()
+        self._repeatable_read = psycopg.IsolationLevel.REPEATABLE_READ
 
     def _sql(self, sql: str) -> str:
         out = self._sql_cache.get(sql)
@@ -72,18 +86,56 @@ class PostgresDriver:
             self._sql_cache[sql] = out
         return out
 
+    def _getconn(self) -> Any:
+        """A pooled connection, skipping ones whose server end is gone.
+
+        A backend that was terminated (``pg_terminate_backend``, a server restart, an idle
+        timeout) leaves its idle pooled connection unusable, and the pool cannot know until the
+        connection is used. An idle connection in this pool never legitimately receives data
+        (it does not LISTEN), so one whose socket is readable carries the server's FATAL
+        goodbye or EOF: close it and take another, without a round trip for healthy ones.
+        """
+        for _ in range(self.pool.max_size + 1):
+            conn = self.pool.getconn()
+            if not _is_dead(conn):
+                return conn
+            conn.close()
+            self.pool.putconn(conn)
+        return self.pool.getconn()
+
     @contextmanager
-    def transaction(self) -> Iterator[Any]:
+    def _tx(self, *, read_only: bool) -> Iterator[Any]:
         try:
-            with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            conn = self._getconn()
+        except self._errors.OperationalError as exc:  # includes PoolTimeout / PoolClosed
+            raise StoreError(f"postgres: {exc}".strip()) from exc
+        try:
+            # Applied by psycopg to the next BEGIN: no extra round trip.
+            if conn.read_only != read_only:
+                conn.read_only = read_only
+            iso = self._repeatable_read if read_only else None
+            if conn.isolation_level != iso:
+                conn.isolation_level = iso
+            with conn.transaction(), conn.cursor() as cur:
                 yield cur
         except self._errors.OperationalError as exc:
             raise StoreError(f"postgres: {exc}".strip()) from exc
+        finally:
+            self.pool.putconn(conn)
 
-    @contextmanager
-    def read(self) -> Iterator[Any]:
-        with self.transaction() as cur:
-            yield cur
+    def transaction(self) -> AbstractContextManager[Any]:
+        """A write transaction, ``READ COMMITTED``: the fenced ``UPDATE`` of the run row takes
+        its row lock first, which serializes writers of one run."""
+        return self._tx(read_only=False)
+
+    def read(self) -> AbstractContextManager[Any]:
+        """A read-only ``REPEATABLE READ`` transaction: every query in it sees one snapshot.
+
+        Under ``READ COMMITTED`` each statement takes a new snapshot, so reading the run row and
+        then its events could straddle a concurrent append (a history longer than the row
+        says). A read-only transaction at this level never fails with a serialization error.
+        """
+        return self._tx(read_only=True)
 
     def execute(self, cur: Any, sql: str, params: dict[str, Any]) -> int:
         cur.execute(self._sql(sql), params)
