@@ -23,10 +23,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigError, LeaseHeldError, TorporError
+from .errors import ConfigError, LeaseHeldError, LeaseLostError, TorporError
 from .runtime import RunResult, Runtime
+from .workflows import accepted_versions
 
 log = logging.getLogger("torpor.worker")
+
+#: Back-off of a run that failed in this worker without an outcome: first and longest skip.
+BACKOFF_MIN_S = 0.5
+BACKOFF_MAX_S = 60.0
+#: The shortest idle wait (a due timer another worker holds must not make the loop spin).
+MIN_IDLE_S = 0.02
 
 
 @dataclass
@@ -36,6 +43,7 @@ class WorkerStats:
     executed: int = 0
     finished: int = 0
     waiting: int = 0
+    lost: int = 0
     errors: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
 
@@ -68,6 +76,8 @@ class Worker:
         self._stop = threading.Event()
         self._slots = threading.Semaphore(concurrency)
         self._lock = threading.Lock()
+        #: run_id -> (monotonic time until which it is skipped, last delay)
+        self._backoff: dict[str, tuple[float, float]] = {}
 
     def stop(self) -> None:
         """Stop claiming; running executions release their run at the next boundary."""
@@ -96,18 +106,57 @@ class Worker:
                     self.stats.waiting += 1
             if self.on_result is not None:
                 self.on_result(res)
+            with self._lock:
+                self._backoff.pop(run_id, None)
         except LeaseHeldError:
             pass
+        except LeaseLostError as exc:
+            # Fenced off (the lease expired while this worker was stalled, and another worker
+            # took the run over): nothing was written; the new owner carries on.
+            with self._lock:
+                self.stats.lost += 1
+            log.warning("run %s: LeaseLostError: %s", run_id, exc)
         except TorporError as exc:
-            with self._lock:
-                self.stats.errors += 1
-            log.error("run %s: %s", run_id, exc)
+            delay = self._back_off(run_id)
+            log.error(
+                "run %s: %s: %s (not claimed again by this worker for %.1fs)",
+                run_id,
+                type(exc).__name__,
+                exc,
+                delay,
+            )
         except Exception:
-            with self._lock:
-                self.stats.errors += 1
-            log.exception("run %s: unexpected error", run_id)
+            delay = self._back_off(run_id)
+            log.exception("run %s: unexpected error (skipped for %.1fs)", run_id, delay)
         finally:
             self._slots.release()
+
+    def _back_off(self, run_id: str) -> float:
+        """The run failed here without an outcome (its history is intact; the cause may be
+        transient, or specific to this worker): skip it for a while, doubling each time, so one
+        such run never monopolizes the worker nor spins it."""
+        now = time.monotonic()
+        with self._lock:
+            self.stats.errors += 1
+            _, prev = self._backoff.get(run_id, (0.0, 0.0))
+            delay = min(BACKOFF_MAX_S, max(BACKOFF_MIN_S, prev * 2))
+            self._backoff[run_id] = (now + delay, delay)
+            # Forget runs whose back-off ended long ago.
+            for rid, (until, _) in list(self._backoff.items()):
+                if until < now - 2 * BACKOFF_MAX_S:
+                    del self._backoff[rid]
+        return delay
+
+    def _excluded(self) -> list[str]:
+        now = time.monotonic()
+        with self._lock:
+            return [rid for rid, (until, _) in self._backoff.items() if until > now]
+
+    def _next_backoff_end(self) -> float | None:
+        now = time.monotonic()
+        with self._lock:
+            ends = [until - now for until, _ in self._backoff.values() if until > now]
+        return min(ends) if ends else None
 
     def run(self, *, until_idle: bool = False, max_seconds: float | None = None) -> WorkerStats:
         """Loop until stopped (or, with ``until_idle``, until nothing is runnable or due soon).
@@ -116,6 +165,15 @@ class Worker:
         """
         start = time.monotonic()
         futures: list[Future[None]] = []
+        served = accepted_versions()
+        if served:
+            log.info("worker %s serves %s", self.runtime.owner, ", ".join(sorted(served)))
+        else:
+            log.warning(
+                "worker %s: no workflow is registered in this process, so it claims no run; "
+                "import the modules that define them (torpor worker --import MODULE)",
+                self.runtime.owner,
+            )
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="torpor-run") as pool:
             while not self._stop.is_set():
                 if max_seconds is not None and time.monotonic() - start > max_seconds:
@@ -123,11 +181,16 @@ class Worker:
                 if not self._slots.acquire(timeout=self.poll_s):
                     continue
                 try:
-                    lease = self.store.claim_next(self.runtime.owner, self.runtime.lease_ttl_s)
+                    lease = self.store.claim_next(
+                        self.runtime.owner,
+                        self.runtime.lease_ttl_s,
+                        accept=accepted_versions(),
+                        exclude=self._excluded(),
+                    )
                 except TorporError as exc:
                     self._slots.release()
                     log.warning("claim failed: %s", exc)
-                    self._stop.wait(self.poll_s)
+                    self._stop.wait(min(self.poll_s, 0.25))
                     continue
                 if lease is not None:
                     futures.append(pool.submit(self._execute, lease.run_id, lease))
@@ -135,7 +198,7 @@ class Worker:
                     continue
                 self._slots.release()
                 if until_idle and not futures_running(futures):
-                    nxt = self.store.next_wake_at_ms()
+                    nxt = self.store.next_wake_at_ms(accept=accepted_versions())
                     if nxt is None or nxt - self.store.now_ms() > self.poll_s * 1000:
                         break
                 self._idle_wait()
@@ -145,12 +208,20 @@ class Worker:
         return self.stats
 
     def _idle_wait(self) -> None:
+        """Block until a wakeup (NOTIFY / data_version), the next timer, the end of a back-off,
+        or ``poll_s``. A timer already due that could not be claimed (another worker is on it,
+        or it is backed off) still waits a little, so the loop never spins."""
         timeout = self.poll_s
-        nxt = self.store.next_wake_at_ms()
+        try:
+            nxt = self.store.next_wake_at_ms(accept=accepted_versions())
+        except TorporError:
+            nxt = None
         if nxt is not None:
-            timeout = max(0.0, min(timeout, (nxt - self.store.now_ms()) / 1000))
-        if timeout > 0:
-            self.store.wait_for_wake(timeout, self._stop.is_set)
+            timeout = min(timeout, (nxt - self.store.now_ms()) / 1000)
+        backoff_end = self._next_backoff_end()
+        if backoff_end is not None:
+            timeout = min(timeout, backoff_end)
+        self.store.wait_for_wake(max(timeout, MIN_IDLE_S), self._stop.is_set)
 
 
 def futures_running(futures: list[Future[None]]) -> bool:

@@ -96,6 +96,12 @@ def get_workflow(name_or_fn: str | Callable[..., Any]) -> WorkflowDef:
     return _REGISTRY[name]
 
 
+def accepted_versions() -> dict[str, list[str]]:
+    """``{workflow name: [recorded versions this code can continue]}`` for every registered
+    workflow: what a worker in this process can execute (its claim filter)."""
+    return {name: [wf.version, *sorted(wf.compatible)] for name, wf in _REGISTRY.items()}
+
+
 def import_modules(modules: Iterable[str]) -> None:
     """Import modules so their ``@workflow`` decorators register."""
     for m in modules:

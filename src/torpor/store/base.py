@@ -19,7 +19,7 @@ import re
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from .. import serde
+from .. import faults, serde
 from ..errors import (
     CorruptRecordError,
     LeaseHeldError,
@@ -377,25 +377,45 @@ class SQLStore:
             raise LeaseHeldError(run_id, rec.lease_owner or "?", rec.lease_expires_at_ms)
         return Lease(run_id, owner, int(row[0]), int(row[1]), ttl_ms)
 
-    def claim_next(self, owner: str, ttl_s: float) -> Lease | None:
+    def claim_next(
+        self,
+        owner: str,
+        ttl_s: float,
+        *,
+        accept: Mapping[str, Sequence[str]] | None = None,
+        exclude: Sequence[str] = (),
+    ) -> Lease | None:
         """Take the lease of one runnable run (oldest due first), or None if there is none.
 
-        PostgreSQL skips rows other workers are claiming (``FOR UPDATE SKIP LOCKED``); SQLite
-        serializes claims with its write lock.
+        ``accept`` (``{workflow: [versions this code can continue]}``) limits the claim to runs
+        the caller can execute, so a worker never takes — and blocks others from — runs of
+        workflows or versions it does not have; None accepts any. ``exclude``: run ids not to
+        take (a worker's back-off after a run failed). PostgreSQL skips rows other workers are
+        claiming (``FOR UPDATE SKIP LOCKED``); SQLite serializes claims with its write lock.
         """
         ttl_ms = int(ttl_s * 1000)
         with self.driver.transaction() as cur:
             row = self.driver.fetchone(
-                cur, self.q["claim_next"], self._p(owner=owner, ttl_ms=ttl_ms)
+                cur,
+                self.q["claim_next"],
+                self._p(
+                    owner=owner,
+                    ttl_ms=ttl_ms,
+                    accept=_accept_json(accept),
+                    exclude=serde.dumps(list(exclude)),
+                ),
             )
         if row is None:
             return None
         return Lease(str(row[0]), owner, int(row[1]), int(row[2]), ttl_ms)
 
-    def next_wake_at_ms(self) -> int | None:
-        """The earliest timer deadline among waiting runs (epoch ms), or None."""
+    def next_wake_at_ms(self, *, accept: Mapping[str, Sequence[str]] | None = None) -> int | None:
+        """The earliest timer deadline among waiting runs (epoch ms), or None; ``accept`` as in
+        :meth:`claim_next`."""
         with self.driver.read() as cur:
-            row = self.driver.fetchone(cur, self.q["next_wake_at"], {})
+            row = self.driver.fetchone(
+                cur, self.q["next_wake_at"], {"accept": _accept_json(accept)}
+            )
         return int(row[0]) if row and row[0] is not None else None
 
     def wait_for_wake(self, timeout_s: float, stop: Callable[[], bool] = lambda: False) -> bool:
@@ -478,9 +498,11 @@ class SQLStore:
                 # Read back instead of guessing; retry only what certainly did not land.
                 landed = self._landed(events)
                 if landed:
+                    faults.point("append.landed")
                     return
                 if landed is None or attempt == 2:
                     raise
+                faults.point("append.absent")
 
     def _landed(self, events: Sequence[Event]) -> bool | None:
         """Whether ``events`` are in the history exactly as given: True (all), False (none),
@@ -796,6 +818,13 @@ class SQLStore:
         with self.driver.read() as cur:
             row = self.driver.fetchone(cur, self.q["count_pending_inbox"], {"run_id": run_id})
         return int(row[0]) if row else 0
+
+
+def _accept_json(accept: Mapping[str, Sequence[str]] | None) -> str | None:
+    """``{workflow: [versions]}`` as the JSON text the dispatch queries take (None: any)."""
+    if accept is None:
+        return None
+    return serde.dumps({name: list(versions) for name, versions in accept.items()})
 
 
 class InboxPending(StoreError):

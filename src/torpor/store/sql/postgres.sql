@@ -40,14 +40,24 @@ WHERE run_id = :run_id
 RETURNING lease_epoch, lease_expires_at_ms;
 
 -- name: claim_next
+-- A waiting run whose lease was never released (its executor died mid-execution, say right
+-- after moving the wake signal into the history) is taken again once that lease expires.
+-- :accept ({workflow: [versions]} as JSON, or NULL) and :exclude (JSON list of run ids) limit
+-- the claim to runs this worker can execute and has not backed off from.
 UPDATE runs
 SET lease_owner = :owner, lease_epoch = lease_epoch + 1,
     lease_expires_at_ms = torpor_now_ms() + :ttl_ms, updated_at_ms = torpor_now_ms()
 WHERE run_id = (
     SELECT run_id FROM runs
     WHERE (status IN ('pending', 'running')
-           OR (status = 'waiting' AND wake_at_ms <= torpor_now_ms()))
+           OR (status = 'waiting'
+               AND (wake_at_ms <= torpor_now_ms() OR lease_owner IS NOT NULL)))
       AND (lease_owner IS NULL OR lease_expires_at_ms <= torpor_now_ms())
+      AND (CAST(:accept AS jsonb) IS NULL OR EXISTS (
+           SELECT 1 FROM jsonb_each(CAST(:accept AS jsonb)) AS w(name, versions),
+                         jsonb_array_elements_text(w.versions) AS v(version)
+           WHERE w.name = runs.workflow AND v.version = runs.version))
+      AND NOT (CAST(:exclude AS jsonb) ? run_id)
     ORDER BY COALESCE(wake_at_ms, created_at_ms)
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -102,7 +112,8 @@ ORDER BY created_at_ms DESC, run_id LIMIT :limit;
 -- name: runnable_runs
 SELECT run_id FROM runs
 WHERE (status IN ('pending', 'running')
-       OR (status = 'waiting' AND wake_at_ms <= torpor_now_ms()))
+       OR (status = 'waiting'
+           AND (wake_at_ms <= torpor_now_ms() OR lease_owner IS NOT NULL)))
   AND (lease_owner IS NULL OR lease_expires_at_ms <= torpor_now_ms())
 ORDER BY COALESCE(wake_at_ms, created_at_ms) LIMIT :limit;
 
@@ -129,7 +140,12 @@ SELECT count(*) FROM inbox WHERE run_id = :run_id AND consumed_seq IS NULL;
 SELECT pg_notify('torpor_wake', :run_id);
 
 -- name: next_wake_at
-SELECT min(wake_at_ms) FROM runs WHERE status = 'waiting' AND wake_at_ms IS NOT NULL;
+SELECT min(wake_at_ms) FROM runs
+WHERE status = 'waiting' AND wake_at_ms IS NOT NULL
+  AND (CAST(:accept AS jsonb) IS NULL OR EXISTS (
+       SELECT 1 FROM jsonb_each(CAST(:accept AS jsonb)) AS w(name, versions),
+                     jsonb_array_elements_text(w.versions) AS v(version)
+       WHERE w.name = runs.workflow AND v.version = runs.version));
 
 -- name: db_now_ms
 SELECT torpor_now_ms();

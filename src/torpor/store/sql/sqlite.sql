@@ -77,7 +77,8 @@ ORDER BY created_at_ms DESC, run_id LIMIT :limit;
 
 -- name: runnable_runs
 SELECT run_id FROM runs
-WHERE (status IN ('pending', 'running') OR (status = 'waiting' AND wake_at_ms <= :now_ms))
+WHERE (status IN ('pending', 'running')
+       OR (status = 'waiting' AND (wake_at_ms <= :now_ms OR lease_owner IS NOT NULL)))
   AND (lease_owner IS NULL OR lease_expires_at_ms <= :now_ms)
 ORDER BY COALESCE(wake_at_ms, created_at_ms) LIMIT :limit;
 
@@ -107,13 +108,22 @@ SELECT checkpoint_seq FROM runs WHERE run_id = :run_id;
 SELECT run_id FROM runs WHERE run_id = :run_id;
 
 -- name: claim_next
+-- A waiting run whose lease was never released (its executor died mid-execution, say right
+-- after moving the wake signal into the history) is taken again once that lease expires.
+-- :accept ({workflow: [versions]} as JSON, or NULL) and :exclude (JSON list of run ids) limit
+-- the claim to runs this worker can execute and has not backed off from.
 UPDATE runs
 SET lease_owner = :owner, lease_epoch = lease_epoch + 1,
     lease_expires_at_ms = :now_ms + :ttl_ms, updated_at_ms = :now_ms
 WHERE run_id = (
     SELECT run_id FROM runs
-    WHERE (status IN ('pending', 'running') OR (status = 'waiting' AND wake_at_ms <= :now_ms))
+    WHERE (status IN ('pending', 'running')
+           OR (status = 'waiting' AND (wake_at_ms <= :now_ms OR lease_owner IS NOT NULL)))
       AND (lease_owner IS NULL OR lease_expires_at_ms <= :now_ms)
+      AND (:accept IS NULL OR EXISTS (
+           SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
+           WHERE w.key = runs.workflow AND v.value = runs.version))
+      AND run_id NOT IN (SELECT value FROM json_each(:exclude))
     ORDER BY COALESCE(wake_at_ms, created_at_ms)
     LIMIT 1
 )
@@ -123,7 +133,11 @@ RETURNING run_id, lease_epoch, lease_expires_at_ms;
 SELECT :run_id;
 
 -- name: next_wake_at
-SELECT min(wake_at_ms) FROM runs WHERE status = 'waiting' AND wake_at_ms IS NOT NULL;
+SELECT min(wake_at_ms) FROM runs
+WHERE status = 'waiting' AND wake_at_ms IS NOT NULL
+  AND (:accept IS NULL OR EXISTS (
+       SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
+       WHERE w.key = runs.workflow AND v.value = runs.version));
 
 -- name: db_now_ms
 SELECT :now_ms;
