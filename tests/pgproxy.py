@@ -1,0 +1,201 @@
+"""A TCP proxy in front of PostgreSQL that drops connections in the middle of a commit.
+
+It reads the client side of the wire protocol just enough to see statements (simple ``Q``
+queries; ``P``arse/``B``ind of the extended protocol, remembering prepared statement names) and
+recognizes the ``COMMIT`` of a transaction that inserted into a chosen table. When the fault
+plan says so, that commit is broken in one of two ways — the two sides of an ambiguous commit:
+
+- ``before``: the ``COMMIT`` is withheld and the backend is killed with
+  ``pg_terminate_backend``: the transaction is rolled back, the client sees the connection die.
+- ``after``: the ``COMMIT`` is forwarded, the server commits and answers; the answer is
+  swallowed, the backend is killed with ``pg_terminate_backend`` and the client's connection
+  closed: the transaction *landed*, the client sees the connection die exactly as before.
+
+The client cannot tell the two apart from the error; only reading back can.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+from collections import Counter
+from collections.abc import Callable
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+_SPECIAL_CODES = {80877103, 80877104, 80877102}  # SSLRequest, GSSENCRequest, CancelRequest
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("eof")
+        buf += chunk
+    return buf
+
+
+class CommitDropProxy:
+    """Listen on 127.0.0.1:<port>, forward to the server of ``url``.
+
+    ``plan(n)`` is called for the n-th (from 1) commit of a transaction whose statements
+    mention ``table_marker`` and returns ``"pass"``, ``"before"`` or ``"after"``.
+    """
+
+    def __init__(
+        self, url: str, plan: Callable[[int], str], table_marker: str = "INSERT INTO events"
+    ):
+        self.url = url
+        parts = urlsplit(url)
+        self.upstream = (parts.hostname or "127.0.0.1", parts.port or 5432)
+        self.plan = plan
+        self.marker = table_marker
+        self.faults: Counter[str] = Counter()
+        self.commits = 0
+        self._lock = threading.Lock()
+        self._admin = psycopg.connect(url, autocommit=True)
+        self._srv = socket.create_server(("127.0.0.1", 0))
+        self.port = self._srv.getsockname()[1]
+        self._closing = False
+        self._conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True, name="pgproxy").start()
+
+    def proxied_url(self) -> str:
+        """``url`` through the proxy (TLS and GSS encryption off: the proxy reads the bytes)."""
+        p = urlsplit(self.url)
+        netloc = p.netloc.rsplit("@", 1)
+        host = f"127.0.0.1:{self.port}"
+        netloc_s = f"{netloc[0]}@{host}" if len(netloc) == 2 else host
+        q = (p.query + "&" if p.query else "") + "sslmode=disable&gssencmode=disable"
+        return urlunsplit((p.scheme, netloc_s, p.path, q, p.fragment))
+
+    def close(self) -> None:
+        self._closing = True
+        self._srv.close()
+        for s in list(self._conns):
+            _close(s)
+        self._admin.close()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                client, _ = self._srv.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.upstream)
+            except OSError:
+                _close(client)
+                continue
+            self._conns += [client, upstream]
+            conn = _Conn(self, client, upstream)
+            threading.Thread(target=conn.client_to_server, daemon=True).start()
+            threading.Thread(target=conn.server_to_client, daemon=True).start()
+
+    def _decide(self) -> str:
+        with self._lock:
+            self.commits += 1
+            action = self.plan(self.commits)
+            self.faults[action] += 1
+            return action
+
+    def terminate(self, upstream: socket.socket) -> None:
+        """``pg_terminate_backend`` on the backend serving ``upstream`` (found by its port)."""
+        port = upstream.getsockname()[1]
+        with self._lock:
+            row = self._admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE client_port = %s", (port,)
+            ).fetchone()
+            if row is not None:
+                self._admin.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+
+
+class _Conn:
+    def __init__(self, proxy: CommitDropProxy, client: socket.socket, upstream: socket.socket):
+        self.proxy = proxy
+        self.client = client
+        self.upstream = upstream
+        self.stmts: dict[str, str] = {}
+        self.tx: list[str] = []
+        self.swallow = threading.Event()
+
+    def client_to_server(self) -> None:
+        try:
+            # Startup: untyped messages (SSL/GSS requests answered by one byte, then startup).
+            while True:
+                head = _recv_exact(self.client, 8)
+                length, code = struct.unpack("!ii", head)
+                body = _recv_exact(self.client, length - 8)
+                self.upstream.sendall(head + body)
+                if code not in _SPECIAL_CODES:
+                    break
+            while True:
+                head = _recv_exact(self.client, 5)
+                kind = head[:1]
+                (length,) = struct.unpack("!i", head[1:])
+                body = _recv_exact(self.client, length - 4)
+                if kind == b"Q" and self._on_query(body[:-1].decode(errors="replace")):
+                    continue
+                if kind == b"P":
+                    name, rest = body.split(b"\0", 1)
+                    text = rest.split(b"\0", 1)[0].decode(errors="replace")
+                    self.stmts[name.decode()] = text
+                    self.tx.append(text)
+                elif kind == b"B":
+                    stmt = body.split(b"\0", 2)[1].decode()
+                    self.tx.append(self.stmts.get(stmt, ""))
+                self.upstream.sendall(head + body)
+        except (OSError, ConnectionError):
+            pass
+        finally:
+            _close(self.upstream)
+
+    def _on_query(self, text: str) -> bool:
+        """Handle a simple query; True when the proxy consumed it (the commit was dropped)."""
+        verb = text.strip().split(None, 1)[0].upper() if text.strip() else ""
+        if verb == "BEGIN":
+            self.tx = []
+            return False
+        if verb != "COMMIT":
+            self.tx.append(text)
+            return False
+        touched = any(self.proxy.marker in t for t in self.tx)
+        self.tx = []
+        if not touched:
+            return False
+        action = self.proxy._decide()
+        if action == "before":
+            self.proxy.terminate(self.upstream)  # rolls the open transaction back
+            return True
+        if action == "after":
+            self.swallow.set()  # the server's answer will be dropped (see server_to_client)
+        return False
+
+    def server_to_client(self) -> None:
+        try:
+            while True:
+                data = self.upstream.recv(65536)
+                if not data:
+                    break
+                if self.swallow.is_set():
+                    # The commit's answer: it landed. Kill the backend, never tell the client.
+                    self.proxy.terminate(self.upstream)
+                    break
+                self.client.sendall(data)
+        except OSError:
+            pass
+        finally:
+            _close(self.client)
+            _close(self.upstream)
+
+
+def _close(s: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        s.shutdown(socket.SHUT_RDWR)
+    s.close()
