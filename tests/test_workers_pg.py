@@ -287,7 +287,8 @@ def test_timer_due_while_all_workers_down_fires_once(
     come back (two at once, racing for it)."""
     ledger = ledger_url(pg_database)
     mod = write_module(tmp_path, "timer_wf", TIMER)
-    ws = Workers(tmp_path, pg_url, ledger, mod, ttl=2.0, hb=0.5, concurrency=2, poll=0.2)
+    # Workers started with the CLI: torpor worker --import timer_wf ...
+    ws = Workers(tmp_path, pg_url, ledger, mod, ttl=2.0, hb=0.5, concurrency=2, poll=0.2, cli=True)
     first = ws.spawn()
     ws.wait_ready(1)
     rt = runtime_for(pg_url)
@@ -316,8 +317,19 @@ def test_timer_due_while_all_workers_down_fires_once(
     assert query(ledger, "SELECT name FROM steps") == [("before",)]
 
 
-def test_heartbeat_must_be_well_inside_the_lease() -> None:
-    """A heartbeat not shorter than the lease expiry by a safe margin is refused."""
+def test_heartbeat_must_be_well_inside_the_lease(tmp_path: Path) -> None:
+    """A heartbeat not shorter than the lease expiry by a safe margin is refused, by the
+    library and by ``torpor worker``."""
+    db = f"sqlite:///{tmp_path}/x.db"
+    cli = [sys.executable, "-m", "torpor.cli", "--db", db, "worker"]
+    cp = subprocess.run(
+        [*cli, "--lease-ttl", "3", "--heartbeat", "2"],
+        env=child_env(tmp_path, ""),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cp.returncode == 1 and "at most half of lease_ttl_s=3.0" in cp.stderr, cp.stderr
     for ttl, hb in [(3.0, 3.0), (3.0, 2.0), (3.0, 1.6), (3.0, 0.0), (3.0, -1.0), (0.0, None)]:
         with pytest.raises(torpor.ConfigError):
             torpor.Runtime(torpor.open_store("sqlite:///:memory:"), lease_ttl_s=ttl, heartbeat_s=hb)
@@ -490,7 +502,7 @@ def test_remote_client_starts_signals_approves_and_reads(
     reads its state while a worker process executes it."""
     ledger = ledger_url(pg_database)
     mod = write_module(tmp_path, "remote_wf", REMOTE, load=False)
-    ws = Workers(tmp_path, pg_url, ledger, mod, ttl=2.0, hb=0.5, poll=0.2)
+    ws = Workers(tmp_path, pg_url, ledger, mod, ttl=2.0, hb=0.5, poll=0.2, cli=True)
     ws.spawn({"TORPOR_HOME": str(tmp_path / "worker-home")})
     try:
         ws.wait_ready(1)

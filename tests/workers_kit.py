@@ -196,25 +196,39 @@ class Workers:
     hb: float = 0.5
     concurrency: int = 2
     poll: float = 0.5
+    cli: bool = False
     procs: dict[int, subprocess.Popen[str]] = field(default_factory=dict)
     logs: dict[int, Path] = field(default_factory=dict)
     _n: int = 0
 
     def spawn(self, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        code = WORKER.format(
-            module=self.module,
-            url=self.url,
-            ttl=self.ttl,
-            hb=self.hb,
-            concurrency=self.concurrency,
-            poll=self.poll,
-        )
+        """Start a worker process: the script above, or (``cli``) the ``torpor worker``
+        command — both print a line with READY / ``worker <owner> on <url>`` when started."""
+        if self.cli:
+            # fmt: off
+            argv = [
+                sys.executable, "-m", "torpor.cli", "--db", self.url, "worker",
+                "--import", self.module, "--concurrency", str(self.concurrency),
+                "--lease-ttl", str(self.ttl), "--heartbeat", str(self.hb),
+                "--poll", str(self.poll), "--verbose",
+            ]
+            # fmt: on
+        else:
+            code = WORKER.format(
+                module=self.module,
+                url=self.url,
+                ttl=self.ttl,
+                hb=self.hb,
+                concurrency=self.concurrency,
+                poll=self.poll,
+            )
+            argv = [sys.executable, "-c", code]
         (self.tmp / "logs").mkdir(exist_ok=True)
         self._n += 1
         log = self.tmp / "logs" / f"worker-{self._n}.log"
         with open(log, "w") as f:
             p = subprocess.Popen(
-                [sys.executable, "-c", code],
+                argv,
                 cwd=self.tmp,
                 env=child_env(self.tmp, self.ledger, env),
                 stdout=f,
@@ -230,7 +244,7 @@ class Workers:
 
     def ready(self) -> list[int]:
         """Live workers that finished starting (printed READY)."""
-        return [pid for pid in self.alive() if "READY" in self.logs[pid].read_text()]
+        return [pid for pid in self.alive() if _started(self.logs[pid].read_text())]
 
     def wait_ready(self, n: int, timeout: float = 60) -> None:
         wait_until(lambda: len(self.ready()) >= n, timeout, f"{n} workers to start", 0.05)
@@ -255,6 +269,12 @@ class Workers:
     def log_text(self, pid: int | None = None) -> str:
         pids = [pid] if pid is not None else list(self.logs)
         return "\n".join(f"--- worker {p}\n{self.logs[p].read_text()}" for p in pids)
+
+
+def _started(log: str) -> bool:
+    return "READY" in log or any(
+        ln.startswith("worker ") and " on " in ln for ln in log.splitlines()
+    )
 
 
 def wait_until(pred: Callable[[], Any], timeout: float, what: str, step: float = 0.02) -> Any:

@@ -170,11 +170,11 @@ def _client(ctx: typer.Context) -> Iterator[Client]:
 
 
 @contextmanager
-def _runtime(ctx: typer.Context, imports: list[str] | None) -> Iterator[Runtime]:
+def _runtime(ctx: typer.Context, imports: list[str] | None, **kw: Any) -> Iterator[Runtime]:
     opts = _opts(ctx)
     _import([*opts.imports, *(imports or [])])
     on_event = _progress_printer() if sys.stderr.isatty() else None
-    rt = Runtime(settings=opts.settings(), on_event=on_event)
+    rt = Runtime(settings=opts.settings(), on_event=on_event, **kw)
     try:
         yield rt
     finally:
@@ -515,6 +515,25 @@ def worker(
         float,
         typer.Option("--poll", min=0.01, metavar="S", help="Longest idle sleep between looks."),
     ] = 1.0,
+    lease_ttl: Annotated[
+        float,
+        typer.Option(
+            "--lease-ttl",
+            min=0,
+            metavar="S",
+            help="Lease lifetime; a crashed worker's runs "
+            "are taken over this long after its last renewal.",
+        ),
+    ] = 30.0,
+    heartbeat: Annotated[
+        float | None,
+        typer.Option(
+            "--heartbeat",
+            min=0,
+            metavar="S",
+            help="Lease renewal interval (default a third of --lease-ttl; at most half).",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log more.")] = False,
     json_out: Annotated[
         bool,
@@ -523,8 +542,8 @@ def worker(
 ) -> None:
     """Run a worker: execute runnable runs under leases until stopped (Ctrl-C, SIGTERM).
 
-    Any number of workers may share one database. On stop, running executions release their
-    run at the next boundary.
+    Any number of workers, on any number of machines, may share one database. On stop,
+    running executions release their run at the next boundary.
 
     Example: torpor worker --import myflows --concurrency 4
     """
@@ -547,7 +566,7 @@ def worker(
         now = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S")
         out.print(Text(f"{now} {res.run_id} {status}{reason}"))
 
-    with _runtime(ctx, imports) as rt:
+    with _runtime(ctx, imports, lease_ttl_s=lease_ttl, heartbeat_s=heartbeat) as rt:
         w = Worker(rt, concurrency=concurrency, poll_s=poll, on_result=report)
         w.install_signal_handlers()
         if not json_out:
