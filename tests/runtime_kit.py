@@ -111,7 +111,7 @@ for rid, point in {cases!r}:
     if pid == 0:
         os.environ["TORPOR_CRASH_AT"] = point
         importlib.reload(torpor.faults)
-        torpor.Runtime({db!r}).run({workflow!r}, {input!r}, run_id=rid)
+        torpor.Runtime({db!r}, **{rt_kw!r}).run({workflow!r}, {input!r}, run_id=rid)
         os._exit(0)  # not reached when the fault point kills the process
     _, status = os.waitpid(pid, 0)
     killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
@@ -123,7 +123,7 @@ import dataclasses, importlib, json, os
 print("PID", os.getpid(), flush=True)
 import torpor
 importlib.import_module({module!r})
-rt = torpor.Runtime({db!r})
+rt = torpor.Runtime({db!r}, **{rt_kw!r})
 out = {{}}
 for rid in {run_ids!r}:
     for _ in range(5):
@@ -275,14 +275,24 @@ class Lab:
         return proc
 
     def crash_farm(
-        self, module: str, workflow: str, input: Any, cases: list[tuple[str, str]]
+        self,
+        module: str,
+        workflow: str,
+        input: Any,
+        cases: list[tuple[str, str]],
+        runtime: dict[str, Any] | None = None,
     ) -> list[dict[str, Any]]:
         """Start one run per ``(run_id, "<point>@<n>")``, each in its own process that must die
         by SIGKILL at that fault point. The farm imports torpor once and forks a child per case
         (a real process and a real SIGKILL; the child sets TORPOR_CRASH_AT and reloads the
         fault module as a fresh interpreter would), which keeps dozens of crashes cheap."""
         code = CRASH_FARM.format(
-            module=module, db=self.db_url, workflow=workflow, input=input, cases=cases
+            module=module,
+            db=self.db_url,
+            workflow=workflow,
+            input=input,
+            cases=cases,
+            rt_kw=runtime or {},
         )
         cp = run_python(code, cwd=self.tmp, timeout=180)
         assert cp.returncode == 0, cp.stderr
@@ -293,9 +303,13 @@ class Lab:
             self.pids.append(f["pid"])
         return farm
 
-    def resume_all(self, module: str, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    def resume_all(
+        self, module: str, run_ids: list[str], runtime: dict[str, Any] | None = None
+    ) -> dict[str, dict[str, Any]]:
         """Resume every run (to its end, following timers) in one new process."""
-        code = RESUME_ALL.format(module=module, db=self.db_url, run_ids=run_ids)
+        code = RESUME_ALL.format(
+            module=module, db=self.db_url, run_ids=run_ids, rt_kw=runtime or {}
+        )
         cp = run_python(code, cwd=self.tmp, timeout=180)
         p = parse(cp.returncode, cp.stdout, cp.stderr)
         assert p.rc == 0 and p.result is not None and p.pid is not None, p.describe()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -257,3 +258,44 @@ def test_approval_deadline_passes_without_a_decision(
     assert kit.ledger_entries("effect") == []
     with pytest.raises(torpor.TorporError):  # too late to approve now
         client.decide("late", None, "approve", "alice")
+
+
+APPROVED_FLOW = (
+    SHIP_MODULE
+    + """
+
+@torpor.workflow(name="g6.flow", version="1", criteria=["pushed"])
+def flow(run, content):
+    ref = run.artifact("patch", content)
+    appr = run.approval("ship", [ref])
+    out = run.effect("push", push, ref.sha256, approval=appr, artifacts=[ref], reconcile=find_push)
+    after = run.step("after", lambda: ledger("step", name="after") or "ok")
+    run.verify("pushed", out == {"pushed": ref.sha256})
+    return [out, after]
+"""
+)
+
+
+def test_approved_push_killed_at_every_boundary(tmp_path: Path, db_url: str) -> None:
+    """Auto-approved (signed, attributed to 'bot') and killed at every boundary in turn: each
+    run pushes exactly once, consumes its approval once, and succeeds."""
+    lab = Lab(tmp_path / "farm", db_url, tmp_path / "farm-ledger.jsonl")
+    lab.tmp.mkdir()
+    mod = lab.module("g6flow", APPROVED_FLOW)
+    rt = {"auto_approve": "bot"}
+    trace = lab.tmp / "trace"
+    base = lab.drive(mod, "base", workflow="g6.flow", input="p\n", runtime=rt, trace=trace)
+    assert base.result is not None and base.result["outcome"] == "succeeded", base.describe()
+    seen = Counter(trace.read_text().split())
+    cases = [f"{p}@{n}" for p, count in sorted(seen.items()) for n in range(1, count + 1)]
+    run_ids = [f"f{i:02d}" for i in range(len(cases))]
+    lab.crash_farm(mod, "g6.flow", "p\n", list(zip(run_ids, cases, strict=True)), runtime=rt)
+    results = lab.resume_all(mod, run_ids, runtime=rt)
+    for point, rid in zip(cases, run_ids, strict=True):
+        assert results[rid]["outcome"] == "succeeded", (point, results[rid])
+        assert results[rid]["result"] == base.result["result"], point
+        assert len(lab.ledger("effect", key=f"{rid}/push")) == 1, point
+        types = [e.type for e in lab.events(rid)]
+        assert types.count("approval_consumed") == 1, point
+        decided = [e.payload for e in lab.events(rid) if e.type == "approval_decided"]
+        assert [d.approver for d in decided] == ["bot"], point  # type: ignore[attr-defined]

@@ -37,14 +37,20 @@ async def flow(run, n):
     ref = run.artifact("note", f"{a} and {b}")
     run.sleep(0.2)
     sent = await run.aeffect("send", asend, ref.sha256[:8], reconcile=find_sent)
-    c = await run.astep("c", awork, "c", a + b, policy="compute")
-    run.verify("sum", c == a + b)
-    return {"a": a, "b": b, "c": c, "sent": sent}
+    x, y = await asyncio.gather(  # concurrent steps and effects: ids follow the call order
+        run.astep("x", awork, "x", 10),
+        run.aeffect("fanout", asend, "fanout", reconcile=find_sent),
+    )
+    c = await run.astep("c", awork, "c", a + b + x, policy="compute")
+    run.verify("sum", c == a + b + x)
+    return {"a": a, "b": b, "c": c, "sent": sent, "y": y}
 """
 
 CASES = [
     "effect.intended@1",
     "effect.called@1",
+    "effect.intended@2",
+    "effect.called@2",
     "append.before@2",
     "append.after@3",
     "artifact.stored@1",
@@ -59,7 +65,7 @@ def test_async_workflow_recovers_from_crashes(tmp_path: Path, db_url: str) -> No
     base = lab.drive(mod, "base", workflow="a.flow", input=3)
     assert base.result is not None and base.result["outcome"] == "succeeded", base.describe()
     expected = base.result["result"]
-    assert expected["c"] == 7
+    assert expected["c"] == 17
 
     run_ids = [f"a{i}" for i in range(len(CASES))]
     lab.crash_farm(mod, "a.flow", 3, list(zip(run_ids, CASES, strict=True)))
@@ -68,9 +74,10 @@ def test_async_workflow_recovers_from_crashes(tmp_path: Path, db_url: str) -> No
         assert results[rid]["outcome"] == "succeeded", (point, results[rid])
         assert results[rid]["result"] == expected, point
         assert len(lab.ledger("effect", key=f"{rid}/send")) == 1, point
+        assert len(lab.ledger("effect", key=f"{rid}/fanout")) == 1, point
     # Every run's steps: each ran, and the base run's once.
     names = Counter(e["name"] for e in lab.ledger("step"))
-    assert set(names) == {"a", "b", "c"}
+    assert set(names) == {"a", "b", "c", "x"}
     assert names["a"] <= 1 + len(CASES) + 1  # base + each run + at most one repeat
 
 
