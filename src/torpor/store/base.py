@@ -20,7 +20,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -224,6 +224,22 @@ class SQLStore:
         """Release connections."""
         self.driver.close()
 
+    @contextmanager
+    def _lease_transaction(self) -> Iterator[Any]:
+        """A transaction that only moves a lease (claim, acquire, renew, release).
+
+        On PostgreSQL it commits without waiting for its WAL flush (``synchronous_commit``
+        off for this transaction alone), saving an fsync per claim and per release. That is
+        safe: if the server crashes before the flush, the lease change is lost, and a lost
+        claim or renewal only makes the holder's next fenced append fail (LeaseLostError); a
+        lost release only delays a takeover to the lease's expiry. The holder's first append
+        is an ordinary durable commit, and its flush covers the earlier claim (WAL is
+        sequential), so nothing is ever done on the strength of a claim that could vanish.
+        """
+        with self.driver.transaction() as cur:
+            self.driver.execute(cur, self.q["lease_commit_mode"], {})
+            yield cur
+
     # ----------------------------------------------------------------- encoding
 
     @staticmethod
@@ -360,7 +376,7 @@ class SQLStore:
         stale_owner, stale_epoch = None, None
         if rec.lease_owner and rec.lease_owner != owner and owner_is_dead(rec.lease_owner):
             stale_owner, stale_epoch = rec.lease_owner, rec.lease_epoch
-        with self.driver.transaction() as cur:
+        with self._lease_transaction() as cur:
             row = self.driver.fetchone(
                 cur,
                 self.q["acquire_lease"],
@@ -394,7 +410,7 @@ class SQLStore:
         claiming (``FOR UPDATE SKIP LOCKED``); SQLite serializes claims with its write lock.
         """
         ttl_ms = int(ttl_s * 1000)
-        with self.driver.transaction() as cur:
+        with self._lease_transaction() as cur:
             row = self.driver.fetchone(
                 cur,
                 self.q["claim_next"],
@@ -431,7 +447,7 @@ class SQLStore:
 
     def renew_lease(self, lease: Lease) -> Lease:
         """Extend the lease by its ttl. Raises LeaseLostError if it was lost or expired."""
-        with self.driver.transaction() as cur:
+        with self._lease_transaction() as cur:
             n = self.driver.execute(
                 cur,
                 self.q["renew_lease"],
@@ -447,7 +463,7 @@ class SQLStore:
 
     def release_lease(self, lease: Lease) -> None:
         """Give the lease up (no-op if it is no longer ours)."""
-        with self.driver.transaction() as cur:
+        with self._lease_transaction() as cur:
             self.driver.execute(
                 cur,
                 self.q["release_lease"],

@@ -29,6 +29,10 @@ SELECT checkpoint_seq, checkpoint, last_seq FROM runs WHERE run_id = :run_id;
 -- name: get_checkpoint_seq
 SELECT checkpoint_seq FROM runs WHERE run_id = :run_id;
 
+-- name: lease_commit_mode
+-- First statement of a transaction that only moves a lease (see SQLStore._lease_transaction).
+SET LOCAL synchronous_commit TO OFF;
+
 -- name: acquire_lease
 UPDATE runs
 SET lease_owner = :owner, lease_epoch = lease_epoch + 1,

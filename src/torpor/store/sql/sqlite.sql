@@ -22,6 +22,11 @@ FROM runs WHERE run_id = :run_id;
 -- name: get_checkpoint
 SELECT checkpoint_seq, checkpoint, last_seq FROM runs WHERE run_id = :run_id;
 
+-- name: lease_commit_mode
+-- First statement of a transaction that only moves a lease (see SQLStore._lease_transaction):
+-- nothing to relax here (synchronous is per connection).
+SELECT 1;
+
 -- name: acquire_lease
 UPDATE runs
 SET lease_owner = :owner, lease_epoch = lease_epoch + 1,
