@@ -65,12 +65,14 @@ SELECT step_id, payload, seq FROM events
 WHERE run_id = :run_id AND seq > :after_seq AND type = 'step_completed' ORDER BY seq;
 
 -- name: step_completion
-SELECT payload, seq FROM events
+-- INDEXED BY: without statistics the planner walks the primary key backwards to satisfy the
+-- ORDER BY, reading the whole history of the run on every lookup (one per step started).
+SELECT payload, seq FROM events INDEXED BY events_step
 WHERE run_id = :run_id AND step_id = :step_id AND type = 'step_completed'
 ORDER BY seq DESC LIMIT 1;
 
 -- name: step_events
-SELECT seq, type, epoch, at_ms, v, payload FROM events
+SELECT seq, type, epoch, at_ms, v, payload FROM events INDEXED BY events_step
 WHERE run_id = :run_id AND step_id = :step_id ORDER BY seq;
 
 -- name: list_runs
