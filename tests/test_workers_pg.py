@@ -600,3 +600,45 @@ def test_worker_claims_only_what_it_can_run_and_backs_off(store_url: str, runtim
     assert status["unknown"] == ("pending", 0) and status["v0"] == ("pending", 0)
     # 2 s with back-off 0.5 s, 1 s, ...: a handful of attempts, not thousands.
     assert 1 <= status["broken"][1] <= 3 and w.stats.errors == status["broken"][1]
+
+
+TERM = """
+@torpor.workflow(name="term.flow")
+def flow(run, n):
+    rid = run.run_id
+    for i in range(n):
+        run.step(f"s{i}", work, rid, f"s{i}", i, 0.3)
+    return n
+"""
+
+
+def test_sigterm_releases_the_run_at_the_next_boundary(
+    tmp_path: Path, pg_url: str, pg_database: str, runtime_for: Any
+) -> None:
+    """SIGTERM: the worker finishes the step in flight, releases the run at the next
+    boundary (no waiting for the lease to expire) and exits 0; another worker continues
+    without repeating a step."""
+    ledger = ledger_url(pg_database)
+    mod = write_module(tmp_path, "term_wf", TERM)
+    ws = Workers(tmp_path, pg_url, ledger, mod, ttl=30.0, hb=5.0, concurrency=1, poll=0.2)
+    rt = runtime_for(pg_url)
+    client = torpor.Client(rt.store)
+    try:
+        rid = rt.start("term.flow", 8, run_id="term")
+        a = ws.spawn()
+        wait_until(lambda: len(query(ledger, "SELECT 1 FROM steps")) >= 2, 30, "two steps")
+        t0 = time.monotonic()
+        a.send_signal(signal.SIGTERM)
+        assert a.wait(timeout=10) == 0
+        assert time.monotonic() - t0 < 2.0
+        rec = client.get(rid)
+        assert (rec.status, rec.lease_owner) == ("running", None)  # released, not expired
+        b = ws.spawn()
+        wait_until(lambda: client.get(rid).status == "finished", 30, "B to finish the run")
+    finally:
+        ws.stop_all()
+    assert client.get(rid).outcome == "succeeded"
+    owners = lease_owners(client.events(rid))
+    assert [int(o.split(":")[1]) for o in owners.values()] == [a.pid, b.pid]
+    executed = Counter(name for (name,) in query(ledger, "SELECT name FROM steps"))
+    assert executed == {f"s{i}": 1 for i in range(8)}
