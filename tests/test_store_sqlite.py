@@ -269,10 +269,9 @@ def test_a_stale_epoch_is_fenced_after_another_acquire(
     store.release_lease(w1.lease)  # not ours any more: a no-op
     assert all_rows(db) == before
     w2.write(WarningRecorded(message="by w2"))
-    assert [e.payload.message for e in store.read_events(RUN) if e.type == "warning_recorded"] == [  # type: ignore[attr-defined]
-        "by w1",
-        "by w2",
-    ]
+    history = store.read_events(RUN)
+    messages = [e.payload.message for e in history if isinstance(e.payload, WarningRecorded)]
+    assert messages == ["by w1", "by w2"]
 
 
 def test_reacquiring_bumps_the_epoch_and_fences_the_old_lease(store: SQLStore, db: Path) -> None:
@@ -674,6 +673,20 @@ def test_a_completed_step_never_starts_again(store: SQLStore, db: Path) -> None:
     # A compute step reruns for a new input hash.
     w.write(StepStarted(step_id="c", policy=Policy.COMPUTE, input_hash="h2", attempt=2))
     assert store.get_run(RUN).last_seq == w.state.seq
+
+
+def test_a_corrupt_completion_is_reported_not_retried(store: SQLStore, db: Path) -> None:
+    w = new_run(store)
+    [_, done] = w.write(StepStarted(step_id="a", policy=Policy.READ), StepCompleted(step_id="a"))
+    w.write(CheckpointSaved(state=None))
+    raw(db, "UPDATE events SET payload = '{oops' WHERE seq = ?", done.seq)
+    before = all_rows(db)
+    evs, st = w.events(StepStarted(step_id="a", policy=Policy.READ, attempt=2))
+    with pytest.raises(CorruptRecordError, match=f"seq {done.seq}.*step 'a'"):
+        store.append(w.lease, evs, st)
+    with pytest.raises(CorruptRecordError):
+        store.step_completion(RUN, "a")
+    assert all_rows(db) == before
 
 
 # --------------------------------------------------------------------------- inbox

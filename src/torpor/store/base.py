@@ -507,7 +507,13 @@ class SQLStore:
                     guard_inbox=guard_inbox,
                 )
                 return
-            except (LeaseLostError, InboxPending, TransitionError, PayloadError):
+            except (
+                LeaseLostError,
+                InboxPending,
+                TransitionError,
+                PayloadError,
+                CorruptRecordError,  # a bad stored row is not an ambiguous commit
+            ):
                 raise
             except StoreError:
                 # The connection failed around the commit: it may or may not have landed.
