@@ -6,8 +6,9 @@ anything, and raises :class:`~torpor.errors.TransitionError` naming the run, the
 broken otherwise — the store calls it at append time, so impossible histories are never written.
 
 The state is deliberately *compact* so that a checkpoint stays small however long the run has
-been going (guarantee G8): completed steps are dropped from ``RunState.steps`` at every user
-checkpoint (their results stay in the event history and are read back by an indexed lookup),
+been going (guarantee G8): ``RunState.steps`` holds only open and failed steps — a completed
+step leaves it at once (its result stays in the event history, read back by an indexed lookup,
+and the store refuses to start it again); failed steps are dropped at every user checkpoint;
 effects that certainly did not happen (absent, failed) are dropped too, and per-name maps
 (artifacts, verifications) keep the latest entry only. Effects that did or may have happened are
 kept: they are what a checkpoint must answer about, and what prevents a key from being performed
@@ -374,6 +375,7 @@ class RunState(BaseModel):
     steps: dict[str, StepInfo] = Field(default_factory=dict)
     steps_completed: int = 0
     last_step: str | None = None
+    last_purpose: str = ""
     pruned_seq: int = 0  # steps completed at or before this seq may be absent from ``steps``
     effects: dict[str, EffectInfo] = Field(default_factory=dict)
     effects_applied: int = 0
@@ -480,15 +482,10 @@ def _step_started(s: RunState, e: Event, refuse: Refuse) -> None:
                 f"step {p.step_id!r} was started with policy {cur.policy}, not {p.policy}; "
                 "a step id keeps its recovery policy"
             )
-        if cur.status == "started":
-            # A crash left the step open; a new attempt supersedes it.
-            if p.policy is Policy.EFFECT:
-                raise refuse(f"effect step {p.step_id!r} is open; reconcile it, never restart it")
-        elif cur.status == "completed" and cur.policy is not Policy.COMPUTE:
-            raise refuse(f"step {p.step_id!r} already completed; a completed step never reruns")
-        elif cur.status == "completed" and cur.input_hash == p.input_hash:
-            raise refuse(f"compute step {p.step_id!r} already completed for this input hash")
-        if p.attempt <= cur.attempt and cur.status != "completed":
+        # A crash may leave a step open; a new attempt supersedes it, except for an effect.
+        if cur.status == "started" and p.policy is Policy.EFFECT:
+            raise refuse(f"effect step {p.step_id!r} is open; reconcile it, never restart it")
+        if p.attempt <= cur.attempt:
             raise refuse(f"attempt {p.attempt} of step {p.step_id!r} is not above {cur.attempt}")
     if s.wait is not None:
         raise refuse(f"run is waiting on {s.wait.kind} {s.wait.name!r}")
@@ -500,6 +497,7 @@ def _step_started(s: RunState, e: Event, refuse: Refuse) -> None:
         purpose=p.purpose,
     )
     s.last_step = p.step_id
+    s.last_purpose = p.purpose
     s.status = RunStatus.RUNNING
 
 
@@ -524,9 +522,13 @@ def _refuse_if_in_doubt(s: RunState, step_id: str, verb: str, refuse: Refuse) ->
 
 def _step_completed(s: RunState, e: Event, refuse: Refuse) -> None:
     p: StepCompleted = e.payload  # type: ignore[assignment]
-    cur = _open_step(s, p.step_id, refuse)
+    _open_step(s, p.step_id, refuse)
     _refuse_if_in_doubt(s, p.step_id, "completed", refuse)
-    cur.status = "completed"
+    # A completed step leaves the state at once, so the state (and every checkpoint) stays
+    # the size of what is *open*, however long the history. Its result stays in the history,
+    # read back by an indexed lookup; the store refuses to start it again (SQLStore checks the
+    # indexed history at append time), which is the rule this compact fold cannot see.
+    del s.steps[p.step_id]
     s.steps_completed += 1
 
 
@@ -818,10 +820,7 @@ def checkpoint_answers(s: RunState) -> dict[str, Any]:
 
     Returns a dict with keys ``establishing``, ``evidence``, ``effects``, ``next``.
     """
-    step = s.steps.get(s.last_step) if s.last_step else None
-    establishing = (
-        f"{s.last_step}: {step.purpose}" if step and step.purpose else (s.last_step or s.goal)
-    )
+    establishing = f"{s.last_step}: {s.last_purpose}" if s.last_purpose else (s.last_step or s.goal)
     evidence = {
         "verifications": {k: {"passed": v.passed} for k, v in s.verifications.items()},
         "artifacts": {k: f"sha256:{v.sha256} v{v.version}" for k, v in s.artifacts.items()},
