@@ -389,6 +389,7 @@ class RunState(BaseModel):
     verifications: dict[str, VerificationRecorded] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
     cancel_requested: bool = False
+    cancel_reason: str = ""
 
     def effects_in_doubt(self) -> list[str]:
         """Keys of effects that may have happened without a recorded observation."""
@@ -749,7 +750,9 @@ def _warning_recorded(s: RunState, e: Event, refuse: Refuse) -> None:
 
 
 def _cancel_requested(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: CancelRequested = e.payload  # type: ignore[assignment]
     s.cancel_requested = True
+    s.cancel_reason = f"cancelled by {p.by}" + (f": {p.reason}" if p.reason else "")
 
 
 def _run_finished(s: RunState, e: Event, refuse: Refuse) -> None:

@@ -211,7 +211,7 @@ class Execution:
         if self._inbox_dirty:
             self.sync_inbox(force=True)
         if self.state.cancel_requested:
-            raise Cancelled(f"run {self.state.run_id!r} was cancelled")
+            raise Cancelled(self.state.cancel_reason or "cancelled")
         if self.runtime.stopping.is_set():
             raise _Release("worker shutting down")
 
@@ -353,7 +353,7 @@ class Execution:
         handle = Run(self)
         try:
             if self.state.cancel_requested:
-                raise Cancelled("cancelled before resuming")
+                raise Cancelled(self.state.cancel_reason or "cancelled before resuming")
             fn = self.wf.fn
             if inspect.iscoroutinefunction(fn):
                 value = asyncio.run(fn(handle, self.state.input))
