@@ -7,7 +7,10 @@ Two workloads, each in a fresh schema per worker count:
 - *10-step runs*: ``--runs10`` runs of a 10-step workflow. Reported as runs/second.
 
 The runs are created first; the workers start, report READY and wait at a gate; the clock
-starts when the gate opens and stops when every run has finished.
+starts when the gate opens and stops when every run has finished. Every step commits (fsync) on
+its own, so one worker running one run at a time is bound by the disk's flush latency; more
+runs at once (``--concurrency``, or more workers) share flushes (PostgreSQL group commit) until
+the CPUs are the limit. Results: ``bench/results/worker_throughput_c<concurrency>.json``.
 
     uv run python bench/worker_throughput.py [--workers 1,2,4,8] [--concurrency 1]
 """
@@ -104,7 +107,7 @@ def main() -> None:
     ]
     print(table(["workers", "trivial steps/s", "10-step runs/s", "(steps/s)"], rows))
     path = save(
-        "worker_throughput",
+        f"worker_throughput_c{args.concurrency}",
         {"trivial_steps": trivial, "ten_step_runs": ten, "args": vars(args)},
     )
     print(f"\nwritten to {path}")
