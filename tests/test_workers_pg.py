@@ -109,7 +109,7 @@ def test_eight_workers_sigkill_chaos(
         ws.stop_all()
         elapsed = time.monotonic() - t0
     print(f"{n_runs} runs, {kills} SIGKILLs, {elapsed:.1f}s")
-    assert kills >= 10, "the chaos loop must have killed workers while runs were in flight"
+    assert kills >= 8, "the chaos loop must have killed workers while runs were in flight"
 
     outcomes = Counter(r.outcome for r in client.runs(limit=10_000))
     assert outcomes == {"succeeded": n_runs}, outcomes
