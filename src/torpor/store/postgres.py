@@ -40,8 +40,13 @@ def _is_dead(conn: Any) -> bool:
     if conn.closed or conn.broken:
         return True
     try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except (OSError, ValueError):
+        fd = conn.fileno()
+        if hasattr(select, "poll"):  # no FD_SETSIZE limit (select() fails for fd >= 1024)
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            return bool(poller.poll(0))
+        readable, _, _ = select.select([fd], [], [], 0)
+    except Exception:  # no usable socket
         return True
     return bool(readable)
 
