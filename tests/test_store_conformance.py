@@ -231,3 +231,66 @@ def test_workflow_end_to_end(store_url: str) -> None:
         assert st.model_dump() == fold(c.events("e2e")).model_dump()
     finally:
         rt.close()
+
+
+def test_message_id_reused_for_another_run_is_refused(store: SQLStore) -> None:
+    _start(store, "a")
+    _start(store, "b")
+    assert store.post_inbox("a", "signal", {"name": "go"}, message_id="m")
+    with pytest.raises(torpor.TorporError, match="already used for run 'a'"):
+        store.post_inbox("b", "signal", {"name": "go"}, message_id="m")
+    assert store.pending_inbox("b") == []
+
+
+def test_corrupt_inbox_body_does_not_block_the_run(store: SQLStore) -> None:
+    _start(store)
+    store.post_inbox("r1", "signal", {"name": "go"}, message_id="bad")
+    with store.driver.transaction() as cur:
+        store.driver.execute(
+            cur, "UPDATE inbox SET body = 'not json' WHERE message_id = :m", {"m": "bad"}
+        )
+    [msg] = store.pending_inbox("r1")
+    assert (msg.message_id, msg.body) == ("bad", {})
+
+
+_RESOLVE_CALLS: list[str] = []
+
+
+def _unknown(call: torpor.EffectCall) -> torpor.Unknown:
+    return torpor.Unknown("the service does not say")
+
+
+def _flaky_send(idempotency_key: str) -> str:
+    _RESOLVE_CALLS.append(idempotency_key)
+    raise ConnectionError("timed out after sending")
+
+
+@torpor.workflow(name="conformance.unresolved")
+def _unresolved_wf(run: torpor.Run, inp: Any) -> Any:
+    return run.effect("send", _flaky_send, reconcile=_unknown)
+
+
+def test_a_settled_unresolved_run_is_picked_up_by_a_worker(store_url: str) -> None:
+    from torpor.worker import Worker
+
+    _RESOLVE_CALLS.clear()
+    rt = torpor.Runtime(store_url)
+    c = torpor.Client(rt.store)
+    try:
+        assert rt.run("conformance.unresolved", run_id="u").outcome == "unresolved"
+        assert rt.store.runnable_runs() == []
+        c.resolve("u", "u/send", "applied", "ops", result="sent-by-hand")
+        assert rt.store.runnable_runs() == ["u"]
+        stats = Worker(rt, poll_s=0.05).run(until_idle=True, max_seconds=20)
+        assert stats.outcomes == {"succeeded": 1}
+        assert c.get("u").outcome == "succeeded"
+        assert c.state("u").result == "sent-by-hand"
+        assert _RESOLVE_CALLS == ["u/send"]  # the person settled it; never performed again
+    finally:
+        rt.close()
+
+
+def test_unreachable_postgres_is_one_clear_store_error() -> None:
+    with pytest.raises(torpor.StoreError, match=r"unreachable.*refused") as err:
+        open_store("postgresql://postgres:hunter2@127.0.0.1:1/nowhere")
+    assert "hunter2" not in str(err.value)

@@ -340,6 +340,8 @@ class Execution:
             # must be recorded before the lease (a lease_acquired on a finished run is refused).
             self.sync_inbox(force=True)
             if self.state.status is RunStatus.FINISHED:
+                # A reopening message that did not apply: keep the row's status honest.
+                self.store.restore_status(self.lease, self.state)
                 return self.result()
         if st.version != self.wf.version:
             self.append([VersionAccepted(from_version=st.version, to_version=self.wf.version)])

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from .. import faults, serde
 from ..errors import (
     CorruptRecordError,
+    InboxError,
     LeaseHeldError,
     LeaseLostError,
     PayloadError,
@@ -798,7 +799,10 @@ class SQLStore:
         self, run_id: str, kind: str, body: dict[str, Any], message_id: str | None = None
     ) -> bool:
         """Queue a message for the run and wake it if it waits. False if ``message_id`` was
-        already posted (deduplicated forever)."""
+        already posted to this run (deduplicated forever); InboxError if it was posted to
+        another run. A message in :data:`REOPENING_KINDS` also makes a finished ``unresolved``
+        or ``blocked`` run runnable again, so workers pick the settled run up; if the message
+        turns out not to apply, the executor writes the finished status back."""
         message_id = message_id or uuid.uuid4().hex
         with self.driver.transaction() as cur:
             # Lock the run row first (PostgreSQL: FOR UPDATE) so a message cannot slip past a
@@ -815,10 +819,41 @@ class SQLStore:
                     body=serde.dumps(serde.to_jsonable(body)),
                 ),
             )
-            if n:
-                self.driver.execute(cur, self.q["wake_run"], self._p(run_id=run_id))
-                self.driver.fetchone(cur, self.q["notify_wake"], {"run_id": run_id})
-        return bool(n)
+            if not n:
+                row = self.driver.fetchone(cur, self.q["inbox_owner"], {"message_id": message_id})
+                if row is not None and row[0] != run_id:
+                    raise InboxError(
+                        f"message id {message_id!r} was already used for run {row[0]!r}; "
+                        f"not delivered to run {run_id!r}"
+                    )
+                return False
+            self.driver.execute(cur, self.q["wake_run"], self._p(run_id=run_id))
+            if kind in REOPENING_KINDS:
+                self.driver.execute(cur, self.q["reopen_run"], self._p(run_id=run_id))
+            self.driver.fetchone(cur, self.q["notify_wake"], {"run_id": run_id})
+        return True
+
+    def restore_status(self, lease: Lease, state: RunState) -> None:
+        """Write the run row's status columns from ``state`` without appending (fenced): used
+        when a reopening message did not apply and the run stays finished."""
+        with self.driver.transaction() as cur:
+            n = self.driver.execute(
+                cur,
+                self.q["fence_and_update"],
+                self._p(
+                    run_id=lease.run_id,
+                    owner=lease.owner,
+                    epoch=lease.epoch,
+                    prev_seq=state.seq,
+                    last_seq=state.seq,
+                    status=state.status.value,
+                    outcome=state.outcome.value if state.outcome else None,
+                    wake_at_ms=None,
+                    version=state.version,
+                ),
+            )
+        if n == 0:
+            raise LeaseLostError(lease.run_id, lease.epoch, "restoring the finished status")
 
     def pending_inbox(self, run_id: str) -> list[InboxMessage]:
         """Messages not yet moved into the history, oldest first."""
@@ -828,10 +863,12 @@ class SQLStore:
         for mid, kind, body, at_ms in rows:
             try:
                 data = serde.loads(body)
-            except ValueError as exc:
-                raise CorruptRecordError(
-                    f"run {run_id!r}: corrupt inbox message {mid!r}", run_id=run_id
-                ) from exc
+                if not isinstance(data, dict):
+                    raise ValueError("not an object")
+            except ValueError:
+                # Never let one bad message block the run forever: deliver an empty body, which
+                # the executor records as a warning naming the message (nothing is rewritten).
+                data = {}
             out.append(InboxMessage(mid, kind, data, int(at_ms)))
         return out
 
@@ -847,6 +884,10 @@ def _accept_json(accept: Mapping[str, Sequence[str]] | None) -> str | None:
     if accept is None:
         return None
     return serde.dumps({name: list(versions) for name, versions in accept.items()})
+
+
+#: Inbox message kinds that settle a finished ``unresolved``/``blocked`` run and reopen it.
+REOPENING_KINDS = frozenset({"resolve", "reopen"})
 
 
 class InboxPending(StoreError):

@@ -257,11 +257,27 @@ class PostgresStore(SQLStore):
         super().close()
 
 
+def _redact(url: str) -> str:
+    """The URL without its password, for error messages."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
 def open_postgres(url: str, *, clock: Callable[[], float] = time.time) -> PostgresStore:
     """Open (migrating) a ``postgresql://`` store."""
-    driver = PostgresDriver(url)
+    from psycopg_pool import PoolTimeout
+
+    psycopg = _psycopg()
+    try:
+        # One direct connection first: a clear, immediate error instead of a pool timeout.
+        psycopg.connect(url, connect_timeout=10).close()
+        driver = PostgresDriver(url)
+    except psycopg.Error as exc:
+        raise StoreError(f"postgres {_redact(url)} is unreachable: {exc}".strip()) from exc
     try:
         migrate(driver, url)
+    except (PoolTimeout, psycopg.OperationalError) as exc:
+        driver.close()
+        raise StoreError(f"postgres {_redact(url)} is unreachable: {exc}".strip()) from exc
     except BaseException:
         driver.close()
         raise

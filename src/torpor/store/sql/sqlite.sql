@@ -98,6 +98,13 @@ ON CONFLICT (message_id) DO NOTHING;
 UPDATE runs SET wake_at_ms = :now_ms, updated_at_ms = :now_ms
 WHERE run_id = :run_id AND status = 'waiting';
 
+-- name: reopen_run
+UPDATE runs SET status = 'pending', wake_at_ms = :now_ms, updated_at_ms = :now_ms
+WHERE run_id = :run_id AND status = 'finished' AND outcome IN ('unresolved', 'blocked');
+
+-- name: inbox_owner
+SELECT run_id FROM inbox WHERE message_id = :message_id;
+
 -- name: pending_inbox
 SELECT message_id, kind, body, at_ms FROM inbox
 WHERE run_id = :run_id AND consumed_seq IS NULL ORDER BY at_ms, message_id;
