@@ -15,13 +15,14 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from .proc import run as run_child
 
 #: CPython test modules exercising a standard-library package (checked for presence at run time).
 STDLIB_TESTS: dict[str, list[str]] = {
@@ -151,12 +152,12 @@ def ruff_cmd() -> list[str]:
 
 
 def ruff_version() -> str:
-    out = subprocess.run([*ruff_cmd(), "--version"], capture_output=True, text=True, check=True)
+    out = run_child([*ruff_cmd(), "--version"], capture_output=True, text=True, check=True)
     return out.stdout.strip()
 
 
 def _ruff(args: list[str], *, cwd: Path, stdin: bytes | None = None) -> bytes:
-    proc = subprocess.run(
+    proc = run_child(
         [*ruff_cmd(), "check", "--isolated", "--no-cache", *args],
         cwd=cwd,
         input=stdin,
@@ -363,7 +364,7 @@ def check_compiles(tree: Path) -> tuple[bool, dict[str, Any]]:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="torpor-pyc-") as prefix:
         env = dict(os.environ, PYTHONPYCACHEPREFIX=prefix)
-        proc = subprocess.run(
+        proc = run_child(
             [sys.executable, "-m", "compileall", "-q", "-f", str(tree)],
             env=env,
             capture_output=True,
@@ -447,7 +448,7 @@ def check_tests(
     scratch.mkdir(parents=True)
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     env.pop("PYTHONPATH", None)
-    proc = subprocess.run(
+    proc = run_child(
         [sys.executable, "-I", "-c", _TEST_RUNNER, str(tree), ",".join(packages), *modules],
         cwd=scratch,
         env=env,

@@ -30,6 +30,7 @@ from typing import Any
 
 from torpor import Absent, Applied, EffectCall, Unknown
 
+from .proc import run as run_child
 from .smtp import MailStore
 
 TRAILER = "Torpor-Idempotency-Key"
@@ -69,7 +70,7 @@ def git(
     cmd = ["git", "-c", "init.defaultBranch=main"]
     if git_dir is not None:
         cmd.append(f"--git-dir={git_dir}")
-    proc = subprocess.run(
+    proc = run_child(
         [*cmd, *args], env=full_env, input=input, capture_output=True, text=True, timeout=300
     )
     if check and proc.returncode != 0:
