@@ -35,6 +35,7 @@ from torpor.events import (
     ApprovalRequested,
     ApprovalRevoked,
     ArtifactCreated,
+    BudgetSet,
     CancelRequested,
     CheckpointSaved,
     EffectFailed,
@@ -43,7 +44,10 @@ from torpor.events import (
     EffectReconciled,
     Event,
     LeaseAcquired,
+    ModelCalled,
     Outcome,
+    PlannedStep,
+    PlanRecorded,
     Policy,
     RunFinished,
     RunReopened,
@@ -54,6 +58,7 @@ from torpor.events import (
     StepCompleted,
     StepFailed,
     StepStarted,
+    ToolCallSettled,
     Verdict,
     VerificationRecorded,
     VersionAccepted,
@@ -116,6 +121,8 @@ class Model:
     warnings: int = 0
     applied: int = 0
     outcome: Outcome | None = None
+    plan_version: int = 0
+    plan: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def fresh(self, prefix: str) -> str:
         self.n += 1
@@ -398,6 +405,85 @@ def a_reopen(draw: Draw, m: Model) -> list[_Payload]:
     return [RunReopened(by="alice", reason="settled")]
 
 
+TOOLS = ["fetch", "write"]
+
+
+def a_plan(draw: Draw, m: Model) -> list[_Payload]:
+    """A plan version: new steps, succeeded ones kept as they are, failed ones planned again;
+    each step depends only on earlier steps of the list or on succeeded ones."""
+    m.plan_version += 1
+    succeeded = [k for k, v in m.plan.items() if v["status"] == "succeeded"]
+    again = [k for k, v in m.plan.items() if v["status"] not in ("succeeded", "pending")]
+    ids = draw(st.lists(st.sampled_from(succeeded), unique=True)) if succeeded else []
+    if again:
+        ids += draw(st.lists(st.sampled_from(again), unique=True))
+    ids += [m.fresh("call-") for _ in range(draw(st.integers(0, 3)))]
+    ids = draw(st.permutations(ids))
+    for v in m.plan.values():
+        if v["status"] == "pending":
+            v["status"] = "superseded"
+    steps: list[PlannedStep] = []
+    for i, cid in enumerate(ids):
+        pool = [*ids[:i], *succeeded]
+        deps = draw(st.lists(st.sampled_from(pool), unique=True, max_size=2)) if pool else []
+        cur = m.plan.get(cid)
+        if cur is not None and cur["status"] == "succeeded":
+            tool, h = cur["tool"], cur["hash"]
+            deps = cur["deps"] if draw(st.booleans()) else deps
+        else:
+            tool, h = draw(st.sampled_from(TOOLS)), draw(hexes)
+            m.plan[cid] = {"tool": tool, "hash": h, "deps": deps, "status": "pending"}
+        steps.append(PlannedStep(call_id=cid, tool=tool, args_hash=h, depends_on=deps))
+    return [PlanRecorded(version=m.plan_version, planner="p", steps=steps)]
+
+
+def settleable_calls(m: Model) -> list[str]:
+    return [k for k, v in m.plan.items() if v["status"] == "pending"]
+
+
+def a_settle(draw: Draw, m: Model) -> list[_Payload]:
+    cid = draw(st.sampled_from(settleable_calls(m)))
+    v = m.plan[cid]
+    ok = all(m.plan[d]["status"] == "succeeded" for d in v["deps"])
+    outcomes = ["failed", "invalid", "denied", "skipped"] + (["succeeded"] if ok else [])
+    v["status"] = draw(st.sampled_from(outcomes))
+    ran = v["status"] in ("succeeded", "failed")
+    return [
+        ToolCallSettled(
+            call_id=cid,
+            outcome=v["status"],
+            observation=draw(json_values),
+            executed_by=f"tool:{cid}" if ran or draw(st.booleans()) else None,
+        )
+    ]
+
+
+def a_model_called(draw: Draw, m: Model) -> list[_Payload]:
+    sid = draw(st.sampled_from(m.open_steps(Policy.READ)))
+    return [
+        ModelCalled(
+            step_id=sid,
+            model="m",
+            prompt_hash=draw(hexes),
+            input_tokens=draw(st.integers(0, 10**6)),
+            output_tokens=draw(st.integers(0, 10**6)),
+            cost_usd=draw(st.none() | st.floats(0, 10)),
+        )
+    ]
+
+
+def a_budget(draw: Draw, m: Model) -> list[_Payload]:
+    limits = {
+        "tokens": draw(st.none() | st.integers(1, 10**7)),
+        "cost_usd": draw(st.none() | st.floats(0.01, 100)),
+        "steps": draw(st.none() | st.integers(1, 1000)),
+        "wall_clock_s": draw(st.none() | st.floats(0.5, 10**5)),
+    }
+    if all(v is None for v in limits.values()):
+        limits["steps"] = 10
+    return [BudgetSet(**limits, by=draw(st.sampled_from(["agent", "alice"])))]
+
+
 def enabled(m: Model) -> dict[str, Action]:
     if m.outcome is not None:
         return {"reopen": a_reopen} if m.outcome in REOPENABLE else {}
@@ -412,7 +498,13 @@ def enabled(m: Model) -> dict[str, Action]:
         "warn": a_warn,
         "cancel": a_cancel,
         "finish": a_finish,
+        "plan": a_plan,
+        "budget": a_budget,
     }
+    if settleable_calls(m):
+        acts["settle"] = a_settle
+    if m.open_steps(Policy.READ):
+        acts["model_called"] = a_model_called
     if m.wait is None:
         acts["step_new"] = a_step_new
         acts["wait_start"] = a_wait_start
@@ -595,6 +687,100 @@ def impossible(s: RunState) -> list[tuple[str, Event]]:
         for o in Outcome:
             if o is not Outcome.UNRESOLVED:
                 add(f"{o.value} with an effect in doubt", RunFinished(outcome=o))
+
+    # --- agents: plans, tool-call outcomes, model calls, budgets
+    add("plan version skipped", PlanRecorded(version=s.plan_version + 2, planner="p"))
+    add("plan version repeated", PlanRecorded(version=s.plan_version, planner="p"))
+    nv = s.plan_version + 1
+    add(
+        "plan lists a step twice",
+        PlanRecorded(
+            version=nv,
+            planner="p",
+            steps=[PlannedStep(call_id="dup", tool="t"), PlannedStep(call_id="dup", tool="t")],
+        ),
+    )
+    add(
+        "plan step depends on an unknown step",
+        PlanRecorded(
+            version=nv,
+            planner="p",
+            steps=[PlannedStep(call_id="fresh-call", tool="t", depends_on=["nowhere"])],
+        ),
+    )
+    add(
+        "plan step depends on a later step",
+        PlanRecorded(
+            version=nv,
+            planner="p",
+            steps=[
+                PlannedStep(call_id="fresh-a", tool="t", depends_on=["fresh-b"]),
+                PlannedStep(call_id="fresh-b", tool="t"),
+            ],
+        ),
+    )
+    add(
+        "tool call settled that was never planned",
+        ToolCallSettled(call_id="never", outcome="failed", executed_by="x"),
+    )
+    add(
+        "model call in a step never started",
+        ModelCalled(
+            step_id="never", model="m", prompt_hash="a" * 64, input_tokens=1, output_tokens=1
+        ),
+    )
+    add("budget that names no limit", BudgetSet(by="alice"))
+    for cid, info in s.plan.items():
+        if info.status == "succeeded":
+            add(
+                "succeeded step changed by a new plan",
+                PlanRecorded(
+                    version=nv,
+                    planner="p",
+                    steps=[
+                        PlannedStep(call_id=cid, tool=info.tool, args_hash=info.args_hash + "x")
+                    ],
+                ),
+            )
+        else:
+            add(
+                "plan step depends on a step that has not succeeded",
+                PlanRecorded(
+                    version=nv,
+                    planner="p",
+                    steps=[PlannedStep(call_id="fresh-call", tool="t", depends_on=[cid])],
+                ),
+            )
+        if info.status != "pending":
+            add(
+                f"tool call settled while {info.status}",
+                ToolCallSettled(call_id=cid, outcome="skipped"),
+            )
+        else:
+            add(
+                "tool call ran without naming its step",
+                ToolCallSettled(call_id=cid, outcome="failed"),
+            )
+            if any(s.plan[d].status != "succeeded" for d in info.depends_on):
+                add(
+                    "tool call succeeded before its dependencies",
+                    ToolCallSettled(call_id=cid, outcome="succeeded", executed_by="x"),
+                )
+    for sid, info in s.steps.items():
+        if info.status != "started" or info.policy is not Policy.READ:
+            add(
+                "model call outside an open read step",
+                ModelCalled(
+                    step_id=sid, model="m", prompt_hash="a" * 64, input_tokens=0, output_tokens=0
+                ),
+            )
+        else:
+            add(
+                "model call with a bad prompt hash",
+                ModelCalled(
+                    step_id=sid, model="m", prompt_hash="xyz", input_tokens=0, output_tokens=0
+                ),
+            )
 
     for sid, info in s.steps.items():
         other = next(p for p in Policy if p is not info.policy)
@@ -1076,3 +1262,75 @@ def test_answers_are_json() -> None:
     s = started(["tests"])
     ev(s, VerificationRecorded(name="tests", passed=True, detail={"n": 3}))
     json.dumps(checkpoint_answers(s))
+
+
+def test_a_new_plan_supersedes_pending_steps_and_keeps_finished_ones() -> None:
+    s = started()
+    ev(
+        s,
+        PlanRecorded(
+            version=1,
+            planner="code",
+            steps=[
+                PlannedStep(call_id="a", tool="fetch", args_hash="h1"),
+                PlannedStep(call_id="b", tool="write", args_hash="h2", depends_on=["a"]),
+                PlannedStep(call_id="c", tool="write", args_hash="h3", depends_on=["b"]),
+            ],
+        ),
+    )
+    ev(s, ToolCallSettled(call_id="a", outcome="succeeded", executed_by="tool:a@v1"))
+    ev(s, ToolCallSettled(call_id="b", outcome="failed", executed_by="tool:b@v1"))
+    ev(
+        s,
+        PlanRecorded(
+            version=2,
+            planner="code",
+            steps=[
+                PlannedStep(call_id="b2", tool="write", args_hash="h4", depends_on=["a"]),
+                PlannedStep(call_id="c", tool="write", args_hash="h5", depends_on=["b2"]),
+            ],
+        ),
+    )
+    assert s.plan_version == 2
+    assert {k: v.status for k, v in s.plan.items()} == {
+        "a": "succeeded",  # kept although v2 does not list it
+        "b": "failed",
+        "c": "pending",  # planned again under v2 with other arguments
+        "b2": "pending",
+    }
+    assert s.plan["c"].args_hash == "h5" and s.plan["c"].version == 2
+    assert s.usage.tool_calls == 2
+    with pytest.raises(TransitionError, match="finished steps stay finished"):
+        ev(
+            s.model_copy(deep=True),
+            PlanRecorded(version=3, planner="code", steps=[PlannedStep(call_id="a", tool="fetch")]),
+        )
+
+
+def test_model_calls_sum_into_usage_and_budgets_merge() -> None:
+    s = started()
+    ev(s, BudgetSet(tokens=100, steps=5))
+    ev(s, StepStarted(step_id="model", policy=Policy.READ))
+    ev(
+        s,
+        ModelCalled(
+            step_id="model", model="m", prompt_hash="a" * 64, input_tokens=30, output_tokens=12
+        ),
+    )
+    ev(s, StepCompleted(step_id="model"))
+    ev(s, StepStarted(step_id="model#2", policy=Policy.READ))
+    ev(
+        s,
+        ModelCalled(
+            step_id="model#2",
+            model="m",
+            prompt_hash="b" * 64,
+            input_tokens=1,
+            output_tokens=2,
+            cost_usd=0.5,
+        ),
+    )
+    assert (s.usage.tokens, s.usage.model_calls, s.usage.cost_unknown) == (45, 2, 1)
+    assert s.usage.cost_usd == 0.5
+    ev(s, BudgetSet(tokens=1000, by="alice"))
+    assert (s.budget.tokens, s.budget.steps, s.budget.cost_usd) == (1000, 5, None)

@@ -245,6 +245,70 @@ class RunReopened(_Payload):
     reason: str = ""
 
 
+# --- agents (issue 4): plans, tool-call outcomes, model calls, budgets
+
+
+class PlannedStep(_Payload):
+    """One step of a plan: a call of ``tool`` with ``args`` (secrets redacted) after
+    ``depends_on`` succeeded. ``args_hash`` is the hash of the exact validated arguments."""
+
+    call_id: str = Field(min_length=1)
+    tool: str = Field(min_length=1)
+    args: Any = None
+    args_hash: str = ""
+    depends_on: list[str] = Field(default_factory=list)
+    why: str = ""
+
+
+class PlanRecorded(_Payload):
+    """Plan version ``version`` (1, 2, …): replaces every step not yet settled; steps that
+    succeeded under an earlier version stay succeeded and may not be changed."""
+
+    version: int
+    planner: str
+    steps: list[PlannedStep] = Field(default_factory=list)
+    reason: str = ""
+
+
+#: How a planned tool call ended. ``succeeded``/``failed``: the tool ran; ``invalid``: its
+#: arguments were refused before anything ran; ``denied``: a person refused it; ``skipped``:
+#: never run (the run ended first).
+ToolOutcome = Literal["succeeded", "failed", "invalid", "denied", "skipped"]
+
+
+class ToolCallSettled(_Payload):
+    """The recorded outcome of a planned tool call (never a dangling call)."""
+
+    call_id: str
+    outcome: ToolOutcome
+    observation: Any = None
+    #: The torpor step that executed it, if it ran.
+    executed_by: str | None = None
+
+
+class ModelCalled(_Payload):
+    """A model call that returned, inside its (read) step: what the budget counts."""
+
+    step_id: str
+    model: str
+    prompt_hash: str
+    input_tokens: int = Field(ge=0)
+    output_tokens: int = Field(ge=0)
+    cost_usd: float | None = Field(default=None, ge=0)
+
+
+class BudgetSet(_Payload):
+    """Limits for the run (``None`` leaves a limit as it is): set by the agent at its start,
+    raised (or lowered) by a person."""
+
+    tokens: int | None = Field(default=None, gt=0)
+    cost_usd: float | None = Field(default=None, gt=0)
+    steps: int | None = Field(default=None, gt=0)
+    wall_clock_s: float | None = Field(default=None, gt=0)
+    by: str = "agent"
+    reason: str = ""
+
+
 EVENT_TYPES: dict[str, type[_Payload]] = {
     "run_started": RunStarted,
     "lease_acquired": LeaseAcquired,
@@ -270,6 +334,10 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "cancel_requested": CancelRequested,
     "run_finished": RunFinished,
     "run_reopened": RunReopened,
+    "plan_recorded": PlanRecorded,
+    "tool_call_settled": ToolCallSettled,
+    "model_called": ModelCalled,
+    "budget_set": BudgetSet,
 }
 _TYPE_OF: dict[type[_Payload], str] = {v: k for k, v in EVENT_TYPES.items()}
 
@@ -356,6 +424,48 @@ class PendingSignal(BaseModel):
     payload: Any = None
 
 
+class PlanStepInfo(BaseModel):
+    """A step of the current plan (or one settled under an earlier version)."""
+
+    tool: str
+    args_hash: str = ""
+    depends_on: list[str] = Field(default_factory=list)
+    status: Literal["pending", "succeeded", "failed", "invalid", "denied", "skipped", "superseded"]
+    #: The plan version that last listed it.
+    version: int
+
+
+class Usage(BaseModel):
+    """What the run has consumed, summed from ``model_called`` and ``tool_call_settled``."""
+
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    #: Model calls whose cost is unknown (not in ``cost_usd``).
+    cost_unknown: int = 0
+    #: Tool calls that ran (settled succeeded or failed).
+    tool_calls: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def steps(self) -> int:
+        """Agent steps: model calls plus tool calls that ran."""
+        return self.model_calls + self.tool_calls
+
+
+class Budget(BaseModel):
+    """Limits of a run; ``None`` is no limit."""
+
+    tokens: int | None = None
+    cost_usd: float | None = None
+    steps: int | None = None
+    wall_clock_s: float | None = None
+
+
 class RunState(BaseModel):
     """The fold of a run's events. Compact by construction; see the module docstring."""
 
@@ -390,6 +500,12 @@ class RunState(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     cancel_requested: bool = False
     cancel_reason: str = ""
+    #: When run_started was recorded (epoch ms): the wall-clock budget counts from it.
+    started_at_ms: int = 0
+    plan_version: int = 0
+    plan: dict[str, PlanStepInfo] = Field(default_factory=dict)
+    usage: Usage = Field(default_factory=Usage)
+    budget: Budget = Field(default_factory=Budget)
 
     def effects_in_doubt(self) -> list[str]:
         """Keys of effects that may have happened without a recorded observation."""
@@ -456,6 +572,7 @@ def _run_started(s: RunState, e: Event, refuse: Refuse) -> None:
     s.workflow, s.version, s.input = p.workflow, p.version, p.input
     s.criteria, s.goal = list(p.criteria), p.goal
     s.status = RunStatus.PENDING
+    s.started_at_ms = e.at_ms
 
 
 def _lease_acquired(s: RunState, e: Event, refuse: Refuse) -> None:
@@ -789,6 +906,91 @@ def _run_reopened(s: RunState, e: Event, refuse: Refuse) -> None:
     s.outcome_reason = ""
 
 
+def _plan_recorded(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: PlanRecorded = e.payload  # type: ignore[assignment]
+    if p.version != s.plan_version + 1:
+        raise refuse(f"plan version must be {s.plan_version + 1}, not {p.version}")
+    seen: set[str] = set()
+    for st in p.steps:
+        if st.call_id in seen:
+            raise refuse(f"plan v{p.version} lists step {st.call_id!r} twice")
+        cur = s.plan.get(st.call_id)
+        if cur is not None and cur.status == "succeeded":
+            if (cur.tool, cur.args_hash) != (st.tool, st.args_hash):
+                raise refuse(
+                    f"step {st.call_id!r} succeeded under plan v{cur.version}; a revised plan "
+                    "cannot change it (finished steps stay finished)"
+                )
+        for dep in st.depends_on:
+            done = s.plan.get(dep)
+            if dep not in seen and (done is None or done.status != "succeeded"):
+                raise refuse(
+                    f"step {st.call_id!r} depends on {dep!r}, which is neither an earlier step "
+                    f"of plan v{p.version} nor a succeeded one"
+                )
+        seen.add(st.call_id)
+    for info in s.plan.values():  # what the new version does not keep is superseded
+        if info.status == "pending":
+            info.status = "superseded"
+    for st in p.steps:
+        cur = s.plan.get(st.call_id)
+        if cur is not None and cur.status == "succeeded":
+            cur.version = p.version
+            continue
+        s.plan[st.call_id] = PlanStepInfo(
+            tool=st.tool,
+            args_hash=st.args_hash,
+            depends_on=list(st.depends_on),
+            status="pending",
+            version=p.version,
+        )
+    s.plan_version = p.version
+
+
+def _tool_call_settled(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: ToolCallSettled = e.payload  # type: ignore[assignment]
+    cur = s.plan.get(p.call_id)
+    if cur is None:
+        raise refuse(f"tool call {p.call_id!r} is in no plan")
+    if cur.status != "pending":
+        raise refuse(f"tool call {p.call_id!r} is {cur.status}, not pending")
+    if p.outcome == "succeeded":
+        unmet = [d for d in cur.depends_on if s.plan[d].status != "succeeded"]
+        if unmet:
+            raise refuse(f"tool call {p.call_id!r} succeeded before its dependencies {unmet}")
+    if p.outcome in ("succeeded", "failed"):
+        if p.executed_by is None:
+            raise refuse(f"tool call {p.call_id!r} {p.outcome} without naming the step that ran")
+        s.usage.tool_calls += 1
+    cur.status = p.outcome
+
+
+def _model_called(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: ModelCalled = e.payload  # type: ignore[assignment]
+    step = _open_step(s, p.step_id, refuse)
+    if step.policy is not Policy.READ:
+        raise refuse(f"a model call is a read step, not {step.policy}")
+    if not _SHA256_RE.fullmatch(p.prompt_hash):
+        raise refuse("prompt_hash must be 64 lowercase hex digits")
+    u = s.usage
+    u.model_calls += 1
+    u.input_tokens += p.input_tokens
+    u.output_tokens += p.output_tokens
+    if p.cost_usd is None:
+        u.cost_unknown += 1
+    else:
+        u.cost_usd += p.cost_usd
+
+
+def _budget_set(s: RunState, e: Event, refuse: Refuse) -> None:
+    p: BudgetSet = e.payload  # type: ignore[assignment]
+    limits = {k: getattr(p, k) for k in Budget.model_fields if getattr(p, k) is not None}
+    if not limits:
+        raise refuse("a budget_set names no limit")
+    for k, v in limits.items():
+        setattr(s.budget, k, v)
+
+
 _HANDLERS: dict[str, Any] = {
     "run_started": _run_started,
     "lease_acquired": _lease_acquired,
@@ -814,6 +1016,10 @@ _HANDLERS: dict[str, Any] = {
     "cancel_requested": _cancel_requested,
     "run_finished": _run_finished,
     "run_reopened": _run_reopened,
+    "plan_recorded": _plan_recorded,
+    "tool_call_settled": _tool_call_settled,
+    "model_called": _model_called,
+    "budget_set": _budget_set,
 }
 assert set(_HANDLERS) == set(EVENT_TYPES)
 
