@@ -206,6 +206,8 @@ class Run:
         self.run_id: str = ex.state.run_id
         self.input: Any = ex.state.input
         self._counters: dict[str, int] = {}
+        #: The id of the primitive being executed (named by a divergence error).
+        self._asked: str | None = None
 
     # ------------------------------------------------------------- basics
 
@@ -217,20 +219,60 @@ class Run:
     def _next_id(self, name: str) -> str:
         n = self._counters.get(name, 0) + 1
         self._counters[name] = n
-        return name if n == 1 else f"{name}#{n}"
+        sid = name if n == 1 else f"{name}#{n}"
+        self._asked = sid
+        return sid
 
     def _append(self, *payloads: _Payload, **kw: Any) -> list[Event]:
-        return self._ex.append(list(payloads), **kw)
+        ex = self._ex
+        if ex.gate:  # the first new write of this execution: has the replay caught up?
+            first = ex.gate_new_write(self._asked)
+            out = ex.append([*first, *payloads], **kw)
+            ex.gate, ex.pending_version = False, None
+            return out
+        return ex.append(list(payloads), **kw)
 
     def _completion(self, sid: str, policy: Policy) -> Completion | None:
-        comp = self._ex.completion(sid)
-        if comp is not None and comp.policy is not None and comp.policy != policy.value:
-            raise NonDeterminismError(
-                f"run {self.run_id!r} step {sid!r} was recorded with policy {comp.policy}, but "
-                f"the code now asks for a {policy.value} step with that id; the workflow code "
-                "changed in a way that does not match the recorded history"
-            )
+        ex = self._ex
+        comp = ex.completion(sid)
+        if comp is not None:
+            if comp.policy is not None and comp.policy != policy.value:
+                raise NonDeterminismError(
+                    f"run {self.run_id!r} step {sid!r} was recorded (seq {comp.seq}) as a "
+                    f"{comp.policy} step, but the code now asks for a {policy.value} step with "
+                    "that id: the workflow changed in a way that does not match the recorded "
+                    "history. Resume with the code the run was recorded under, or keep recorded "
+                    'runs on the old path with `if run.patched("<change>"):`. Nothing was '
+                    "recorded."
+                )
+            if comp.seq > ex.replay_at:
+                ex.replay_at = comp.seq
         return comp
+
+    def patched(self, change: str) -> bool:
+        """Whether this run takes the new path of a code change named ``change``.
+
+        True for a run that reaches this point under code that has the check (a new run, or an
+        old one that had not got this far): a marker is recorded, so the answer stays True on
+        every replay. False for a run that recorded steps past this point without the marker
+        (it took the old path; keep it there)::
+
+            if run.patched("send-receipt"):
+                run.effect("receipt", send_receipt, order)   # new runs only
+
+        Once no run recorded before the change is left, drop the check and keep the new path.
+        """
+        sid = self._next_id(f"patch:{change}")
+        self._ex.boundary()
+        if self._completion(sid, Policy.READ) is not None:
+            return True
+        if self._ex.replaying:
+            return False  # recorded past this point without the marker: the old path
+        self._append(
+            StepStarted(step_id=sid, policy=Policy.READ, purpose=f"patch marker {change!r}"),
+            StepCompleted(step_id=sid, policy=Policy.READ, result=True),
+        )
+        return True
 
     def _recorded_failure(self, sid: str) -> None:
         info = self.state.steps.get(sid)
@@ -275,6 +317,7 @@ class Run:
         if cached is not None:
             return cached.result
         _refuse_async_in_loop(fn)
+        faults.note("step", sid)
         try:
             value = _run_sync(fn(*args, **kwargs))
         except _AsyncMisuse:
@@ -296,6 +339,7 @@ class Run:
         sid, cached, ih, pol = self._step_pre(step_id, policy, args, kwargs)
         if cached is not None:
             return cached.result
+        faults.note("step", sid)
         try:
             value = fn(*args, **kwargs)
             if inspect.isawaitable(value):
@@ -399,6 +443,7 @@ class Run:
         assert call is not None
         try:
             value = _run_sync(fn(*args, **call.kwargs))
+            faults.point("effect.called")  # the world changed; `ack` faults raise here
         except Exception as exc:
             return self._effect_error(sid, call, reconcile, exc)
         return self._effect_post(sid, call, value)
@@ -427,6 +472,7 @@ class Run:
             value = fn(*args, **call.kwargs)
             if inspect.isawaitable(value):
                 value = await value
+            faults.point("effect.called")  # the world changed; `ack` faults raise here
         except Exception as exc:
             return self._effect_error(sid, call, reconcile, exc)
         return self._effect_post(sid, call, value)
@@ -539,7 +585,6 @@ class Run:
         return sid, None, EffectCall(self.run_id, sid, key, op, attempt, args, kw)
 
     def _effect_post(self, sid: str, call: EffectCall, value: Any) -> Any:
-        faults.point("effect.called")
         try:
             data = self._jsonable(sid, value)
         except PayloadError as exc:
@@ -710,6 +755,7 @@ class Run:
                             step_id=wid, policy=Policy.DECISION, result={"decision": "timeout"}
                         ),
                     )
+                    faults.point("wait.completed")
                     raise ApprovalDeniedError(f"approval {aid!r} timed out without a decision")
                 raise Suspended(f"waiting for approval {aid!r} of {len(hashes)} content hash(es)")
             decision = "deny" if info.status == "denied" else "approve"
@@ -721,6 +767,7 @@ class Run:
                     result={"decision": decision, "approver": info.approver},
                 ),
             )
+            faults.point("wait.completed")
             comp = self._ex.completion(wid)
             assert comp is not None
         res = comp.result or {}
@@ -873,6 +920,7 @@ class Run:
                         result={"payload": sig.payload, "signal_id": sig.signal_id},
                     ),
                 )
+                faults.point("wait.completed")
                 return self._ex.completion(wid)  # type: ignore[return-value]
         if w.deadline_ms is not None and self._ex.now_ms() >= w.deadline_ms:
             self._append(
@@ -881,6 +929,7 @@ class Run:
                     step_id=wid, policy=Policy.READ, result={"timeout": w.kind != "timer"}
                 ),
             )
+            faults.point("wait.completed")
             return self._ex.completion(wid)  # type: ignore[return-value]
         raise Suspended(f"waiting for {w.reason or w.kind}")
 
@@ -906,6 +955,7 @@ class Run:
             return  # recorded by an earlier execution; replay passes over it
         data = self._jsonable(f"checkpoint#{n}", state, "checkpoint state")
         self._append(CheckpointSaved(state=data, counters=dict(self._counters)))
+        faults.point("checkpoint.saved")
 
     def verify(self, name: str, check: bool | Callable[[], Any], detail: Any = None) -> bool:
         """Record a verification (evidence for completion criterion ``name``); return passed.

@@ -112,6 +112,15 @@ class Execution:
         #: The lease goes into the history with this execution's first write, so an execution
         #: that writes nothing (a wait not yet due, a refused replay) leaves the history as is.
         self._lease_recorded = False
+        #: Replay under changed code (issue 5): the code must ask for every completion recorded
+        #: after the restore point (up to seq ``replay_end``) before it writes anything new;
+        #: ``replay_at`` is how far it has replayed (the Run handle moves it). ``gate`` is up
+        #: until the first new write passed that check; a version change is recorded with it.
+        self.replay_end = 0
+        self.replay_at = 0
+        self.ordered = True
+        self.gate = False
+        self.pending_version: VersionAccepted | None = None
 
     # ------------------------------------------------------------ recording
 
@@ -321,6 +330,7 @@ class Execution:
         interval = self.runtime.heartbeat_s
         while not self._stop.wait(interval):
             try:
+                faults.point("lease.renewing")
                 self.lease = self.store.renew_lease(self.lease)
                 faults.point("lease.renewed")
                 if self.store.count_pending_inbox(self.state.run_id):
@@ -344,12 +354,22 @@ class Execution:
                 self.store.restore_status(self.lease, self.state)
                 return self.result()
         if st.version != self.wf.version:
-            self.append([VersionAccepted(from_version=st.version, to_version=self.wf.version)])
+            # Recorded with the first new write, once the replay has matched the history: code
+            # that does not match leaves the run at its version, resumable by its own code.
+            self.pending_version = VersionAccepted(
+                from_version=st.version, to_version=self.wf.version
+            )
         self.sync_inbox(force=True)
         if self.state.status is RunStatus.FINISHED:
             return self.result()
         self.cache = self.store.completions_after(st.run_id, self.state.user_checkpoint_seq)
         self.lookups = self.state.steps_completed > len(self.cache)
+        self.replay_end = max(
+            (c.seq for c in self.cache.values() if not c.step_id.startswith("patch:")), default=0
+        )
+        # Concurrent steps of an async workflow may replay in another order: checked at the end.
+        self.ordered = not inspect.iscoroutinefunction(self.wf.fn)
+        self.gate = self.replay_end > 0 or self.pending_version is not None
         hb = threading.Thread(target=self._heartbeat, daemon=True, name=f"lease-{st.run_id}")
         hb.start()
         handle = Run(self)
@@ -374,20 +394,65 @@ class Execution:
                 "--applied/--absent",
             )
         except _Stop as s:
+            self.check_replayed(f"stopped ({s.outcome.value}: {s.reason})")
             return self.finish(s.outcome, s.reason)
         except (ApprovalDeniedError, ApprovalInvalidError) as exc:
             return self.finish(Outcome.BLOCKED, str(exc))
         except _ENGINE_ERRORS:
             raise  # the record is intact and the run stays resumable once the cause is fixed
         except Exception as exc:
+            self.check_replayed(f"raised {type(exc).__name__}: {exc}", exc)
             return self.finish(Outcome.FAILED, f"{type(exc).__name__}: {exc}")
         finally:
             self._stop.set()
             hb.join(timeout=5)
         return self.complete(value)
 
+    # ------------------------------------------------------------ replay under changed code
+
+    @property
+    def replaying(self) -> bool:
+        """True while completions recorded by earlier executions lie ahead of what the code
+        has asked for (the code has not yet caught up with the history)."""
+        return self.replay_at < self.replay_end
+
+    def diverged(self, asked: str | None, what: str) -> NonDeterminismError:
+        """The error for code that left the recorded path: names the step it asked for, the
+        recorded step it should have asked for next, and what to do."""
+        ahead = sorted(
+            (c for c in self.cache.values() if c.seq > self.replay_at),
+            key=lambda c: c.seq,
+        )
+        nxt = next((c for c in ahead if not c.step_id.startswith("patch:")), None)
+        recorded = f"step {nxt.step_id!r} (seq {nxt.seq})" if nxt else "more steps"
+        v = self.pending_version
+        under = f" (recorded under version {v.from_version!r})" if v else ""
+        return NonDeterminismError(
+            f"run {self.state.run_id!r} of workflow {self.wf.name!r}: the code {what} where "
+            f"the history{under} has {recorded} next; version {self.wf.version!r} of the code "
+            "no longer matches this run at that point. Resume it with the code it was recorded "
+            'under, or keep recorded runs on the old path with `if run.patched("<change>"):` '
+            "around the new code. Nothing was recorded."
+        )
+
+    def gate_new_write(self, asked: str | None) -> list[_Payload]:
+        """Before the code's first new write in this execution: refuse it while recorded steps
+        lie ahead (NonDeterminismError, nothing written), else return what must go first (the
+        version change)."""
+        if self.ordered and self.replaying:
+            raise self.diverged(asked, f"asked for new step {asked!r}")
+        return [self.pending_version] if self.pending_version is not None else []
+
+    def check_replayed(self, what: str, cause: BaseException | None = None) -> None:
+        """Raise NonDeterminismError when the workflow ends (returns, raises, stops) before
+        it has replayed what earlier executions recorded: deterministic code given the same
+        recorded results would have gone on."""
+        if self.replaying:
+            raise self.diverged(None, what) from cause
+
     def complete(self, value: Any) -> RunResult:
         """The workflow returned: the outcome follows the evidence (G5)."""
+        self.check_replayed("returned")
         try:
             data = serde.to_jsonable(value)
         except serde.NotSerializable as exc:
@@ -453,14 +518,21 @@ class Runtime:
         heartbeat_s: float | None = None,
         auto_approve: str | None = None,
         on_event: Callable[[Event], None] | None = None,
+        clock: Callable[[], float] | None = None,
     ):
         self.settings = settings or Settings.from_env(
             store if isinstance(store, str) else None,
             artifacts if isinstance(artifacts, str) else None,
         )
         self.store = (
-            store if isinstance(store, SQLStore) else open_store(self.settings.database_url)
+            store
+            if isinstance(store, SQLStore)
+            else open_store(self.settings.database_url, clock=clock or time.time)
         )
+        #: How this runtime waits for a timer: ``clock.sleep`` when the clock has one (a fake
+        #: clock advances instead of sleeping), else ``time.sleep``.
+        self.sleep: Callable[[float], None] = getattr(clock, "sleep", None) or time.sleep
+        self.fake_clock = self.sleep is not time.sleep
         self.artifacts = (
             artifacts
             if isinstance(artifacts, ArtifactStore)
@@ -570,7 +642,9 @@ class Runtime:
                     break
                 if rec.wake_at_ms is None:
                     return res
-                time.sleep(min(poll_s, max(0.0, (rec.wake_at_ms - self.store.now_ms()) / 1000)))
+                due_s = max(0.0, (rec.wake_at_ms - self.store.now_ms()) / 1000)
+                # A fake clock jumps to the deadline; the real one is polled for early wakes.
+                self.sleep(due_s if self.fake_clock else min(poll_s, due_s))
 
     # ------------------------------------------------------------ decisions
 

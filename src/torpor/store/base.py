@@ -498,6 +498,7 @@ class SQLStore:
             return
         for attempt in range(3):
             try:
+                faults.point("append.committing")
                 self._append_once(
                     lease,
                     events,
@@ -507,6 +508,7 @@ class SQLStore:
                     force_checkpoint=force_checkpoint,
                     guard_inbox=guard_inbox,
                 )
+                faults.point("append.committed")
                 return
             except (
                 LeaseLostError,
@@ -831,6 +833,8 @@ class SQLStore:
             if kind in REOPENING_KINDS:
                 self.driver.execute(cur, self.q["reopen_run"], self._p(run_id=run_id))
             self.driver.fetchone(cur, self.q["notify_wake"], {"run_id": run_id})
+        if faults.point("wake.posted"):  # a fault plan delivers it again (same message id)
+            self.post_inbox(run_id, kind, body, message_id)
         return True
 
     def restore_status(self, lease: Lease, state: RunState) -> None:
