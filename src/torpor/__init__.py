@@ -16,6 +16,19 @@ work or repeating an external effect::
     torpor.Runtime().run(notify, "ops@example.org")
 """
 
+from .agent import (
+    Agent,
+    AgentContext,
+    CodePlanner,
+    ModelJudge,
+    Planner,
+    PlannerError,
+    PlanView,
+    Proposal,
+    ProposedStep,
+    ReActPlanner,
+    step,
+)
 from .artifacts import ArtifactStore
 from .client import Client
 from .config import Settings
@@ -39,7 +52,7 @@ from .errors import (
     TransitionError,
     VersionMismatchError,
 )
-from .events import ArtifactRef, Event, Outcome, Policy, RunState, RunStatus
+from .events import ArtifactRef, Budget, Event, Outcome, Policy, RunState, RunStatus
 from .run import (
     Absent,
     Applied,
@@ -53,21 +66,27 @@ from .run import (
 )
 from .runtime import RunResult, Runtime
 from .store import open_store
+from .tools import ArtifactHash, Retry, Secret, Tool, Tools, TransientError
 from .workflows import workflow
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Absent",
+    "Agent",
+    "AgentContext",
     "Applied",
     "Approval",
     "ApprovalDeniedError",
     "ApprovalError",
     "ApprovalInvalidError",
+    "ArtifactHash",
     "ArtifactRef",
     "ArtifactStore",
+    "Budget",
     "Cancelled",
     "Client",
+    "CodePlanner",
     "ConfigError",
     "CorruptRecordError",
     "EffectCall",
@@ -75,10 +94,18 @@ __all__ = [
     "Event",
     "LeaseHeldError",
     "LeaseLostError",
+    "ModelJudge",
     "NonDeterminismError",
     "Outcome",
     "PayloadError",
+    "PlanView",
+    "Planner",
+    "PlannerError",
     "Policy",
+    "Proposal",
+    "ProposedStep",
+    "ReActPlanner",
+    "Retry",
     "Run",
     "RunInterrupt",
     "RunNotFoundError",
@@ -87,15 +114,20 @@ __all__ = [
     "RunStatus",
     "Runtime",
     "SchemaVersionError",
+    "Secret",
     "Settings",
     "StepError",
     "StoreError",
     "Suspended",
+    "Tool",
+    "Tools",
     "TorporError",
+    "TransientError",
     "TransitionError",
     "Unknown",
     "VersionMismatchError",
     "WaitTimeout",
     "open_store",
+    "step",
     "workflow",
 ]

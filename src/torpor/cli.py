@@ -1089,6 +1089,58 @@ def resolve(
     _console().print(Text(f"continue the run: torpor resume {run_id}", style="cyan"))
 
 
+@app.command()
+def budget(
+    ctx: typer.Context,
+    run_id: RunId,
+    tokens: Annotated[
+        int | None, typer.Option("--tokens", min=1, help="New limit on model tokens.")
+    ] = None,
+    cost: Annotated[
+        float | None, typer.Option("--cost", metavar="USD", help="New limit on model cost.")
+    ] = None,
+    steps: Annotated[
+        int | None,
+        typer.Option("--steps", min=1, help="New limit on steps (model calls + tool calls)."),
+    ] = None,
+    wall_clock: Annotated[
+        float | None,
+        typer.Option("--wall-clock", metavar="SECONDS", help="New wall-clock limit."),
+    ] = None,
+    by: Annotated[str, typer.Option("--as", metavar="NAME", help="Who raises it.")] = "user",
+    reason: Annotated[str, typer.Option("--reason", help="Why, recorded.")] = "",
+    json_out: JsonFlag = False,
+) -> None:
+    """Raise an agent run's budget and reopen it if it is blocked (then resume it).
+
+    Example: torpor budget triage-7 --tokens 200000 --as alice
+    """
+    if cost is not None and cost <= 0:
+        raise BadInput("--cost must be positive")
+    if wall_clock is not None and wall_clock <= 0:
+        raise BadInput("--wall-clock must be positive")
+    with _client(ctx) as client:
+        info = client.reopen(
+            run_id,
+            by,
+            reason=reason,
+            tokens=tokens,
+            cost_usd=cost,
+            steps=steps,
+            wall_clock_s=wall_clock,
+        )
+    if json_out:
+        _emit_json({"run_id": run_id, "by": by, **info})
+        return
+    u, lim = info["usage"], info["limits"]
+    for k in ("tokens", "cost_usd", "steps", "wall_clock_s"):
+        limit = lim.get(k)
+        _console().print(
+            Text(f"{k:<13} used {u[k]}  limit {limit if limit is not None else 'none'}")
+        )
+    _console().print(Text(f"continue the run: torpor resume {run_id}", style="cyan"))
+
+
 # --------------------------------------------------------------------------- artifacts
 
 

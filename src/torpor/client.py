@@ -21,6 +21,7 @@ from .events import (
     REOPENABLE,
     ArtifactRef,
     Event,
+    Outcome,
     RunState,
     RunStatus,
     Verdict,
@@ -308,6 +309,58 @@ class Client:
             },
             message_id=f"resolve:{key}:{uuid.uuid4().hex[:8]}",
         )
+
+    def reopen(
+        self,
+        run_id: str,
+        by: str,
+        *,
+        reason: str = "",
+        tokens: int | None = None,
+        cost_usd: float | None = None,
+        steps: int | None = None,
+        wall_clock_s: float | None = None,
+    ) -> dict[str, Any]:
+        """Reopen a ``blocked`` run — typically after raising a budget limit — so it resumes
+        where it stopped. Given limits replace the recorded ones (a running run takes them at
+        its next boundary without reopening). Returns the run's usage and limits as they will
+        be (usage keys: tokens, cost_usd, steps, wall_clock_s)."""
+        limits = {
+            k: v
+            for k, v in {
+                "tokens": tokens,
+                "cost_usd": cost_usd,
+                "steps": steps,
+                "wall_clock_s": wall_clock_s,
+            }.items()
+            if v is not None
+        }
+        bad = [k for k, v in limits.items() if v <= 0]
+        if bad:
+            raise InboxError(f"budget limits must be positive ({', '.join(bad)})")
+        st = self.state(run_id)
+        if st.status is RunStatus.FINISHED and st.outcome is not Outcome.BLOCKED:
+            raise RunFinishedError(
+                f"run {run_id!r} finished {st.outcome}; only a blocked run can be reopened"
+                + (" (settle an unresolved one with resolve)" if st.outcome == "unresolved" else "")
+            )
+        if st.status is not RunStatus.FINISHED and not limits:
+            raise InboxError(f"run {run_id!r} is {st.status}, not blocked: nothing to reopen")
+        body: dict[str, Any] = {"by": by, "reason": reason or "reopened by " + by}
+        if limits:
+            body["budget"] = limits
+        self.store.post_inbox(run_id, "reopen", body, message_id=f"reopen:{uuid.uuid4().hex}")
+        u = st.usage
+        now = self.store.now_ms()
+        return {
+            "usage": {
+                "tokens": u.tokens,
+                "cost_usd": round(u.cost_usd, 6),
+                "steps": u.steps,
+                "wall_clock_s": round((now - st.started_at_ms) / 1000, 1),
+            },
+            "limits": {**st.budget.model_dump(), **limits},
+        }
 
     def artifact_bytes(self, sha256: str) -> bytes:
         """The bytes of an artifact by its hash (hash-verified)."""

@@ -40,6 +40,7 @@ from .errors import (
 from .events import (
     ApprovalDecided,
     ApprovalRevoked,
+    BudgetSet,
     CancelRequested,
     EffectReconciled,
     Event,
@@ -321,7 +322,14 @@ class Execution:
                     )
             return out
         if m.kind == "reopen":
-            return [RunReopened(by=b["by"], reason=b.get("reason", ""))]
+            # A person reopens a blocked run, optionally with new budget limits (which a
+            # running run also takes, without reopening).
+            reopen: list[_Payload] = []
+            if state.status is RunStatus.FINISHED or not b.get("budget"):
+                reopen.append(RunReopened(by=b["by"], reason=b.get("reason", "")))
+            if b.get("budget"):
+                reopen.append(BudgetSet(**b["budget"], by=b["by"], reason=b.get("reason", "")))
+            return reopen
         raise InboxError(f"unknown inbox message kind {m.kind!r}")
 
     # ------------------------------------------------------------ heartbeat

@@ -1,0 +1,857 @@
+"""Agents: a planner (a model or plain code) decides the steps at run time; the engine records
+the plan and every decision as it happens.
+
+::
+
+    agent = torpor.Agent("triage", goal="label new issues", tools=tools,
+                         planner=torpor.ReActPlanner(OpenAIChatModel("gpt-4o-mini")),
+                         criteria={"labelled": all_labelled}, budget=torpor.Budget(tokens=50_000))
+    torpor.Runtime().run(agent, {"repo": "acme/api"})
+
+The loop (one run of the agent's workflow):
+
+1. the planner proposes steps (tool, arguments, dependencies); the plan is recorded as a new
+   version (``plan_recorded``); steps that succeeded under an earlier version stay succeeded;
+2. ready steps (all dependencies succeeded) execute **one at a time, in plan order** (the
+   engine allows concurrency, the agent keeps it sequential so replay stays simple), each as a
+   torpor step under its tool's recovery policy: arguments validated first (a refusal becomes
+   an observation), an approval bound to the hash of the exact arguments when the tool
+   requires one, then ``read``/``compute``/``effect`` execution;
+3. every planned call gets a recorded outcome (``tool_call_settled``): succeeded, failed,
+   invalid, denied, or skipped when the run ends first — never a dangling call;
+4. after a failure a plan-and-execute planner revises the plan (version + 1); a ReAct planner
+   proposes one model turn of calls at a time and sees every result;
+5. when the planner says it is done, the completion criteria are verified — code first, a
+   model judge only for criteria declared with :class:`ModelJudge` — and the outcome follows
+   the evidence.
+
+Budgets (tokens, cost, steps, wall-clock) are checked before each new model or tool call,
+from usage summed by the fold; a limit reached ends the run ``blocked`` with the reason, and
+``torpor budget RUN --tokens N`` (:meth:`torpor.Client.reopen`) raises it and reopens the run.
+
+Recovery is replay, like workflows: on resume the loop runs again from the top and every
+recorded model call, plan version, tool call and outcome is returned from the history (never
+repeated), so the loop reaches the point where it stopped and continues.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from . import faults, serde
+from .errors import (
+    ApprovalDeniedError,
+    ApprovalError,
+    Cancelled,
+    NonDeterminismError,
+    RunInterrupt,
+    TorporError,
+)
+from .events import (
+    Budget,
+    BudgetSet,
+    PlannedStep,
+    PlanRecorded,
+    Policy,
+    StepCompleted,
+    StepStarted,
+    ToolCallSettled,
+    _Payload,
+)
+from .models.base import Message, Model, ModelResponse, ToolCall, ToolSpec
+from .models.record import call_model
+from .run import Approval, EffectCall, EffectNotApplied, Run, StepError, Unknown
+from .runtime import _ENGINE_ERRORS
+from .tools import ToolArgsError, Tools, ToolTimeout, Vault, is_secret_marker
+from .workflows import workflow
+
+#: Observations shown to a model are cut to this many characters.
+OBSERVATION_CHARS = 20_000
+
+
+class PlannerError(TorporError):
+    """The planner proposed something impossible (a finished step changed, an unknown
+    dependency, too many revisions)."""
+
+
+class ToolFailed(TorporError):
+    """A tool raised; the message is the original error with secrets scrubbed."""
+
+
+# ------------------------------------------------------------------ proposals
+
+
+class ProposedStep(BaseModel):
+    """One step a planner proposes: call ``tool`` with ``args`` after ``depends_on``."""
+
+    call_id: str = Field(min_length=1)
+    tool: str
+    args: Any = Field(default_factory=dict)
+    depends_on: list[str] = Field(default_factory=list)
+    why: str = ""
+
+
+class Proposal(BaseModel):
+    """A planner's answer: the next plan (``steps``), or ``done`` with a ``final`` answer."""
+
+    steps: list[ProposedStep] = Field(default_factory=list)
+    done: bool = False
+    final: str = ""
+    reason: str = ""
+
+    @classmethod
+    def finish(cls, final: str = "", reason: str = "") -> Proposal:
+        return cls(done=True, final=final, reason=reason)
+
+
+def step(
+    call_id: str, tool: str, after: Sequence[str] = (), why: str = "", **args: Any
+) -> ProposedStep:
+    """Shorthand for a code planner: ``step("b", "transform", after=["a"], rows=10)``."""
+    return ProposedStep(call_id=call_id, tool=tool, args=args, depends_on=list(after), why=why)
+
+
+class StepView(BaseModel):
+    """A planned call as a planner sees it."""
+
+    call_id: str
+    tool: str
+    args: Any = None
+    depends_on: list[str] = Field(default_factory=list)
+    why: str = ""
+    status: str = "pending"
+    observation: Any = None
+    version: int = 0
+
+
+class PlanView(BaseModel):
+    """What a code planner is given (JSON data, so its recorded input hash is stable)."""
+
+    goal: str
+    input: Any = None
+    version: int = 0
+    tools: list[str] = Field(default_factory=list)
+    steps: list[StepView] = Field(default_factory=list)
+
+    def get(self, call_id: str) -> StepView | None:
+        return next((s for s in self.steps if s.call_id == call_id), None)
+
+    def status(self, call_id: str) -> str | None:
+        s = self.get(call_id)
+        return s.status if s else None
+
+    def failed(self) -> list[StepView]:
+        return [s for s in self.steps if s.status in ("failed", "invalid", "denied")]
+
+    def succeeded(self) -> list[StepView]:
+        return [s for s in self.steps if s.status == "succeeded"]
+
+
+# ------------------------------------------------------------------ planners
+
+
+class Planner:
+    """Base of planners. ``replan_on_failure``: ask for a new plan as soon as a call fails
+    (plan-and-execute); otherwise only when no call is ready (ReAct)."""
+
+    name = "planner"
+    replan_on_failure = True
+
+    def propose(self, ctx: AgentContext) -> Proposal:
+        raise NotImplementedError
+
+
+class CodePlanner(Planner):
+    """Plain code: ``fn(view: PlanView) -> Proposal`` (or a list of steps; ``None``/``[]`` is
+    done). Run as a recorded ``compute`` step: on resume its plan is read back, not recomputed.
+    """
+
+    def __init__(self, fn: Callable[[PlanView], Any], name: str = "code"):
+        self.fn = fn
+        self.name = name
+
+    def propose(self, ctx: AgentContext) -> Proposal:
+        def plan(view: dict[str, Any]) -> dict[str, Any]:
+            out = self.fn(PlanView.model_validate(view))
+            if out is None:
+                out = Proposal.finish()
+            elif isinstance(out, list | tuple):
+                out = Proposal(steps=list(out), done=not out)
+            return Proposal.model_validate(out).model_dump(mode="json")
+
+        data = ctx.run.compute(
+            "planner", plan, ctx.view().model_dump(mode="json"), purpose=f"{self.name} planner"
+        )
+        return Proposal.model_validate(data)
+
+
+class ReActPlanner(Planner):
+    """A model that proposes one turn at a time: its tool calls are the next steps (run
+    independently), their results go back to it, and a message without tool calls is its
+    final answer."""
+
+    replan_on_failure = False
+
+    def __init__(self, model: Model, *, instructions: str = "", name: str = "react"):
+        self.model = model
+        self.instructions = instructions
+        self.name = name
+
+    def propose(self, ctx: AgentContext) -> Proposal:
+        resp = ctx.call_model(self.model, ctx.conversation(self.instructions), ctx.tool_specs())
+        msg = resp.message
+        if not msg.tool_calls:
+            return Proposal.finish(final=msg.content, reason="the model answered")
+        steps = []
+        for tc in msg.tool_calls:
+            args: Any = tc.arguments if tc.raw_arguments is None else {"$raw": tc.raw_arguments}
+            steps.append(
+                ProposedStep(call_id=ctx.call_id_for(tc.id), tool=tc.name, args=args, why="")
+            )
+        ctx.add_turn(msg, [s.call_id for s in steps])
+        return Proposal(steps=steps, reason=msg.content[:500])
+
+
+# ------------------------------------------------------------------ verifiers
+
+
+class ModelJudge:
+    """A completion criterion judged by a model (use only where the criterion says so). The
+    model must call ``verdict(passed, reason)``; its call is recorded like any other."""
+
+    VERDICT = ToolSpec(
+        name="verdict",
+        description="Give your verdict on the criterion.",
+        parameters={
+            "type": "object",
+            "properties": {"passed": {"type": "boolean"}, "reason": {"type": "string"}},
+            "required": ["passed", "reason"],
+        },
+    )
+
+    def __init__(self, model: Model, question: str):
+        self.model = model
+        self.question = question
+
+    def judge(self, ctx: AgentContext, name: str) -> tuple[bool, dict[str, Any]]:
+        evidence = {
+            "goal": ctx.agent.goal,
+            "final": ctx.final,
+            "results": {k: v for k, v in ctx.results().items()},
+        }
+        messages = [
+            Message.system(
+                "You check whether a completion criterion is met, from the evidence only. "
+                "Answer by calling the verdict tool."
+            ),
+            Message.user(
+                f"Criterion {name!r}: {self.question}\n\nEvidence (JSON):\n"
+                + _clip(json.dumps(evidence, sort_keys=True, default=str))
+            ),
+        ]
+        resp = ctx.call_model(self.model, messages, [self.VERDICT], name=f"judge:{name}")
+        call = next((c for c in resp.message.tool_calls if c.name == "verdict"), None)
+        if call is None or not isinstance(call.arguments.get("passed"), bool):
+            return False, {
+                "judge": self.model.model_id,
+                "error": "no verdict",
+                "said": resp.message.content[:500],
+            }
+        return call.arguments["passed"], {
+            "judge": self.model.model_id,
+            "reason": str(call.arguments.get("reason", ""))[:2000],
+        }
+
+
+Verifier = Callable[["AgentContext"], Any] | ModelJudge
+
+
+# ------------------------------------------------------------------ the agent
+
+
+class Agent:
+    """An agent: ``goal``, ``tools``, a ``planner``, completion ``criteria`` (name ->
+    verifier) and a ``budget``; registered as the workflow ``name`` (run it with
+    ``Runtime().run(agent, input)``).
+
+    ``secrets``: secret values this process may be handed back in a redacted form (matched by
+    their keyed hash after a restart). ``on_denied``: ``"block"`` (the run ends blocked when a
+    person denies a tool call, DESIGN.md §1) or ``"replan"`` (the denial is an observation).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        goal: str,
+        tools: Tools,
+        planner: Planner,
+        criteria: Mapping[str, Verifier] | None = None,
+        budget: Budget | None = None,
+        version: str = "1",
+        compatible: Iterable[str] = (),
+        instructions: str = "",
+        secrets: Iterable[str] | Callable[[], Iterable[str]] = (),
+        max_plan_versions: int = 50,
+        on_denied: str = "block",
+    ):
+        if on_denied not in ("block", "replan"):
+            raise TorporError("on_denied must be 'block' or 'replan'")
+        self.name = name
+        self.goal = goal
+        self.tools = tools
+        self.planner = planner
+        self.criteria: dict[str, Verifier] = dict(criteria or {})
+        self.budget = budget or Budget()
+        self.instructions = instructions
+        self._secrets = secrets
+        self.max_plan_versions = max_plan_versions
+        self.on_denied = on_denied
+
+        def agent_workflow(run: Run, input: Any) -> Any:
+            return AgentContext(self, run, input).execute()
+
+        agent_workflow.__qualname__ = f"agent:{name}"
+        workflow(
+            name, version=version, compatible=compatible, criteria=list(self.criteria), goal=goal
+        )(agent_workflow)
+        self.__torpor_workflow__ = name
+
+    def known_secrets(self) -> list[str]:
+        s = self._secrets
+        return list(s() if callable(s) else s)
+
+
+@dataclass
+class _Call:
+    call_id: str
+    tool: str
+    args: Any
+    depends_on: list[str]
+    why: str
+    version: int
+    status: str = "pending"
+    observation: Any = None
+
+
+@dataclass
+class _Turn:
+    message: Message
+    call_ids: list[str]
+
+
+@dataclass
+class AgentContext:
+    """One execution of an agent's run: what planners and verifiers are given."""
+
+    agent: Agent
+    run: Run
+    input: Any
+    version: int = 0
+    calls: dict[str, _Call] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+    turns: list[_Turn] = field(default_factory=list)
+    final: str = ""
+
+    def __post_init__(self) -> None:
+        self.vault = Vault(self.run._ex.runtime.signing_key, self.agent.known_secrets())
+
+    # ------------------------------------------------------------ for planners
+
+    def view(self) -> PlanView:
+        return PlanView(
+            goal=self.agent.goal,
+            input=self.input,
+            version=self.version,
+            tools=self.agent.tools.names(),
+            steps=[
+                StepView(
+                    call_id=c.call_id,
+                    tool=c.tool,
+                    args=c.args,
+                    depends_on=c.depends_on,
+                    why=c.why,
+                    status=c.status,
+                    observation=c.observation,
+                    version=c.version,
+                )
+                for c in self.calls.values()
+            ],
+        )
+
+    def tool_specs(self) -> list[ToolSpec]:
+        return self.agent.tools.specs()
+
+    def results(self) -> dict[str, Any]:
+        """Observations of the calls that succeeded, by call id."""
+        return {k: c.observation for k, c in self.calls.items() if c.status == "succeeded"}
+
+    def call_model(
+        self,
+        model: Model,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] = (),
+        *,
+        name: str = "model",
+    ) -> ModelResponse:
+        """A recorded model call: budget checked first, secrets redacted before recording."""
+        return call_model(
+            self.run,
+            model,
+            messages,
+            tools,
+            name=name,
+            before_call=self.check_budget,
+            redact=self._redact_response,
+        )
+
+    def conversation(self, instructions: str = "") -> list[Message]:
+        """The ReAct conversation, rebuilt from the record: system, the goal and input, then
+        each model turn followed by one result per tool call it made."""
+        sys_text = "\n\n".join(
+            x
+            for x in (
+                self.agent.instructions,
+                instructions,
+                "You are a durable agent. Use the tools to reach the goal; answer without a "
+                "tool call when you are done.",
+            )
+            if x
+        )
+        crit = ", ".join(self.agent.criteria) or "none declared"
+        msgs = [
+            Message.system(sys_text),
+            Message.user(
+                f"Goal: {self.agent.goal}\nCompletion criteria: {crit}\nInput (JSON): "
+                + json.dumps(self.input, sort_keys=True)
+            ),
+        ]
+        for turn in self.turns:
+            msgs.append(turn.message)
+            for cid, tc in zip(turn.call_ids, turn.message.tool_calls, strict=True):
+                c = self.calls.get(cid)
+                status = c.status if c else "superseded"
+                obs = c.observation if c else None
+                if status == "succeeded":
+                    text = _clip(json.dumps(obs, sort_keys=True, default=str))
+                else:
+                    text = _clip(json.dumps({"status": status, "detail": obs}, default=str))
+                msgs.append(Message.tool_result(tc.id, text, is_error=status != "succeeded"))
+        return msgs
+
+    def call_id_for(self, model_call_id: str) -> str:
+        cid = model_call_id or f"call-{len(self.calls) + 1}"
+        n = 2
+        base = cid
+        while cid in self.calls:
+            cid = f"{base}~{n}"
+            n += 1
+        return cid
+
+    def add_turn(self, message: Message, call_ids: list[str]) -> None:
+        self.turns.append(_Turn(message, call_ids))
+
+    # ------------------------------------------------------------ budget
+
+    def check_budget(self) -> None:
+        """Block the run (durably, with the reason) when a limit is reached."""
+        s = self.run.state
+        b, u = s.budget, s.usage
+        hits = []
+        if b.tokens is not None and u.tokens >= b.tokens:
+            hits.append(f"tokens: {u.tokens} used of {b.tokens}")
+        if b.cost_usd is not None and u.cost_usd >= b.cost_usd:
+            hits.append(f"cost: ${u.cost_usd:.4f} used of ${b.cost_usd:.4f}")
+        if b.steps is not None and u.steps >= b.steps:
+            hits.append(f"steps: {u.steps} used of {b.steps}")
+        if b.wall_clock_s is not None and s.started_at_ms:
+            elapsed = (self.run._ex.now_ms() - s.started_at_ms) / 1000
+            if elapsed >= b.wall_clock_s:
+                hits.append(f"wall-clock: {elapsed:.1f} s of {b.wall_clock_s:g} s")
+        if hits:
+            self.run.block(
+                "budget exhausted ("
+                + "; ".join(hits)
+                + f"); raise it and resume: torpor budget {self.run.run_id} "
+                "--tokens N / --cost USD / --steps N / --wall-clock SECONDS"
+            )
+
+    # ------------------------------------------------------------ recording
+
+    def _record(
+        self, name: str, payloads: list[_Payload], result: Any, purpose: str
+    ) -> tuple[Any, bool]:
+        """A step whose whole work is recording ``payloads``: ``(result, newly recorded)``;
+        on replay the recorded result."""
+        run = self.run
+        sid = run._next_id(name)
+        run._ex.boundary()
+        comp = run._completion(sid, Policy.READ)
+        if comp is not None:
+            return comp.result, False
+        data = run._jsonable(sid, result)
+        run._append(
+            StepStarted(step_id=sid, policy=Policy.READ, purpose=purpose),
+            *payloads,
+            StepCompleted(step_id=sid, result=data, policy=Policy.READ),
+        )
+        return data, True
+
+    def _redact_args(self, tool_name: str, args: Any) -> Any:
+        """Secret fields of ``tool_name`` replaced by their keyed hash; known secrets scrubbed."""
+        tool = self.agent.tools.get(tool_name)
+        if tool is not None and isinstance(args, dict):
+            args = {
+                k: (self.vault.redact(v) if k in tool.secret_fields and isinstance(v, str) else v)
+                for k, v in args.items()
+            }
+        return self.vault.scrub(args)
+
+    def _redact_response(self, resp: ModelResponse) -> ModelResponse:
+        msg = resp.message
+        calls = [
+            ToolCall(
+                id=c.id,
+                name=c.name,
+                arguments=self._redact_args(c.name, c.arguments),
+                raw_arguments=self.vault.scrub(c.raw_arguments),
+            )
+            for c in msg.tool_calls
+        ]
+        clean = Message(role=msg.role, content=self.vault.scrub(msg.content), tool_calls=calls)
+        return resp.model_copy(update={"message": clean})
+
+    def _settle(self, c: _Call, outcome: str, observation: Any, executed_by: str | None) -> None:
+        obs = self.vault.scrub(serde.to_jsonable(observation))
+        rec, new = self._record(
+            f"settle:{c.call_id}@v{c.version}",
+            [
+                ToolCallSettled(
+                    call_id=c.call_id, outcome=outcome, observation=obs, executed_by=executed_by
+                )
+            ],
+            {"outcome": outcome, "observation": obs},
+            f"outcome of {c.tool} call {c.call_id}",
+        )
+        c.status, c.observation = rec["outcome"], rec["observation"]
+        if new:
+            faults.point("agent.tool.settled")
+
+    # ------------------------------------------------------------ the loop
+
+    def execute(self) -> Any:
+        self._init_budget()
+        try:
+            self._loop()
+            self._verify()
+        except Cancelled:
+            self._skip_pending("not run: the run was cancelled")
+            raise
+        except (RunInterrupt, ApprovalError, *_ENGINE_ERRORS):
+            # Waiting, blocked, unresolved (a person may reopen the run: its calls stay
+            # pending for then), or an engine error that leaves the run resumable as it is.
+            raise
+        except Exception as exc:
+            # The run ends failed: every call not yet run gets its outcome.
+            self._skip_pending(f"not run: the run failed ({type(exc).__name__})")
+            raise
+        return {
+            "final": self.final,
+            "plan_version": self.version,
+            "calls": {k: c.status for k, c in self.calls.items()},
+        }
+
+    def _skip_pending(self, why: str) -> None:
+        try:
+            for c in list(self.calls.values()):
+                if c.status == "pending":
+                    self._settle(c, "skipped", {"reason": why}, None)
+        except (TorporError, RunInterrupt):
+            pass  # the outcome is recorded all the same; the calls stay pending in the record
+
+    def _init_budget(self) -> None:
+        want = {
+            k: v
+            for k, v in self.agent.budget.model_dump().items()
+            if v is not None and getattr(self.run.state.budget, k) is None
+        }
+        payloads: list[_Payload] = [BudgetSet(**want, by="agent", reason="the agent's limits")]
+        self._record("budget", payloads if want else [], want, "the agent's budget")
+
+    def _loop(self) -> None:
+        planner = self.agent.planner
+        need_plan = True
+        while True:
+            if need_plan:
+                if self.version >= self.agent.max_plan_versions:
+                    raise PlannerError(
+                        f"the planner revised the plan {self.version} times without finishing"
+                    )
+                proposal = planner.propose(self)
+                if proposal.done:
+                    self.final = proposal.final
+                    self._skip_pending("not run: the planner finished without it")
+                    return
+                self._record_plan(proposal, planner.name)
+                need_plan = False
+                continue
+            c = self._next_ready()
+            if c is None:
+                need_plan = True
+                continue
+            outcome = self._execute(c)
+            if outcome != "succeeded" and planner.replan_on_failure:
+                need_plan = True
+
+    def _next_ready(self) -> _Call | None:
+        for cid in self.order:
+            c = self.calls[cid]
+            if c.status == "pending" and all(
+                self.calls[d].status == "succeeded" for d in c.depends_on
+            ):
+                return c
+        return None
+
+    def _record_plan(self, proposal: Proposal, planner_name: str) -> None:
+        v = self.version + 1
+        steps: list[PlannedStep] = []
+        seen: set[str] = set()
+        for ps in proposal.steps:
+            prev = self.calls.get(ps.call_id)
+            args = self._redact_args(ps.tool, serde.to_jsonable(ps.args))
+            h = serde.hash_value({"tool": ps.tool, "args": args})
+            if (
+                prev is not None
+                and prev.status == "succeeded"
+                and (
+                    prev.tool != ps.tool
+                    or serde.hash_value({"tool": prev.tool, "args": prev.args}) != h
+                )
+            ):
+                raise PlannerError(
+                    f"plan v{v} changes step {ps.call_id!r}, which succeeded under "
+                    f"v{prev.version}: finished steps stay finished"
+                )
+            for d in ps.depends_on:
+                dep = self.calls.get(d)
+                if d not in seen and (dep is None or dep.status != "succeeded"):
+                    raise PlannerError(
+                        f"plan v{v}: step {ps.call_id!r} depends on {d!r}, neither an earlier "
+                        "step of the plan nor a succeeded one"
+                    )
+            if ps.call_id in seen:
+                raise PlannerError(f"plan v{v} lists step {ps.call_id!r} twice")
+            seen.add(ps.call_id)
+            steps.append(
+                PlannedStep(
+                    call_id=ps.call_id,
+                    tool=ps.tool,
+                    args=args,
+                    args_hash=h,
+                    depends_on=ps.depends_on,
+                    why=self.vault.scrub(ps.why),
+                )
+            )
+        payload = PlanRecorded(version=v, planner=planner_name, steps=steps, reason=proposal.reason)
+        digest = serde.hash_value(payload.model_dump(mode="json"))
+        rec, new = self._record(f"plan@v{v}", [payload], {"plan_hash": digest}, f"plan v{v}")
+        if new:
+            faults.point("agent.plan.recorded")
+        if rec.get("plan_hash") != digest:
+            raise NonDeterminismError(
+                f"run {self.run.run_id!r}: plan v{v} replays differently from the recorded one "
+                "(the planner or its inputs changed)"
+            )
+        self.version = v
+        for c in self.calls.values():
+            if c.status == "pending":
+                c.status = "superseded"
+        self.order = []
+        for st in steps:
+            prev = self.calls.get(st.call_id)
+            if prev is not None and prev.status == "succeeded":
+                self.order.append(st.call_id)
+                continue
+            self.calls[st.call_id] = _Call(
+                st.call_id, st.tool, st.args, list(st.depends_on), st.why, v
+            )
+            self.order.append(st.call_id)
+
+    # ------------------------------------------------------------ one tool call
+
+    def _reveal(self, args: Any) -> tuple[Any, list[str]]:
+        """Secret markers swapped back for their values (those this process knows)."""
+        missing: list[str] = []
+        if not isinstance(args, dict):
+            return args, missing
+        out = {}
+        for k, v in args.items():
+            if is_secret_marker(v):
+                value = self.vault.reveal(v)
+                if value is None:
+                    missing.append(k)
+                out[k] = value
+            else:
+                out[k] = v
+        return out, missing
+
+    def _execute(self, c: _Call) -> str:
+        run = self.run
+        base = f"{c.call_id}@v{c.version}"
+        comp = run._completion(f"settle:{base}", Policy.READ)
+        if comp is not None:  # replay: the outcome is recorded
+            self._settle(c, comp.result["outcome"], comp.result["observation"], None)
+            return c.status
+        tool = self.agent.tools.get(c.tool)
+        if tool is None:
+            self._settle(
+                c,
+                "invalid",
+                {"error": f"unknown tool {c.tool!r}", "tools": self.agent.tools.names()},
+                None,
+            )
+            return c.status
+        if isinstance(c.args, dict) and "$raw" in c.args and len(c.args) == 1:
+            self._settle(
+                c, "invalid", {"error": "arguments are not a JSON object", "raw": c.args}, None
+            )
+            return c.status
+        args, missing = self._reveal(c.args)
+        if missing:
+            self._settle(
+                c,
+                "invalid",
+                {
+                    "error": f"secret argument(s) {missing} are not known to this process "
+                    "(only their hash was recorded); provide them again"
+                },
+                None,
+            )
+            return c.status
+        try:
+            validated = tool.validate(args)
+        except ToolArgsError as exc:
+            self._settle(c, "invalid", exc.observation(), None)
+            return c.status
+        self.check_budget()
+        hashes: list[str] = []
+        approval: Approval | None = None
+        if tool.needs_approval(validated):
+            unknown = [
+                h
+                for h in tool.artifact_hashes(validated)
+                if h not in {a.sha256 for a in run.state.artifacts.values()}
+            ]
+            if unknown:
+                self._settle(
+                    c, "invalid", {"error": f"unknown artifact(s) {unknown} in arguments"}, None
+                )
+                return c.status
+            doc = serde.dumps({"tool": tool.name, "args": c.args})
+            ref = run.artifact(f"tool-args/{base}", doc, media_type="application/json")
+            hashes = sorted({ref.sha256, *tool.artifact_hashes(validated)})
+            try:
+                approval = run.approval(
+                    f"tool:{base}",
+                    hashes,
+                    summary=_clip(f"{tool.name}({json.dumps(c.args, sort_keys=True)})", 300),
+                )
+            except ApprovalDeniedError as exc:
+                self._settle(c, "denied", {"error": str(exc)}, None)
+                if self.agent.on_denied == "block":
+                    raise
+                return c.status
+        sid = f"tool:{base}"
+        provided = tool.provided_secrets()
+        for value in provided.values():
+            self.vault.add(value)  # scrubbed from whatever the call returns or raises
+        canonical = self.vault.scrub(serde.to_jsonable(c.args))
+        try:
+            if tool.policy is Policy.EFFECT:
+                result = self._effect(sid, tool, validated, provided, approval, hashes)
+            else:
+                scrub = self.vault.scrub
+
+                def body(_recorded_args: Any) -> Any:
+                    try:
+                        return scrub(serde.to_jsonable(tool.invoke(validated, secrets=provided)))
+                    except Exception as exc:
+                        raise ToolFailed(scrub(f"{type(exc).__name__}: {exc}")) from None
+
+                result = run.step(
+                    sid, body, canonical, policy=tool.policy, purpose=f"{tool.name} ({c.call_id})"
+                )
+        except StepError as exc:
+            self._settle(c, "failed", {"error": self.vault.scrub(exc.error)}, sid)
+            return c.status
+        self._settle(c, "succeeded", result, sid)
+        return c.status
+
+    def _effect(
+        self,
+        sid: str,
+        tool: Any,
+        validated: dict[str, Any],
+        provided: dict[str, str],
+        approval: Approval | None,
+        hashes: list[str],
+    ) -> Any:
+        scrub = self.vault.scrub
+        timed_out: list[ToolTimeout] = []
+
+        def body(**kw: Any) -> Any:
+            engine = {k: kw[k] for k in ("idempotency_key", "fencing_token") if k in kw}
+            try:
+                return scrub(serde.to_jsonable(tool.invoke(validated, secrets=provided, **engine)))
+            except EffectNotApplied as exc:
+                raise EffectNotApplied(scrub(str(exc))) from None
+            except ToolTimeout as exc:
+                timed_out.append(exc)
+                raise ToolFailed(scrub(str(exc))) from None
+            except Exception as exc:
+                raise ToolFailed(scrub(f"{type(exc).__name__}: {exc}")) from None
+
+        def reconcile(call: EffectCall) -> Any:
+            fut = timed_out[-1].future if timed_out else None
+            if fut is not None and not fut.done():
+                return Unknown("the call timed out and may still complete")
+            if tool.reconcile is None:
+                return Unknown("the tool has no reconcile: whether it happened cannot be checked")
+            return tool.reconcile(dataclasses.replace(call, kwargs={**validated, **call.kwargs}))
+
+        return self.run.effect(
+            sid,
+            body,
+            reconcile=reconcile,
+            approval=approval,
+            artifacts=hashes,
+            operation=tool.name,
+            purpose=f"{tool.name} (effect)",
+        )
+
+    # ------------------------------------------------------------ verification
+
+    def _verify(self) -> None:
+        code = [(n, v) for n, v in self.agent.criteria.items() if not isinstance(v, ModelJudge)]
+        judged = [(n, v) for n, v in self.agent.criteria.items() if isinstance(v, ModelJudge)]
+        for name, check in code:
+            assert not isinstance(check, ModelJudge)
+            fn = check
+            self.run.verify(name, lambda fn=fn: fn(self))  # type: ignore[misc]
+        for name, judge in judged:
+            assert isinstance(judge, ModelJudge)
+            if self.run._completion(f"verify:{name}", Policy.READ) is None:
+                passed, detail = judge.judge(self, name)
+            else:
+                passed, detail = False, None  # recorded: run.verify returns the record
+            self.run.verify(name, passed, detail)
+
+
+def _clip(text: str, limit: int = OBSERVATION_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,162 @@
+"""Adapter for Anthropic's Messages API through the official ``anthropic`` SDK
+(``pip install 'torpor[models]'``).
+
+System messages go to the ``system`` parameter; tool results become ``tool_result`` blocks of
+one user turn; the SDK's own retries (``max_retries``) honour ``retry-after`` and retry 429,
+529 (overloaded) and 5xx answers before an error is raised here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from .base import (
+    Message,
+    ModelError,
+    ModelRateLimitedError,
+    ModelRequestError,
+    ModelResponse,
+    ModelTimeoutError,
+    ModelUnavailableError,
+    Price,
+    TokenUsage,
+    ToolCall,
+    ToolSpec,
+    retry_after_s,
+)
+
+
+def to_wire(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
+    """``(system, messages)`` in the Messages API wire format."""
+    system = "\n\n".join(m.content for m in messages if m.role == "system")
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "system":
+            continue
+        if m.role == "tool":
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": m.tool_call_id,
+                "content": m.content,
+            }
+            if m.is_error:
+                block["is_error"] = True
+            if out and out[-1]["role"] == "user" and isinstance(out[-1]["content"], list):
+                out[-1]["content"].append(block)
+            else:
+                out.append({"role": "user", "content": [block]})
+        elif m.role == "assistant":
+            blocks: list[dict[str, Any]] = []
+            if m.content:
+                blocks.append({"type": "text", "text": m.content})
+            for c in m.tool_calls:
+                blocks.append(
+                    {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
+                )
+            out.append({"role": "assistant", "content": blocks})
+        else:
+            out.append({"role": "user", "content": [{"type": "text", "text": m.content}]})
+    return system, out
+
+
+class AnthropicModel:
+    """``AnthropicModel("claude-sonnet-4-5")``. ``api_key`` defaults to
+    ``$TORPOR_MODEL_API_KEY`` then ``$ANTHROPIC_API_KEY``; ``max_tokens`` is required by the
+    API (default 1024)."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        max_tokens: int = 1024,
+        price: Price | None = None,
+        temperature: float | None = None,
+        client: Any = None,
+    ):
+        import anthropic
+
+        self.model_id = model
+        self.max_tokens = max_tokens
+        self.price = price
+        self.temperature = temperature
+        key = (
+            api_key
+            or os.environ.get("TORPOR_MODEL_API_KEY")
+            or os.environ.get("ANTHROPIC_API_KEY")
+            or "unset"
+        )
+        self.client = client or anthropic.Anthropic(
+            base_url=base_url, api_key=key, timeout=timeout, max_retries=max_retries
+        )
+
+    def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()
+    ) -> ModelResponse:
+        import anthropic
+
+        system, wire = to_wire(messages)
+        req: dict[str, Any] = {
+            "model": self.model_id,
+            "max_tokens": self.max_tokens,
+            "messages": wire,
+        }
+        if system:
+            req["system"] = system
+        if tools:
+            req["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters}
+                for t in tools
+            ]
+        if self.temperature is not None:
+            req["temperature"] = self.temperature
+        try:
+            resp = self.client.messages.create(**req)
+        except anthropic.RateLimitError as exc:
+            raise ModelRateLimitedError(
+                self.model_id, _detail(exc), retry_after=retry_after_s(exc.response.headers)
+            ) from exc
+        except anthropic.APITimeoutError as exc:
+            raise ModelTimeoutError(self.model_id, f"timed out: {exc}") from exc
+        except anthropic.APIConnectionError as exc:
+            raise ModelUnavailableError(self.model_id, f"connection failed: {exc}") from exc
+        except anthropic.APIStatusError as exc:
+            cls = ModelUnavailableError if exc.status_code >= 500 else ModelRequestError
+            raise cls(self.model_id, _detail(exc), status=exc.status_code) from exc
+        except anthropic.AnthropicError as exc:
+            raise ModelError(self.model_id, f"{type(exc).__name__}: {exc}") from exc
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        for block in resp.content:
+            if block.type == "text":
+                texts.append(block.text)
+            elif block.type == "tool_use":
+                args = block.input if isinstance(block.input, dict) else {}
+                raw = None if isinstance(block.input, dict) else str(block.input)
+                calls.append(
+                    ToolCall(id=block.id, name=block.name, arguments=args, raw_arguments=raw)
+                )
+        usage = TokenUsage(
+            input_tokens=resp.usage.input_tokens, output_tokens=resp.usage.output_tokens
+        )
+        return ModelResponse(
+            message=Message(role="assistant", content="".join(texts), tool_calls=calls),
+            usage=usage,
+            model=resp.model or self.model_id,
+            stop_reason=resp.stop_reason or "",
+            cost_usd=self.price.cost(usage) if self.price else None,
+        )
+
+
+def _detail(exc: Any) -> str:
+    status = getattr(exc, "status_code", None)
+    body = getattr(exc, "body", None)
+    msg = None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        msg = body["error"].get("message")
+    return f"HTTP {status}: {msg or exc}"

@@ -1,0 +1,170 @@
+"""The one small model protocol: messages + tool definitions in; a message, tool calls and
+token usage out. Provider-neutral types; the adapters translate them to each wire format."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import TorporError
+
+
+class ToolCall(BaseModel):
+    """A tool call requested by a model. ``arguments`` is the parsed JSON object; when the
+    model sent text that is not a JSON object, ``arguments`` is empty and ``raw_arguments``
+    holds the text (the agent returns the parse error to the model as an observation)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    raw_arguments: str | None = None
+
+
+class Message(BaseModel):
+    """One message of a conversation. ``tool`` messages answer the call ``tool_call_id``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    is_error: bool = False
+
+    @classmethod
+    def system(cls, text: str) -> Message:
+        return cls(role="system", content=text)
+
+    @classmethod
+    def user(cls, text: str) -> Message:
+        return cls(role="user", content=text)
+
+    @classmethod
+    def tool_result(cls, call_id: str, text: str, *, is_error: bool = False) -> Message:
+        return cls(role="tool", content=text, tool_call_id=call_id, is_error=is_error)
+
+
+class ToolSpec(BaseModel):
+    """A tool as a model sees it: name, description, JSON schema of its arguments."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+
+
+class TokenUsage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class Price(BaseModel):
+    """USD per million tokens; gives a call's cost when the provider's price is known."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_per_mtok: float
+    output_per_mtok: float
+
+    def cost(self, usage: TokenUsage) -> float:
+        return (
+            usage.input_tokens * self.input_per_mtok + usage.output_tokens * self.output_per_mtok
+        ) / 1_000_000
+
+
+class ModelResponse(BaseModel):
+    """What a model call returned. ``cost_usd`` is ``None`` when the price is unknown."""
+
+    message: Message
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    model: str = ""
+    stop_reason: str = ""
+    cost_usd: float | None = None
+
+
+@runtime_checkable
+class Model(Protocol):
+    """Anything that completes a conversation. ``model_id`` is recorded with every call."""
+
+    model_id: str
+
+    def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()
+    ) -> ModelResponse: ...
+
+
+# ------------------------------------------------------------------ errors
+
+
+class ModelError(TorporError):
+    """A model call failed. ``transient``: trying again later may succeed."""
+
+    transient = False
+
+    def __init__(self, model: str, message: str, *, status: int | None = None):
+        super().__init__(f"model {model!r}: {message}")
+        self.model, self.status = model, status
+
+
+class ModelRateLimitedError(ModelError):
+    """HTTP 429 after the adapter's own retries. ``retry_after`` (seconds) when the server
+    said so."""
+
+    transient = True
+
+    def __init__(self, model: str, message: str, *, retry_after: float | None = None):
+        super().__init__(model, message, status=429)
+        self.retry_after = retry_after
+
+
+class ModelTimeoutError(ModelError):
+    """No answer within the adapter's timeout (after its retries)."""
+
+    transient = True
+
+
+class ModelUnavailableError(ModelError):
+    """Connection refused or reset, or a 5xx/overloaded answer (after retries)."""
+
+    transient = True
+
+
+class ModelRequestError(ModelError):
+    """The provider refused the request (4xx other than 429): bad request, auth, not found."""
+
+
+def retry_after_s(headers: Any) -> float | None:
+    """Seconds from ``retry-after-ms`` / ``retry-after`` (seconds or an HTTP date)."""
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return float(ms) / 1000
+        except ValueError:
+            pass
+    ra = headers.get("retry-after")
+    if not ra:
+        return None
+    try:
+        return float(ra)
+    except ValueError:
+        import email.utils
+        import time
+
+        try:
+            when = email.utils.parsedate_to_datetime(ra)
+        except (TypeError, ValueError):
+            return None
+        return max(0.0, when.timestamp() - time.time())

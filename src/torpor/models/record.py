@@ -1,0 +1,87 @@
+"""Model calls as recorded steps: a resumed run never pays twice for a call that returned.
+
+:func:`call_model` is a ``read`` step named ``model`` (``model#2``, … in order). Once the call
+returned, its step records the model id, the prompt hash, the response, the token usage and
+the cost (a ``model_called`` event the budget is summed from). On replay the recorded response
+is returned without calling the model; a prompt that differs from the recorded one is
+non-determinism (the code building the prompt changed), reported instead of guessed at. A call
+that never returned (a crash, an error) left nothing and is made again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .. import faults, serde
+from ..errors import NonDeterminismError
+from ..events import ModelCalled, Policy, StepCompleted, StepStarted
+from ..run import Run
+from .base import Message, Model, ModelResponse, ToolSpec
+
+
+def prompt_hash(model_id: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> str:
+    """sha256 of the canonical JSON of the model id, the messages and the tool definitions."""
+    return serde.hash_value(
+        {
+            "model": model_id,
+            "messages": [m.model_dump(mode="json") for m in messages],
+            "tools": [t.model_dump(mode="json") for t in tools],
+        }
+    )
+
+
+def call_model(
+    run: Run,
+    model: Model,
+    messages: Sequence[Message],
+    tools: Sequence[ToolSpec] = (),
+    *,
+    name: str = "model",
+    purpose: str = "",
+    before_call: Callable[[], None] | None = None,
+    redact: Callable[[ModelResponse], ModelResponse] | None = None,
+) -> ModelResponse:
+    """Call ``model`` as a recorded step and return its (recorded) response.
+
+    ``before_call`` runs only when the model is really about to be called (the budget check);
+    ``redact`` rewrites the response before it is recorded (secrets out) — the caller gets the
+    redacted response too, so what it acts on is exactly what a replay will see.
+    """
+    sid = run._next_id(name)
+    run._ex.boundary()
+    ph = prompt_hash(model.model_id, messages, tools)
+    comp = run._completion(sid, Policy.READ)
+    if comp is not None:
+        rec = comp.result or {}
+        if rec.get("prompt_hash") != ph:
+            raise NonDeterminismError(
+                f"run {run.run_id!r} step {sid!r}: the recorded model call had prompt hash "
+                f"{str(rec.get('prompt_hash'))[:12]}, the replay builds {ph[:12]}; the code "
+                "that builds the prompt changed since the call was recorded"
+            )
+        return ModelResponse.model_validate(rec["response"])
+    if before_call is not None:
+        before_call()
+    resp = model.complete(list(messages), list(tools))
+    if redact is not None:
+        resp = redact(resp)
+    data = run._jsonable(sid, {"prompt_hash": ph, "response": resp.model_dump(mode="json")})
+    run._append(
+        StepStarted(
+            step_id=sid,
+            policy=Policy.READ,
+            purpose=purpose or f"model call ({model.model_id})",
+            attempt=run._ex.next_attempt(sid),
+        ),
+        ModelCalled(
+            step_id=sid,
+            model=resp.model or model.model_id,
+            prompt_hash=ph,
+            input_tokens=max(0, resp.usage.input_tokens),
+            output_tokens=max(0, resp.usage.output_tokens),
+            cost_usd=resp.cost_usd,
+        ),
+        StepCompleted(step_id=sid, result=data, policy=Policy.READ),
+    )
+    faults.point("model.recorded")
+    return resp

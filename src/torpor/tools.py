@@ -1,0 +1,411 @@
+"""Tools: plain Python functions (sync or async) an agent's planner may call.
+
+A tool is registered with a recovery policy (``read``, ``compute``, ``effect``), a timeout, a
+retry policy for transient errors (tenacity's exponential backoff with jitter), and for effects
+a ``reconcile``. Its argument schema is derived from the function's type hints by pydantic::
+
+    tools = Tools()
+
+    @tools.tool(policy="effect", reconcile=find_deploy, requires_approval=True, timeout=30)
+    def deploy(service: str, version: str, token: Secret, idempotency_key: str) -> dict: ...
+
+- Arguments from a planner are validated before anything runs; a validation failure becomes an
+  observation for the planner (:class:`ToolArgsError`), never a crash.
+- Parameters typed :data:`Secret` are marked in the schema (``writeOnly``, ``x-secret``) and
+  never written to the history: the agent records a keyed hash in their place (a
+  :class:`Vault` matches it back to the value). ``secrets={"token": provider}`` fills a
+  parameter from a provider at call time instead; the model never sees it.
+- Parameters typed :data:`ArtifactHash` name a run artifact by sha256; an approval of the call
+  binds those artifacts as well as the exact arguments.
+- ``idempotency_key`` and ``fencing_token`` parameters are filled by the engine (effects).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import hmac
+import inspect
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import tenacity
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from .errors import TorporError
+from .events import Policy
+from .models.base import ToolSpec
+from .run import EffectCall, EffectNotApplied, Reconciliation
+
+
+class _SecretMarker:
+    def __repr__(self) -> str:
+        return "Secret"
+
+
+class _ArtifactMarker:
+    def __repr__(self) -> str:
+        return "ArtifactHash"
+
+
+_SECRET = _SecretMarker()
+_ARTIFACT = _ArtifactMarker()
+
+#: A string argument that is never written to the history (a keyed hash is, for matching).
+Secret = Annotated[
+    str,
+    Field(json_schema_extra={"writeOnly": True, "format": "password", "x-secret": True}),
+    _SECRET,
+]
+#: The sha256 of an artifact of the run; approvals of the call bind that content too.
+ArtifactHash = Annotated[
+    str,
+    Field(pattern=r"^[0-9a-f]{64}$", json_schema_extra={"x-artifact": True}),
+    _ARTIFACT,
+]
+
+#: Parameters the engine fills; never part of the schema.
+ENGINE_PARAMS = ("idempotency_key", "fencing_token")
+
+
+class TransientError(TorporError):
+    """Raise from a tool for a failure worth retrying (a 503, a dropped connection)."""
+
+
+class ToolTimeout(TimeoutError):
+    """The tool did not return within its timeout."""
+
+    def __init__(self, tool: str, timeout: float, future: concurrent.futures.Future[Any] | None):
+        super().__init__(f"tool {tool!r} did not return within {timeout:g} s")
+        self.future = future
+
+
+class ToolArgsError(TorporError):
+    """Arguments refused by the tool's schema; ``details`` is what the planner is shown."""
+
+    def __init__(self, tool: str, message: str, details: list[dict[str, Any]] | None = None):
+        super().__init__(f"tool {tool!r}: {message}")
+        self.tool, self.message, self.details = tool, message, details or []
+
+    def observation(self) -> dict[str, Any]:
+        return {
+            "error": f"invalid arguments for tool {self.tool!r}: {self.message}",
+            "details": self.details,
+        }
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Retry transient failures in-process: ``attempts`` in all, exponential backoff with
+    jitter from ``initial`` up to ``max_wait`` seconds, on the exception types ``on``.
+
+    An effect is retried only when the retry cannot duplicate it: when it raised
+    :class:`~torpor.EffectNotApplied` (it *knows* nothing happened), or when the tool takes an
+    ``idempotency_key`` (the outside world deduplicates by it). Any other failure of an effect
+    goes to its ``reconcile``.
+    """
+
+    attempts: int = 3
+    on: tuple[type[BaseException], ...] = (TransientError, ConnectionError, TimeoutError)
+    initial: float = 0.1
+    max_wait: float = 5.0
+
+
+def _marker(annotation: Any, marker: object) -> bool:
+    """Whether ``marker`` annotates the type, or a member of it (``X | None``, ``list[X]``)."""
+    if typing.get_origin(annotation) is Annotated:
+        args = typing.get_args(annotation)
+        return any(m is marker for m in args[1:]) or _marker(args[0], marker)
+    return any(_marker(a, marker) for a in typing.get_args(annotation))
+
+
+@dataclass
+class Tool:
+    """A registered tool; see the module docstring."""
+
+    name: str
+    fn: Callable[..., Any]
+    policy: Policy = Policy.READ
+    description: str = ""
+    timeout: float | None = None
+    retry: Retry | None = None
+    reconcile: Callable[[EffectCall], Reconciliation] | None = None
+    requires_approval: bool | Callable[[dict[str, Any]], bool] = False
+    secrets: Mapping[str, Callable[[], str]] = field(default_factory=dict)
+    args_model: type[BaseModel] = field(init=False)
+    secret_fields: frozenset[str] = field(init=False)
+    artifact_fields: frozenset[str] = field(init=False)
+    engine_params: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.policy = Policy(self.policy)
+        if self.policy not in (Policy.READ, Policy.COMPUTE, Policy.EFFECT):
+            raise TorporError(f"tool {self.name!r}: policy must be read, compute or effect")
+        if self.policy is not Policy.EFFECT and self.reconcile is not None:
+            raise TorporError(f"tool {self.name!r}: only an effect has a reconcile")
+        sig = inspect.signature(self.fn)
+        hints = typing.get_type_hints(self.fn, include_extras=True)
+        fields: dict[str, Any] = {}
+        secret, artifact, engine = set(), set(), set()
+        for pname, param in sig.parameters.items():
+            if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+                continue
+            if pname in ENGINE_PARAMS:
+                engine.add(pname)
+                continue
+            ann = hints.get(pname, Any)
+            if pname in self.secrets:
+                if not _marker(ann, _SECRET):
+                    raise TorporError(f"tool {self.name!r}: secret {pname!r} must be typed Secret")
+                continue
+            if _marker(ann, _SECRET):
+                secret.add(pname)
+            if _marker(ann, _ARTIFACT):
+                artifact.add(pname)
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[pname] = (ann, default)
+        unknown = set(self.secrets) - set(sig.parameters)
+        if unknown:
+            raise TorporError(f"tool {self.name!r}: secrets for unknown parameters {unknown}")
+        self.args_model = create_model(
+            f"{self.name}_args", __config__=ConfigDict(extra="forbid"), **fields
+        )
+        self.secret_fields = frozenset(secret)
+        self.artifact_fields = frozenset(artifact)
+        self.engine_params = frozenset(engine)
+        if not self.description:
+            self.description = inspect.cleandoc(self.fn.__doc__ or "").split("\n\n")[0]
+
+    # ------------------------------------------------------------ schema & validation
+
+    def spec(self) -> ToolSpec:
+        """The tool as a model sees it (JSON schema from the type hints)."""
+        schema = self.args_model.model_json_schema()
+        schema.pop("title", None)
+        return ToolSpec(name=self.name, description=self.description, parameters=schema)
+
+    def validate(self, args: Any) -> dict[str, Any]:
+        """The validated arguments (Python values), or :class:`ToolArgsError`."""
+        if not isinstance(args, dict):
+            raise ToolArgsError(self.name, f"arguments must be a JSON object, not {args!r}"[:300])
+        try:
+            model = self.args_model.model_validate(args)
+        except ValidationError as exc:
+            details = [
+                {"loc": ".".join(str(x) for x in e["loc"]), "msg": e["msg"], "type": e["type"]}
+                for e in exc.errors(include_url=False, include_input=False)
+            ]
+            raise ToolArgsError(self.name, f"{len(details)} validation error(s)", details) from None
+        return {k: getattr(model, k) for k in type(model).model_fields}
+
+    def canonical(self, validated: dict[str, Any]) -> dict[str, Any]:
+        """The validated arguments as JSON data (what is hashed, after secrets are redacted)."""
+        return self.args_model.model_validate(validated).model_dump(mode="json")
+
+    def artifact_hashes(self, validated: dict[str, Any]) -> list[str]:
+        """The artifact sha256s the arguments reference (fields typed ArtifactHash)."""
+        out: set[str] = set()
+        for f in self.artifact_fields:
+            v = validated.get(f)
+            for h in v if isinstance(v, list | tuple) else [v]:
+                if isinstance(h, str):
+                    out.add(h)
+        return sorted(out)
+
+    def needs_approval(self, validated: dict[str, Any]) -> bool:
+        ra = self.requires_approval
+        return bool(ra(validated)) if callable(ra) else bool(ra)
+
+    # ------------------------------------------------------------ calling
+
+    def _retrying(self, is_effect: bool) -> tenacity.Retrying | None:
+        r = self.retry
+        if r is None or r.attempts <= 1:
+            return None
+        idempotent = "idempotency_key" in self.engine_params
+
+        def transient(exc: BaseException) -> bool:
+            if not is_effect:
+                return isinstance(exc, r.on)
+            if isinstance(exc, EffectNotApplied):
+                return True  # it knows nothing happened
+            return idempotent and isinstance(exc, r.on)  # the outside world deduplicates
+
+        return tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(r.attempts),
+            wait=tenacity.wait_exponential(multiplier=r.initial, max=r.max_wait)
+            + tenacity.wait_random(0, r.initial),
+            retry=tenacity.retry_if_exception(transient),
+            reraise=True,
+        )
+
+    def provided_secrets(self) -> dict[str, str]:
+        """The values of the secrets filled from providers (never shown to a model)."""
+        return {pname: provider() for pname, provider in self.secrets.items()}
+
+    def invoke(
+        self, args: dict[str, Any], *, secrets: dict[str, str] | None = None, **engine: Any
+    ) -> Any:
+        """Call the function with validated ``args`` (plus provided secrets and the engine
+        parameters it takes), under its timeout and retry policy."""
+        kwargs = dict(args)
+        kwargs.update(self.provided_secrets() if secrets is None else secrets)
+        for pname in self.engine_params:
+            if pname in engine:
+                kwargs[pname] = engine[pname]
+        retrying = self._retrying(self.policy is Policy.EFFECT)
+        if retrying is None:
+            return self._call_once(kwargs)
+        return retrying(self._call_once, kwargs)
+
+    def _call_once(self, kwargs: dict[str, Any]) -> Any:
+        fn, timeout = self.fn, self.timeout
+        if inspect.iscoroutinefunction(fn):
+
+            async def bounded() -> Any:
+                if timeout is None:
+                    return await fn(**kwargs)
+                try:
+                    return await asyncio.wait_for(fn(**kwargs), timeout)
+                except TimeoutError:
+                    raise ToolTimeout(self.name, timeout, None) from None
+
+            return asyncio.run(bounded())
+        if timeout is None:
+            return fn(**kwargs)
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"tool-{self.name}")
+        fut = pool.submit(fn, **kwargs)
+        pool.shutdown(wait=False)
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise ToolTimeout(self.name, timeout, fut) from None
+
+
+class Tools:
+    """A registry of tools by name."""
+
+    def __init__(self, *tools: Tool):
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            self.add(t)
+
+    def add(self, tool: Tool) -> Tool:
+        if tool.name in self._tools:
+            raise TorporError(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+        return tool
+
+    def tool(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        policy: Policy | str = Policy.READ,
+        description: str = "",
+        timeout: float | None = None,
+        retry: Retry | None = Retry(),
+        reconcile: Callable[[EffectCall], Reconciliation] | None = None,
+        requires_approval: bool | Callable[[dict[str, Any]], bool] = False,
+        secrets: Mapping[str, Callable[[], str]] | None = None,
+    ) -> Any:
+        """Register ``fn`` (decorator, with or without arguments). Returns ``fn`` unchanged."""
+
+        def deco(f: Callable[..., Any]) -> Callable[..., Any]:
+            self.add(
+                Tool(
+                    name=name or f.__name__,
+                    fn=f,
+                    policy=Policy(policy),
+                    description=description,
+                    timeout=timeout,
+                    retry=retry,
+                    reconcile=reconcile,
+                    requires_approval=requires_approval,
+                    secrets=dict(secrets or {}),
+                )
+            )
+            return f
+
+        return deco(fn) if fn is not None else deco
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def __getitem__(self, name: str) -> Tool:
+        return self._tools[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def specs(self) -> list[ToolSpec]:
+        return [t.spec() for t in self._tools.values()]
+
+
+# ------------------------------------------------------------------ secrets
+
+
+class Vault:
+    """Secret values known to this process, by keyed hash (HMAC-SHA256 with the signing key,
+    so the history cannot be brute-forced offline without the key).
+
+    :meth:`redact` swaps a secret for ``{"$secret": "<hash>"}``; :meth:`reveal` swaps it back
+    when the value is known here (seen this execution, or given to the agent as a known
+    secret); :meth:`scrub` removes every known secret value from any JSON data before it is
+    recorded (a result or an error message that echoes a secret).
+    """
+
+    MIN_LEN = 4
+
+    def __init__(self, key: bytes, known: Iterator[str] | list[str] | tuple[str, ...] = ()):
+        self._key = key
+        self._values: dict[str, str] = {}
+        for v in known:
+            self.add(v)
+
+    def digest(self, value: str) -> str:
+        return hmac.new(self._key, value.encode(), hashlib.sha256).hexdigest()
+
+    def add(self, value: str) -> str:
+        h = self.digest(value)
+        if len(value) >= self.MIN_LEN:
+            self._values[h] = value
+        return h
+
+    def redact(self, value: str) -> dict[str, str]:
+        return {"$secret": self.add(value)}
+
+    def reveal(self, marker: Any) -> str | None:
+        if isinstance(marker, dict) and set(marker) == {"$secret"}:
+            return self._values.get(str(marker["$secret"]))
+        return None
+
+    def scrub(self, data: Any) -> Any:
+        if not self._values:
+            return data
+        if isinstance(data, str):
+            for h, v in self._values.items():
+                if v in data:
+                    data = data.replace(v, f"[secret:{h[:12]}]")
+            return data
+        if isinstance(data, list):
+            return [self.scrub(x) for x in data]
+        if isinstance(data, dict):
+            return {self.scrub(k): self.scrub(v) for k, v in data.items()}
+        return data
+
+
+def is_secret_marker(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"$secret"}
