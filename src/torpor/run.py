@@ -225,7 +225,9 @@ class Run:
 
     def _append(self, *payloads: _Payload, **kw: Any) -> list[Event]:
         ex = self._ex
-        if ex.gate:  # the first new write of this execution: has the replay caught up?
+        # The first new write of this execution: has the replay caught up with the history?
+        # (A compute step rerun for a changed input is no new step: its id is recorded.)
+        if ex.gate and self._asked not in ex.cache:
             first = ex.gate_new_write(self._asked)
             out = ex.append([*first, *payloads], **kw)
             ex.gate, ex.pending_version = False, None
@@ -640,8 +642,8 @@ class Run:
         error: str | None = None,
     ) -> Reconciliation:
         if reconcile is None:
-            why = "no reconcile function: whether it happened cannot be checked"
-            return Unknown(f"{error}; {why}" if error else why)
+            # (The caller puts the call's own error, if any, in front of this reason.)
+            return Unknown("no reconcile function: whether it happened cannot be checked")
         try:
             verdict = reconcile(call)
         except Exception as exc:
