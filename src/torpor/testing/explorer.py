@@ -1,0 +1,780 @@
+"""The crash-point explorer: crash a workflow at every boundary it crosses, resume, check.
+
+Given a registered workflow (its name and the module that registers it) and an input:
+
+1. **baseline** — run it once, crash-free, in a fresh store and a fresh *world* directory,
+   tracing every fault point it reaches (:mod:`torpor.faults`). The crash boundaries are the
+   :data:`~torpor.faults.CRASH_POINTS` in the order reached: ``append.after@12`` is the 12th
+   ``append.after``.
+2. **cases** — for every boundary (or a seeded sample): a fresh store and world; a process that
+   dies by SIGKILL at that boundary (``crash``), or whose effect call loses its acknowledgement
+   there (``ack``, at ``effect.called``), or whose database connection breaks around a commit
+   (``break``, at ``append.committing``/``append.committed``); then ``recovery_crashes``
+   resuming processes that are killed again at a seeded boundary of their own (crashes during
+   recovery); then resumes until the run finishes.
+3. **invariants** of every case, against the baseline:
+
+   - the run finished with the baseline's outcome and result (minus ``ignore_result_keys``);
+   - its history folds (:func:`torpor.events.fold`) and loads;
+   - every effect key was performed at most once — and exactly once when the run succeeded —
+     both by torpor's record and by the effect's own **ledger** (a callable you supply that
+     counts what the outside world received per idempotency key);
+   - no step body ran again in a process started after its completion was recorded, nor twice
+     in the process that recorded it.
+
+Each violation names the case's fault plan and seed; ``torpor explore ... --case PLAN`` (or
+``explore(..., cases=[PLAN])``) reruns exactly that case. Cases run in forked children of a
+few *lane* processes (:mod:`torpor.testing._lane`) that import torpor and the workflow once.
+
+Every process of a case gets ``TORPOR_EXPLORE_WORLD=<world dir>``; strings in the input that
+contain ``{world}`` have it substituted, so effects can reach a per-case outside world (a bare
+git remote, a maildir, a ledger file). Timers fire at once (an :class:`OffsetClock` per case).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import queue
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torpor
+
+from .. import faults
+from ..events import Event, fold
+
+#: ``ledger(world, run_id) -> {idempotency key: times the outside world received it}``.
+Ledger = Callable[[Path, str], Mapping[str, int]]
+
+KINDS = ("crash", "ack", "break")
+PROCESS_SEP = " > "
+
+
+@dataclass
+class Target:
+    """What to explore: ``module`` registers ``workflow``; ``input`` is JSON data."""
+
+    module: str
+    workflow: str
+    input: Any = None
+    #: Extra ``sys.path`` entries for the processes (e.g. a repository root).
+    paths: Sequence[str] = ()
+    #: The effect's own ledger: a callable, or ``"module:function"`` naming one.
+    ledger: Ledger | str | None = None
+    #: Approver recorded for approvals (None: runs wait for a person; the case then fails).
+    auto_approve: str | None = "explorer"
+    lease_ttl_s: float = 30.0
+    #: Keys of a dict result that may differ between runs (a timestamp, a commit of one).
+    ignore_result_keys: Sequence[str] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    run_id: str = "explored"
+    #: Seconds one process of a case may take before the lane kills it.
+    timeout_s: float = 300.0
+
+    def spec(self) -> str:
+        return f"{self.module}:{self.workflow}"
+
+    def ledger_fn(self) -> Ledger | None:
+        if self.ledger is None or callable(self.ledger):
+            return self.ledger
+        mod, _, fn = self.ledger.partition(":")
+        for p in self.paths:
+            if p not in sys.path:
+                sys.path.insert(0, p)
+        found: Ledger = getattr(importlib.import_module(mod), fn)
+        return found
+
+
+@dataclass
+class Proc:
+    """One process of a case."""
+
+    plan: str
+    pid: int
+    rc: int
+    killed: bool
+    result: dict[str, Any]
+    trace: list[str]
+
+    @property
+    def points(self) -> list[str]:
+        return [t for t in self.trace if not t.startswith("#")]
+
+    @property
+    def steps_run(self) -> list[str]:
+        return [t.split(" ", 1)[1] for t in self.trace if t.startswith("#step ")]
+
+
+@dataclass
+class Violation:
+    case: int
+    plan: str
+    seed: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"case {self.case} [seed {self.seed}] plan {self.plan!r}: {self.message}"
+
+
+@dataclass
+class CaseResult:
+    index: int
+    plan: str
+    seed: int
+    procs: list[Proc]
+    outcome: str | None = None
+    violations: list[Violation] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def landed(self) -> int:
+        """Processes that died by their fault plan's SIGKILL."""
+        return sum(1 for p in self.procs if p.killed)
+
+
+@dataclass
+class Report:
+    target: str
+    seed: int
+    boundaries: list[str]
+    by_kind: dict[str, int]
+    cases: list[CaseResult]
+    baseline: dict[str, Any]
+    seconds: float
+
+    @property
+    def violations(self) -> list[Violation]:
+        return [v for c in self.cases for v in c.violations]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def kills(self) -> int:
+        return sum(c.landed for c in self.cases)
+
+    def assert_ok(self) -> None:
+        """Raise AssertionError with the summary (violations, how to reproduce) if any."""
+        if not self.ok:
+            raise AssertionError(self.summary())
+
+    def summary(self) -> str:
+        crash_names = Counter(b.split("@")[0] for b in self.boundaries)
+        lines = [
+            f"explored {self.target}: {len(self.boundaries)} crash boundaries "
+            f"({', '.join(f'{n} {k}' for k, n in sorted(crash_names.items()))})",
+            f"  cases run: {len(self.cases)} "
+            f"({', '.join(f'{k} {n}' for k, n in self.by_kind.items() if n)}); "
+            f"processes killed by their plan: {self.kills()}; seed {self.seed}; "
+            f"{self.seconds:.0f} s",
+            f"  baseline: {self.baseline.get('outcome')} in "
+            f"{self.baseline.get('seconds', 0):.1f} s",
+        ]
+        if self.ok:
+            lines.append("  violations: 0")
+        else:
+            lines.append(f"  violations: {len(self.violations)}")
+            for v in self.violations:
+                lines.append(f"  - {v}")
+                lines.append(
+                    f"    reproduce: torpor explore {self.target} --input "
+                    f"'{json.dumps(self.baseline.get('input'))}' --case '{v.plan}'"
+                )
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- lanes
+
+
+class Lane:
+    """A fork server subprocess (see :mod:`torpor.testing._lane`)."""
+
+    def __init__(self, target: Target, log: Path):
+        env = dict(os.environ)
+        for k in list(env):
+            if k.startswith("TORPOR_") and k not in ("TORPOR_TEST_DATABASE_URL",):
+                env.pop(k)
+        src = str(Path(torpor.__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(
+            [*target.paths, os.getcwd(), src, env.get("PYTHONPATH", "")]
+        )
+        self.log = log.open("a")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "torpor.testing._lane", target.module],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        ready = self._read()
+        if not ready.get("ready"):
+            raise RuntimeError(f"explorer lane did not start (see {log})")
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"explorer lane exited (rc {self.proc.poll()}); see {self.log.name}")
+        return dict(json.loads(line))
+
+    def run(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.log.close()
+
+
+# ---------------------------------------------------------------------- the explorer
+
+
+def _substitute(value: Any, world: str) -> Any:
+    if isinstance(value, str):
+        return value.replace("{world}", world)
+    if isinstance(value, list):
+        return [_substitute(v, world) for v in value]
+    if isinstance(value, dict):
+        return {k: _substitute(v, world) for k, v in value.items()}
+    return value
+
+
+def _strip(result: Any, keys: Sequence[str]) -> Any:
+    if isinstance(result, dict) and keys:
+        return {k: v for k, v in result.items() if k not in keys}
+    return result
+
+
+class Explorer:
+    def __init__(self, target: Target, workdir: Path, *, seed: int, jobs: int):
+        self.target = target
+        self.workdir = workdir
+        self.seed = seed
+        self.jobs = max(1, jobs)
+        self.ledger = target.ledger_fn()
+        self._lanes: queue.Queue[Lane] = queue.Queue()
+        self._all_lanes: list[Lane] = []
+
+    # ------------------------------------------------------------ processes
+
+    def _lane(self) -> Lane:
+        try:
+            return self._lanes.get_nowait()
+        except queue.Empty:
+            lane = Lane(self.target, self.workdir / f"lane{len(self._all_lanes)}.log")
+            self._all_lanes.append(lane)
+            return lane
+
+    def close(self) -> None:
+        for lane in self._all_lanes:
+            lane.close()
+
+    def _world(self, name: str) -> Path:
+        w = self.workdir / name
+        if w.exists():
+            shutil.rmtree(w)
+        (w / "home").mkdir(parents=True)
+        return w
+
+    def _process(self, lane: Lane, world: Path, n: int, plan: str) -> Proc:
+        trace = world / f"trace.{n}"
+        result = world / f"result.{n}.json"
+        env = {
+            **self.target.env,
+            "TORPOR_HOME": str(world / "home"),
+            "TORPOR_SIGNING_KEY": "torpor-explorer",
+            "TORPOR_TRACE_POINTS": str(trace),
+            "TORPOR_TRACE_DETAIL": "1",
+            "TORPOR_FAULTS": plan,
+            "TORPOR_EXPLORE_WORLD": str(world),
+        }
+        cmd = {
+            "env": env,
+            "result": str(result),
+            "log": str(world / "process.log"),
+            "timeout": self.target.timeout_s,
+            "run": {
+                "db": f"sqlite:///{world / 'torpor.db'}",
+                "artifacts": str(world / "artifacts"),
+                "workflow": self.target.workflow,
+                "input": _substitute(self.target.input, str(world)),
+                "run_id": self.target.run_id,
+                "auto_approve": self.target.auto_approve,
+                "lease_ttl_s": self.target.lease_ttl_s,
+                "clock": str(world / "clock"),
+            },
+        }
+        with (world / "process.log").open("a") as log:
+            log.write(f"\n=== process {n}: plan {plan or '(none)'}\n")
+        ans = lane.run(cmd)
+        out: dict[str, Any] = {}
+        if result.exists():
+            with contextlib.suppress(ValueError):
+                out = json.loads(result.read_text())
+        lines = trace.read_text().splitlines() if trace.exists() else []
+        return Proc(plan, int(ans["pid"]), int(ans["rc"]), bool(ans["killed"]), out, lines)
+
+    def _drive(self, world: Path, plans: Sequence[str], max_resumes: int = 6) -> list[Proc]:
+        """Run the case's planned processes, then resume until the run finishes."""
+        lane = self._lane()
+        procs: list[Proc] = []
+        try:
+            for plan in plans:
+                last = procs[-1] if procs else None
+                if last is not None and not last.killed and last.result.get("status") == "finished":
+                    break  # finished already: nothing left to crash
+                procs.append(self._process(lane, world, len(procs), plan))
+            for _ in range(max_resumes):
+                last = procs[-1] if procs else None
+                if last is not None and not last.killed:
+                    if last.result.get("status") == "finished" or "error" in last.result:
+                        break
+                    if last.result.get("status") == "waiting":
+                        break  # waiting on a person or a signal: nothing more will happen
+                procs.append(self._process(lane, world, len(procs), ""))
+        finally:
+            self._lanes.put(lane)
+        return procs
+
+    # ------------------------------------------------------------ evidence
+
+    def _open(self, world: Path) -> torpor.Client:
+        return torpor.Client(f"sqlite:///{world / 'torpor.db'}")
+
+    def _history(self, world: Path) -> tuple[list[Event], Any]:
+        c = self._open(world)
+        try:
+            return c.events(self.target.run_id), c.state(self.target.run_id)
+        finally:
+            c.close()
+
+    # ------------------------------------------------------------ baseline
+
+    def baseline(self) -> tuple[dict[str, Any], list[str], dict[str, list[str]]]:
+        world = self._world("baseline")
+        t0 = time.monotonic()
+        procs = self._drive(world, [""])
+        seconds = time.monotonic() - t0
+        events, state = self._history(world)
+        last = procs[-1].result
+        if state.status.value != "finished":
+            raise RuntimeError(
+                f"the crash-free run did not finish: status {state.status.value} "
+                f"{last.get('reason') or last.get('message') or ''} (see {world}/process.log)"
+            )
+        points = [p for pr in procs for p in pr.points]
+        crash = [p for p in points if p in faults.CRASH_POINTS]
+        boundaries = _numbered(crash)
+        other = {
+            "ack": [b for b in _numbered(points) if b.startswith("effect.called@")],
+            "break": [
+                b
+                for b in _numbered(points)
+                if b.startswith(("append.committing@", "append.committed@"))
+            ],
+        }
+        ledger = dict(self.ledger(world, self.target.run_id)) if self.ledger else {}
+        base = {
+            "outcome": state.outcome.value if state.outcome else None,
+            "reason": state.outcome_reason,
+            "result": state.result,
+            "input": self.target.input,
+            "ledger": ledger,
+            "effects": _performed(events),
+            "seconds": seconds,
+            "events": len(events),
+        }
+        problems = self._check_history(events, state, world, procs)
+        if problems:
+            raise RuntimeError("the crash-free run itself breaks an invariant: " + problems[0])
+        bad = {k: n for k, n in ledger.items() if n != 1}
+        if bad:
+            raise RuntimeError(f"the crash-free run's ledger shows {bad}: not once each")
+        return base, boundaries, other
+
+    # ------------------------------------------------------------ checks
+
+    def _check_history(
+        self, events: list[Event], state: Any, world: Path, procs: list[Proc]
+    ) -> list[str]:
+        out: list[str] = []
+        try:
+            folded = fold(events)
+            if folded.seq != state.seq or folded.status != state.status:
+                out.append(
+                    f"loading the run gives seq {state.seq} {state.status.value}, the fold of "
+                    f"its history seq {folded.seq} {folded.status.value}"
+                )
+        except Exception as exc:
+            out.append(f"the history does not fold: {type(exc).__name__}: {exc}")
+        # Effects by torpor's record: performed at most once per key.
+        for key, n in _performed(events).items():
+            if n > 1:
+                out.append(f"effect {key!r} recorded as performed {n} times")
+        # No step body ran after its completion was recorded (G1).
+        owner_pid: dict[int, int] = {}
+        for e in events:
+            if e.type == "lease_acquired":
+                p: Any = e.payload
+                with contextlib.suppress(ValueError, IndexError):
+                    owner_pid[p.epoch] = int(p.owner.split(":")[1])
+        order = {pr.pid: i for i, pr in enumerate(procs)}
+        recorded_by: dict[str, int] = {}
+        for e in events:
+            if e.type == "step_completed":
+                sid = e.payload.step_id  # type: ignore[attr-defined]
+                proc = order.get(owner_pid.get(e.epoch, -1), -1)
+                recorded_by.setdefault(sid, proc)
+        for i, pr in enumerate(procs):
+            ran = Counter(pr.steps_run)
+            for sid, n in ran.items():
+                rec = recorded_by.get(sid)
+                if rec is None:
+                    continue
+                if rec != -1 and i > rec:
+                    out.append(
+                        f"step {sid!r} ran again in process {i} ({pr.plan or 'resume'}) after "
+                        f"process {rec} had recorded its completion"
+                    )
+                elif i == rec and n > 1:
+                    out.append(f"step {sid!r} ran {n} times in process {i}")
+        return out
+
+    def check(self, case: CaseResult, world: Path, base: dict[str, Any]) -> None:
+        def bad(msg: str) -> None:
+            case.violations.append(Violation(case.index, case.plan, case.seed, msg))
+
+        last = case.procs[-1]
+        if "error" in last.result:
+            bad(f"resuming raised {last.result['error']}: {last.result.get('message')}")
+        if last.rc not in (0, -signal.SIGKILL) and last.rc != 0:
+            bad(f"the last process exited {last.rc} (see {world}/process.log)")
+        try:
+            events, state = self._history(world)
+        except Exception as exc:
+            bad(f"the run cannot be loaded: {type(exc).__name__}: {exc}")
+            return
+        case.outcome = state.outcome.value if state.outcome else state.status.value
+        if state.status.value != "finished":
+            bad(f"the run did not finish: it is {state.status.value}")
+        elif case.outcome != base["outcome"]:
+            hint = ""
+            if "no reconcile function" in state.outcome_reason:
+                hint = (
+                    " — an effect without reconcile= cannot be settled after a crash or a lost "
+                    "acknowledgement: give it one that asks the outside world by its key"
+                )
+            bad(
+                f"outcome {case.outcome} ({state.outcome_reason}) where the crash-free run "
+                f"ended {base['outcome']}{hint}"
+            )
+        else:
+            keys = self.target.ignore_result_keys
+            if _strip(state.result, keys) != _strip(base["result"], keys):
+                bad(f"result {state.result!r} differs from the crash-free run's {base['result']!r}")
+        for msg in self._check_history(events, state, world, case.procs):
+            bad(msg)
+        # The effects' own ledger: at most once per key, exactly once (as the baseline) on
+        # success.
+        if self.ledger is not None:
+            ledger = dict(self.ledger(world, self.target.run_id))
+            for key, n in sorted(ledger.items()):
+                if n > 1:
+                    bad(
+                        f"effect {key!r} reached the outside world {n} times (its ledger) — "
+                        "a side effect run as a step, or an effect that is neither idempotent "
+                        "nor reconciled: use run.effect(..., reconcile=) and carry its "
+                        "idempotency key to the outside world"
+                    )
+            if case.outcome in ("succeeded", "succeeded_with_warnings"):
+                for key in base["ledger"]:
+                    if ledger.get(key, 0) == 0:
+                        bad(f"effect {key!r} never reached the outside world (its ledger)")
+        elif case.outcome in ("succeeded", "succeeded_with_warnings"):
+            performed = _performed(events)
+            for key in base["effects"]:
+                if performed.get(key, 0) != 1:
+                    bad(f"effect {key!r} performed {performed.get(key, 0)} times by the record")
+
+    # ------------------------------------------------------------ one case
+
+    def run_case(self, index: int, plan: str, seed: int, base: dict[str, Any]) -> CaseResult:
+        world = self._world(f"case{index:04d}")
+        t0 = time.monotonic()
+        procs = self._drive(world, plan.split(PROCESS_SEP))
+        case = CaseResult(index, plan, seed, procs)
+        case.seconds = time.monotonic() - t0
+        first = procs[0]
+        kind = plan.split(":", 1)[0]
+        if kind == "crash" and not first.killed:
+            case.violations.append(
+                Violation(
+                    index,
+                    plan,
+                    seed,
+                    "the crash never happened: the run took another path than the crash-free "
+                    "run (is the workflow deterministic?)",
+                )
+            )
+        self.check(case, world, base)
+        if not case.violations:
+            shutil.rmtree(world, ignore_errors=True)
+        return case
+
+
+def _numbered(points: Sequence[str]) -> list[str]:
+    seen: Counter[str] = Counter()
+    out = []
+    for p in points:
+        seen[p] += 1
+        out.append(f"{p}@{seen[p]}")
+    return out
+
+
+def _performed(events: Sequence[Event]) -> dict[str, int]:
+    performed: Counter[str] = Counter()
+    for e in events:
+        p: Any = e.payload
+        if e.type == "effect_observed" or (
+            e.type == "effect_reconciled" and p.verdict.value == "applied"
+        ):
+            performed[p.key] += 1
+    return dict(performed)
+
+
+def plan_cases(
+    boundaries: Sequence[str],
+    other: Mapping[str, Sequence[str]],
+    *,
+    kinds: Sequence[str] = KINDS,
+    sample: int | None = None,
+    seed: int = 0,
+    recovery_crashes: int = 1,
+) -> list[tuple[str, int]]:
+    """``[(plan, case seed)]``: one case per boundary of each kind (or a ``sample`` of them:
+    every effect boundary, then a seeded draw), each followed by ``recovery_crashes`` crashes
+    at a seeded boundary of the resuming processes (``crash:*@k``)."""
+    firsts: list[str] = []
+    if "crash" in kinds:
+        firsts += [f"crash:{b}" for b in boundaries]
+    for kind in ("ack", "break"):
+        if kind in kinds:
+            firsts += [f"{kind}:{b}" for b in other.get(kind, ())]
+    rng = random.Random(seed)
+    if sample is not None and sample < len(firsts):
+        # The effect boundaries first (where a crash can duplicate or lose an effect), then a
+        # seeded draw among the rest; the cases keep the order of the run.
+        must = [i for i, f in enumerate(firsts) if ":effect." in f][:sample]
+        rest = [i for i in range(len(firsts)) if i not in set(must)]
+        chosen = sorted(must + rng.sample(rest, sample - len(must)))
+        firsts = [firsts[i] for i in chosen]
+    total = len(boundaries)
+    pos = {b: i for i, b in enumerate(boundaries)}
+    out = []
+    for first in firsts:
+        case_seed = rng.randrange(1 << 30)
+        crng = random.Random(case_seed)
+        where = first.split(":", 1)[1]
+        remaining = max(1, total - pos.get(where, 0) - 1)
+        plans = [first]
+        for _ in range(recovery_crashes):
+            plans.append(f"crash:*@{crng.randint(1, remaining)}")
+        out.append((PROCESS_SEP.join(plans), case_seed))
+    return out
+
+
+def explore(
+    target: Target,
+    *,
+    sample: int | None = None,
+    seed: int | None = None,
+    kinds: Sequence[str] = KINDS,
+    recovery_crashes: int = 1,
+    jobs: int | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+    cases: Sequence[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+    keep: bool = False,
+) -> Report:
+    """Explore ``target`` (see the module docstring); returns a :class:`Report`.
+
+    ``sample``: at most this many cases (seeded; default all). ``kinds``: ``crash``, ``ack``,
+    ``break``. ``cases``: run exactly these plans (from a report) instead. ``jobs``: cases run
+    at once (default: the CPU count, at most 4). ``workdir``: where the worlds go (default a
+    temporary directory, removed unless ``keep`` or a violation needs it for inspection).
+    """
+    seed = random.SystemRandom().randrange(1 << 30) if seed is None else seed
+    jobs = jobs or min(4, os.cpu_count() or 1)
+    made = workdir is None
+    wd = Path(tempfile.mkdtemp(prefix="torpor-explore-") if made else workdir)  # type: ignore[arg-type]
+    wd.mkdir(parents=True, exist_ok=True)
+    say = progress or (lambda s: None)
+    t0 = time.monotonic()
+    ex = Explorer(target, wd, seed=seed, jobs=jobs)
+    try:
+        base, boundaries, other = ex.baseline()
+        say(
+            f"baseline: {base['outcome']}, {base['events']} events, {len(boundaries)} crash "
+            f"boundaries, {base['seconds']:.1f} s"
+        )
+        if cases is not None:
+            planned = [(c, seed) for c in cases]
+        else:
+            planned = plan_cases(
+                boundaries,
+                other,
+                kinds=kinds,
+                sample=sample,
+                seed=seed,
+                recovery_crashes=recovery_crashes,
+            )
+        by_kind = Counter(p.split(":", 1)[0] for p, _ in planned)
+        results: list[CaseResult | None] = [None] * len(planned)
+        todo: queue.Queue[int] = queue.Queue()
+        for i in range(len(planned)):
+            todo.put(i)
+        errors: list[BaseException] = []
+
+        def worker() -> None:
+            while True:
+                try:
+                    i = todo.get_nowait()
+                except queue.Empty:
+                    return
+                plan, cseed = planned[i]
+                try:
+                    res = ex.run_case(i, plan, cseed, base)
+                except BaseException as exc:  # a broken lane: report, stop this worker
+                    errors.append(exc)
+                    return
+                results[i] = res
+                mark = "ok" if not res.violations else f"{len(res.violations)} VIOLATION(S)"
+                say(
+                    f"case {i + 1}/{len(planned)} {plan}: {res.outcome}, {res.landed} "
+                    f"kill(s), {res.seconds:.1f} s, {mark}"
+                )
+
+        threads = [threading.Thread(target=worker) for _ in range(min(jobs, len(planned)))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        report = Report(
+            target.spec(),
+            seed,
+            boundaries,
+            dict(by_kind),
+            [r for r in results if r is not None],
+            base,
+            time.monotonic() - t0,
+        )
+    finally:
+        ex.close()
+    if made and not keep and report.ok:
+        shutil.rmtree(wd, ignore_errors=True)
+    return report
+
+
+def cli_explore(
+    spec: str,
+    input: Any,
+    *,
+    sample: int | None,
+    seed: int | None,
+    ledger: str | None,
+    kinds: str,
+    cases: Sequence[str] | None,
+    jobs: int | None,
+    ignore_result_keys: str,
+    workdir: Path | None,
+    json_out: bool,
+) -> int:
+    """``torpor explore``: print the boundary count and the violations; 1 if any."""
+    module, sep, workflow = spec.partition(":")
+    if not sep or not module or not workflow:
+        raise torpor.ConfigError(f"expected MODULE:WORKFLOW, not {spec!r}")
+    target = Target(
+        module=module,
+        workflow=workflow,
+        input=input,
+        paths=[os.getcwd()],
+        ledger=ledger,
+        ignore_result_keys=[k for k in ignore_result_keys.split(",") if k],
+    )
+    kind_list = [k.strip() for k in kinds.split(",") if k.strip()]
+    unknown = [k for k in kind_list if k not in KINDS]
+    if unknown:
+        raise torpor.ConfigError(f"unknown fault kind(s) {unknown}; known: {', '.join(KINDS)}")
+    report = explore(
+        target,
+        sample=sample,
+        seed=seed,
+        kinds=kind_list,
+        cases=cases or None,
+        jobs=jobs,
+        workdir=workdir,
+        progress=None if json_out else (lambda line: print(line, flush=True)),
+    )
+    if json_out:
+        print(
+            json.dumps(
+                {
+                    "target": report.target,
+                    "seed": report.seed,
+                    "boundaries": len(report.boundaries),
+                    "cases": len(report.cases),
+                    "by_kind": report.by_kind,
+                    "kills": report.kills(),
+                    "seconds": round(report.seconds, 1),
+                    "violations": [
+                        {"case": v.case, "plan": v.plan, "seed": v.seed, "message": v.message}
+                        for v in report.violations
+                    ],
+                },
+                indent=1,
+            )
+        )
+    else:
+        print(report.summary())
+    return 0 if report.ok else 1
+
+
+__all__ = [
+    "KINDS",
+    "CaseResult",
+    "Explorer",
+    "Ledger",
+    "Proc",
+    "Report",
+    "Target",
+    "Violation",
+    "explore",
+    "plan_cases",
+]
