@@ -61,9 +61,13 @@ POINTS: dict[str, str] = {
     "checkpoint.saved": "a run.checkpoint(state) committed",
     "wait.started": "a wait recorded; the run is about to suspend",
     "wait.completed": "a wake recorded (signal, timer, decision): the wait is over",
+    # agents (models/record.py, agent.py)
+    "model.recorded": "a model call's response and usage committed (never paid for again)",
+    "agent.plan.recorded": "an agent's new plan version committed",
+    "agent.tool.settled": "the outcome of an agent's tool call committed",
     # stores (store/base.py)
-    "append.committing": "inside the append transaction, before COMMIT (break: the "
-    "connection dies before the commit; the store reads back and retries)",
+    "append.committing": "the store is about to run the append transaction (break: the "
+    "connection dies before anything commits; the store reads back and retries)",
     "append.committed": "the append committed, before the store returns (break: the "
     "connection dies after the commit; the store reads back and finds it)",
     "append.landed": "a failed commit was read back and had landed (not retried)",
@@ -86,6 +90,9 @@ CRASH_POINTS: tuple[str, ...] = (
     "checkpoint.saved",
     "wait.started",
     "wait.completed",
+    "model.recorded",
+    "agent.plan.recorded",
+    "agent.tool.settled",
 )
 
 ACTIONS = ("crash", "ack", "break", "delay", "twice")

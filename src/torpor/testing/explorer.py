@@ -575,6 +575,7 @@ def plan_cases(
     sample: int | None = None,
     seed: int = 0,
     recovery_crashes: int = 1,
+    order: Sequence[str] | None = None,
 ) -> list[tuple[str, int]]:
     """``[(plan, case seed)]``: one case per boundary of each kind (or a ``sample`` of them:
     every effect boundary, then a seeded draw), each followed by ``recovery_crashes`` crashes
@@ -593,8 +594,9 @@ def plan_cases(
         rest = [i for i in range(len(firsts)) if i not in set(must)]
         chosen = sorted(must + rng.sample(rest, sample - len(must)))
         firsts = [firsts[i] for i in chosen]
-    total = len(boundaries)
-    pos = {b: i for i, b in enumerate(boundaries)}
+    every = list(order or boundaries)  # all boundaries of the run, to place each case
+    total = len(every)
+    pos = {b: i for i, b in enumerate(every)}
     out = []
     for first in firsts:
         case_seed = rng.randrange(1 << 30)
@@ -618,13 +620,15 @@ def explore(
     jobs: int | None = None,
     workdir: str | os.PathLike[str] | None = None,
     cases: Sequence[str] | None = None,
+    select: Callable[[list[str]], Sequence[str]] | None = None,
     progress: Callable[[str], None] | None = None,
     keep: bool = False,
 ) -> Report:
     """Explore ``target`` (see the module docstring); returns a :class:`Report`.
 
     ``sample``: at most this many cases (seeded; default all). ``kinds``: ``crash``, ``ack``,
-    ``break``. ``cases``: run exactly these plans (from a report) instead. ``jobs``: cases run
+    ``break``. ``cases``: run exactly these plans (from a report) instead. ``select``: given
+    the crash-free run's crash boundaries, return those to crash at. ``jobs``: cases run
     at once (default: the CPU count, at most 4). ``workdir``: where the worlds go (default a
     temporary directory, removed unless ``keep`` or a violation needs it for inspection).
     """
@@ -645,13 +649,15 @@ def explore(
         if cases is not None:
             planned = [(c, seed) for c in cases]
         else:
+            chosen = list(select(boundaries)) if select is not None else boundaries
             planned = plan_cases(
-                boundaries,
+                chosen,
                 other,
                 kinds=kinds,
                 sample=sample,
                 seed=seed,
                 recovery_crashes=recovery_crashes,
+                order=boundaries,
             )
         by_kind = Counter(p.split(":", 1)[0] for p, _ in planned)
         results: list[CaseResult | None] = [None] * len(planned)
