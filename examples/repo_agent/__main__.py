@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import uuid
@@ -27,7 +28,7 @@ import torpor
 from torpor.events import Event
 
 from . import codemod, smtp
-from .planner import PLANNERS
+from .planner import MODEL_PLANNER, PLANNERS
 from .workflow import WORKFLOW, Workspace, modernize, set_reporter
 
 DEFAULT_PACKAGES = ("json", "email")
@@ -67,6 +68,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--email-to", default="maintainers@example.org", help="notification address")
     p.add_argument("--unsafe-fixes", action="store_true", help="also apply ruff's unsafe fixes")
     p.add_argument("--planner", default="code", choices=sorted(PLANNERS), help="planner")
+    p.add_argument(
+        "--model",
+        metavar="NAME",
+        help="plan with this model through an OpenAI-compatible endpoint "
+        "($TORPOR_MODEL_BASE_URL or --model-base-url; key in $TORPOR_MODEL_API_KEY or "
+        "$OPENAI_API_KEY): it picks the files and rules and writes the commit message. "
+        "Without an endpoint the code planner is used",
+    )
+    p.add_argument(
+        "--model-base-url",
+        default=os.environ.get("TORPOR_MODEL_BASE_URL"),
+        metavar="URL",
+        help="the model endpoint (default: $TORPOR_MODEL_BASE_URL)",
+    )
     p.add_argument(
         "--test-module",
         action="append",
@@ -230,10 +245,26 @@ def _build_input(args: argparse.Namespace, run_id: str, home: Path) -> dict[str,
         "select": "UP",
         "target": codemod.target_version(),
         "unsafe_fixes": bool(args.unsafe_fixes),
-        "planner": args.planner,
+        **_planner(args),
         "tests": list(args.test_module),
         "test_packages": test_packages,
     }
+
+
+def _planner(args: argparse.Namespace) -> dict[str, Any]:
+    """The planner part of the run's input: the model (name and endpoint; never the key) when
+    ``--model`` is given with an endpoint, else the code planner."""
+    if args.model and args.model_base_url:
+        return {
+            "planner": MODEL_PLANNER,
+            "model": {"name": args.model, "base_url": args.model_base_url},
+        }
+    if args.model:
+        sys.stderr.write(
+            "note: --model needs an endpoint (--model-base-url or $TORPOR_MODEL_BASE_URL); "
+            "using the code planner\n"
+        )
+    return {"planner": args.planner}
 
 
 def _summary(

@@ -38,7 +38,14 @@ from typing import Any
 import torpor
 
 from . import codemod, effects, smtp
-from .planner import get_planner
+from .planner import (
+    MODEL_PLANNER,
+    code_planner,
+    get_planner,
+    make_model,
+    model_commit_message,
+    model_plan,
+)
 
 CRITERIA = ("compiles", "lint_clean", "tests_pass")
 WORKFLOW = "repo_agent.modernize"
@@ -180,10 +187,29 @@ def _verify_and_publish(run: torpor.Run, cfg: dict[str, Any], state: dict[str, A
     paths = [f["path"] for f in manifest["files"]]
     push_key = f"{run.run_id}/push"
     roots = ", ".join(manifest["roots"])
-    message = effects.commit_message(
-        f"Modernize {roots} with ruff {plan['select']} fixes for {target}",
+    subject = f"Modernize {roots} with ruff {plan['select']} fixes for {target}"
+    body = (
         f"{summary['files_changed']} file(s), {summary['findings_fixed']} finding(s) fixed by "
-        f"`ruff check --select {plan['select']} --target-version {target} --fix`.\n"
+        f"`ruff check --select {plan['select']} --target-version {target} --fix`."
+    )
+    if cfg.get("planner") == MODEL_PLANNER:  # the model writes the message (recorded call)
+        written = model_commit_message(
+            run,
+            make_model(cfg["model"]),
+            {
+                "code_base": roots,
+                "tool": f"ruff check --select {plan['select']} --target-version {target} --fix",
+                "files": {f["path"]: f["rules"] for f in plan["files"] if f["path"] in changed},
+                "findings_fixed": summary["findings_fixed"],
+                "left_for_a_person": summary["left_for_a_person"],
+                "plan_summary": plan.get("summary", ""),
+            },
+        )
+        if written is not None:
+            subject, body = written
+    message = effects.commit_message(
+        subject,
+        f"{body}\n"
         f"Verified: compiles, ruff clean for the applied rules, tests pass "
         f"(torpor run {run.run_id}).",
         {
@@ -298,7 +324,15 @@ def modernize(run: torpor.Run, cfg: dict[str, Any]) -> Any:
             "unsafe_fixes": cfg["unsafe_fixes"],
             "files": findings,
         }
-        plan = run.compute("plan", get_planner(cfg["planner"]), request, purpose="plan the fixes")
+        if cfg["planner"] == MODEL_PLANNER:
+            plan = model_plan(run, request, make_model(cfg["model"]))
+            if plan is None:
+                run.warn("the model gave no usable plan: the code planner planned instead")
+                plan = run.compute("plan-code", code_planner, request, purpose="plan the fixes")
+        else:
+            plan = run.compute(
+                "plan", get_planner(cfg["planner"]), request, purpose="plan the fixes"
+            )
         plan_ref = run.artifact(
             "plan.json", json.dumps(plan, indent=1), media_type="application/json"
         )
