@@ -190,3 +190,27 @@ def test_pytest_fixture(torpor_explore, tmp_path: Path) -> None:  # type: ignore
     )
     report.assert_ok()
     assert len(report.cases) == 3
+
+
+def test_readme_example(tmp_path: Path) -> None:
+    """The README's testing-kit example, as written: the workflow module and the test run by
+    pytest in a subprocess (through the installed plugin's fixture)."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("# myapp/flows.py\n", 1)[1].split("```", 1)[0]
+    flows, test = block.split("# tests/test_flows.py", 1)
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    (tmp_path / "myapp" / "flows.py").write_text(flows)
+    (tmp_path / "test_flows.py").write_text("#" + test.replace("sample=40", "sample=3"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORPOR_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT / "src")])
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "test_flows.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "crash boundaries" in out.stdout and "violations: 0" in out.stdout, out.stdout

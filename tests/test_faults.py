@@ -301,3 +301,25 @@ def test_policy_change_is_named(
     assert "step 'b'" in msg and "read step" in msg and "compute step" in msg, msg
     assert "run.patched(" in msg
     assert _history(client, v1_run)[: len(before)] == before
+
+
+def _returns_none(idempotency_key: str) -> None:
+    LOG.append(idempotency_key)
+
+
+@torpor.workflow(name="faults.none_effect", version="1")
+def none_effect(run: torpor.Run, _: Any) -> Any:
+    first = run.effect("e", _returns_none, reconcile=lambda call: torpor.Applied())
+    run.wait_for("go")
+    return first
+
+
+def test_an_effect_returning_none_replays(runtime: torpor.Runtime, client: torpor.Client) -> None:
+    """Found by the explorer on the README's example: an effect whose result is None (recorded,
+    or reconciled as applied) was taken for "not recorded" on replay and failed the run."""
+    LOG.clear()
+    assert runtime.run(none_effect, None, run_id="none").status == "waiting"
+    client.signal("none", "go")
+    res = runtime.resume("none")
+    assert res.outcome == "succeeded" and res.result is None, res
+    assert LOG == ["none/e"]

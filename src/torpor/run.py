@@ -287,6 +287,11 @@ class Run:
             out = serde.to_jsonable(value)
         except serde.NotSerializable as exc:
             raise PayloadError(self.run_id, sid, f"{what} is not serializable: {exc}") from None
+        kind = type(out)
+        if out is None or kind is int or kind is bool or kind is float:
+            return out  # a scalar is far below the limit: no need to encode it to measure
+        if kind is str and len(out) * 6 < serde.MAX_PAYLOAD_BYTES:
+            return out  # (a JSON string is at most 6 bytes per character)
         size = len(serde.dumps(out).encode())
         if size > serde.MAX_PAYLOAD_BYTES:
             raise PayloadError(
@@ -440,9 +445,8 @@ class Run:
         sid, cached, call = self._effect_pre(
             step_id, fn, args, kwargs, key, approval, artifacts, operation, purpose, reconcile
         )
-        if cached is not None:
+        if call is None:  # recorded (or reconciled as applied): its result, even None
             return cached
-        assert call is not None
         try:
             value = _run_sync(fn(*args, **call.kwargs))
             faults.point("effect.called")  # the world changed; `ack` faults raise here
@@ -467,9 +471,8 @@ class Run:
         sid, cached, call = self._effect_pre(
             step_id, fn, args, kwargs, key, approval, artifacts, operation, purpose, reconcile
         )
-        if cached is not None:
+        if call is None:  # recorded (or reconciled as applied): its result, even None
             return cached
-        assert call is not None
         try:
             value = fn(*args, **call.kwargs)
             if inspect.isawaitable(value):
