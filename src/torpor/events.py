@@ -915,12 +915,15 @@ def _plan_recorded(s: RunState, e: Event, refuse: Refuse) -> None:
         if st.call_id in seen:
             raise refuse(f"plan v{p.version} lists step {st.call_id!r} twice")
         cur = s.plan.get(st.call_id)
-        if cur is not None and cur.status == "succeeded":
-            if (cur.tool, cur.args_hash) != (st.tool, st.args_hash):
-                raise refuse(
-                    f"step {st.call_id!r} succeeded under plan v{cur.version}; a revised plan "
-                    "cannot change it (finished steps stay finished)"
-                )
+        if (
+            cur is not None
+            and cur.status == "succeeded"
+            and (cur.tool, cur.args_hash) != (st.tool, st.args_hash)
+        ):
+            raise refuse(
+                f"step {st.call_id!r} succeeded under plan v{cur.version}; a revised plan "
+                "cannot change it (finished steps stay finished)"
+            )
         for dep in st.depends_on:
             done = s.plan.get(dep)
             if dep not in seen and (done is None or done.status != "succeeded"):
