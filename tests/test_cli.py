@@ -83,6 +83,8 @@ COMMANDS = [
     "resolve",
     "artifacts",
     "worker",
+    "budget",
+    "explore",
 ]
 
 

@@ -1,14 +1,18 @@
 """The flagship agent killed with SIGKILL at randomized moments, resumed until it finishes.
 
-Three kinds of kill, chosen by a seeded RNG (``TORPOR_KILL_SEED`` replays a schedule; the seed
-and every kill point are printed):
+Kills *between* boundaries — while ruff, git, compileall, the CPython tests or the SMTP exchange
+run. Kills *at* every kind of boundary (before/after each append, artifact, checkpoint, right
+before and after the push and the email, during recovery) are the crash-point explorer's job:
+``tests/test_explorer_flagship.py`` runs a seeded sample of at least 30 of them in CI, and
+``scripts/flagship_explore.py`` all of them. Two kinds of kill here, chosen by a seeded RNG
+(``TORPOR_KILL_SEED`` replays a schedule; the seed and every kill point are printed):
 
-- ``crash``: ``TORPOR_CRASH_AT=<point>@<n>`` — the process kills itself at an exact boundary
-  (``append.before/after``, ``artifact.stored``, ``effect.intended``, ``effect.called`` …). Each
-  run includes one effect point, so "pushed/emailed but died before recording it" is covered.
 - ``seq``: the test watches the history and kills the whole process group a random delay after
   it reaches a random event number — inside ruff, git, compileall, the CPython tests, SMTP.
 - ``time``: the process group is killed a random delay after it started.
+
+(``crash`` kills at a named point, ``TORPOR_CRASH_AT``, are still understood by the helpers and
+drawn when ``TORPOR_KILL_CRASH=1``.)
 
 A kill point is *distinct* when the history stood at a different event number when the process
 died (per run). After every run: one commit with the key on the remote, one email with the
@@ -32,7 +36,9 @@ from test_flagship import ROOT, Agent, check_world_and_history, new_agent
 
 #: Read at import: the autouse fixture clears TORPOR_* variables before each test runs.
 SEED_OVERRIDE = os.environ.get("TORPOR_KILL_SEED")
-MIN_DISTINCT_KILLS = int(os.environ.get("TORPOR_KILL_MIN", "30"))
+MIN_DISTINCT_KILLS = int(os.environ.get("TORPOR_KILL_MIN", "12"))
+#: Named-point kills are the explorer's (tests/test_explorer_flagship.py); off unless asked.
+CRASH_KILLS = os.environ.get("TORPOR_KILL_CRASH", "") not in ("", "0")
 MAX_KILLS_PER_RUN = 14
 MAX_RUNS = 10
 #: Event numbers of an uninterrupted json run (63 events): the last artifact is recorded by
@@ -94,7 +100,8 @@ def _pick(rng: random.Random, current: int) -> tuple[str, str]:
     are drawn, so that each run contributes several kill points.
     """
     late = current >= LATE_SEQ
-    mode = rng.choices(["crash", "seq", "time"], weights=[4, 5, 0 if late else 1])[0]
+    crash_weight = 4 if CRASH_KILLS else 0
+    mode = rng.choices(["crash", "seq", "time"], weights=[crash_weight, 5, 0 if late else 1])[0]
     if mode == "crash":
         points = ["append.after", "append.before", "artifact.stored"]
         weights = [5, 3, 1 if current < ARTIFACTS_DONE_SEQ else 0]
@@ -180,7 +187,7 @@ def test_flagship_survives_sigkill_at_random_moments(tmp_path: Path) -> None:
         finished = False
         for a in range(MAX_KILLS_PER_RUN):
             current = seq()
-            if effect_pending and current >= effects_from:
+            if CRASH_KILLS and effect_pending and current >= effects_from:
                 # Exact coverage: die right before/after the push or the email.
                 mode, spec = "crash", EFFECT_POINTS[r % len(EFFECT_POINTS)]
                 effect_pending = False
