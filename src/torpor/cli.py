@@ -678,6 +678,10 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
                 "inbox": inbox,
                 "warnings": state.warnings,
                 "cancel_requested": state.cancel_requested,
+                "plan_version": state.plan_version,
+                "plan": state.plan,
+                "usage": {**state.usage.model_dump(), "tokens": state.usage.tokens},
+                "budget": state.budget,
             }
         )
         return
@@ -723,6 +727,35 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
             ("next", answers.get("next")),
         ],
     )
+
+    u, b = state.usage, state.budget
+    if state.plan_version or u.model_calls or any(v is not None for v in b.model_dump().values()):
+        _heading(out, "Agent")  # plan, usage and budget (issue 4)
+        counts: dict[str, int] = {}
+        for call in state.plan.values():
+            counts[call.status] = counts.get(call.status, 0) + 1
+
+        def of(used: Any, limit: Any) -> str:
+            return f"{used}" + (f" of {limit}" if limit is not None else "")
+
+        _fields(
+            out,
+            [
+                (
+                    "plan",
+                    f"v{state.plan_version}: "
+                    + (", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no steps"),
+                ),
+                ("tokens", of(u.tokens, b.tokens)),
+                (
+                    "cost",
+                    of(f"${u.cost_usd:.4f}", b.cost_usd)
+                    + (f" (+{u.cost_unknown} call(s) of unknown cost)" if u.cost_unknown else ""),
+                ),
+                ("steps", of(f"{u.steps} ({u.model_calls} model, {u.tool_calls} tool)", b.steps)),
+                ("wall-clock limit", f"{b.wall_clock_s:g} s" if b.wall_clock_s else "none"),
+            ],
+        )
 
     if steps:
         table = _table("STEP", "POLICY", "STATUS", "ATTEMPTS", "PURPOSE", title="Steps")
