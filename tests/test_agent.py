@@ -400,3 +400,37 @@ def test_code_verifiers_first_and_a_model_judge_only_where_declared(
     prompt = judge.calls[0][1].content
     assert "Is the answer polite?" in prompt and "Hello there!" in prompt
     assert isinstance(judge.calls[0][0], Message)
+
+
+def test_cancelled_run_records_an_outcome_for_every_call_not_run(
+    runtime: Runtime, client: Client
+) -> None:
+    tools = Tools()
+
+    @tools.tool(requires_approval=True)
+    def read_secret_file(path: str) -> str:
+        raise AssertionError("never runs")
+
+    @tools.tool
+    def summarize(text: str) -> str:
+        raise AssertionError("never runs")
+
+    def planner(view: PlanView) -> Proposal:
+        return Proposal(
+            steps=[
+                step("r", "read_secret_file", path="/etc/shadow"),
+                step("s", "summarize", after=["r"], text="…"),
+            ]
+        )
+
+    agent = Agent(fresh("cancel"), goal="g", tools=tools, planner=CodePlanner(planner))
+    assert runtime.run(agent, None, run_id="cancel").status == "waiting"
+    client.cancel("cancel", by="dave", reason="wrong file")
+    res = runtime.resume("cancel")
+    assert res.outcome == "cancelled"
+    # The engine stopped the run before the agent's code ran again: the outcome of the calls
+    # that never ran comes with the run's outcome (the fold of run_finished).
+    assert {k: v.status for k, v in client.state("cancel").plan.items()} == {
+        "r": "skipped",
+        "s": "skipped",
+    }

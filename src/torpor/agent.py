@@ -485,13 +485,21 @@ class AgentContext:
     # ------------------------------------------------------------ recording
 
     def _record(
-        self, name: str, payloads: list[_Payload], result: Any, purpose: str
+        self,
+        name: str,
+        payloads: list[_Payload],
+        result: Any,
+        purpose: str,
+        *,
+        boundary: bool = True,
     ) -> tuple[Any, bool]:
         """A step whose whole work is recording ``payloads``: ``(result, newly recorded)``;
-        on replay the recorded result."""
+        on replay the recorded result. ``boundary=False`` records even while the run is being
+        cancelled (the outcomes of calls that will never run)."""
         run = self.run
         sid = run._next_id(name)
-        run._ex.boundary()
+        if boundary:
+            run._ex.boundary()
         comp = run._completion(sid, Policy.READ)
         if comp is not None:
             return comp.result, False
@@ -527,7 +535,15 @@ class AgentContext:
         clean = Message(role=msg.role, content=self.vault.scrub(msg.content), tool_calls=calls)
         return resp.model_copy(update={"message": clean})
 
-    def _settle(self, c: _Call, outcome: str, observation: Any, executed_by: str | None) -> None:
+    def _settle(
+        self,
+        c: _Call,
+        outcome: str,
+        observation: Any,
+        executed_by: str | None,
+        *,
+        boundary: bool = True,
+    ) -> None:
         obs = self.vault.scrub(serde.to_jsonable(observation))
         rec, new = self._record(
             f"settle:{c.call_id}@v{c.version}",
@@ -538,6 +554,7 @@ class AgentContext:
             ],
             {"outcome": outcome, "observation": obs},
             f"outcome of {c.tool} call {c.call_id}",
+            boundary=boundary,
         )
         c.status, c.observation = rec["outcome"], rec["observation"]
         if new:
@@ -571,7 +588,7 @@ class AgentContext:
         try:
             for c in list(self.calls.values()):
                 if c.status == "pending":
-                    self._settle(c, "skipped", {"reason": why}, None)
+                    self._settle(c, "skipped", {"reason": why}, None, boundary=False)
         except (TorporError, RunInterrupt):
             pass  # the outcome is recorded all the same; the calls stay pending in the record
 

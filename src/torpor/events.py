@@ -896,6 +896,12 @@ def _run_finished(s: RunState, e: Event, refuse: Refuse) -> None:
     s.outcome_reason = p.reason
     s.result = p.result
     s.wait = None
+    if p.outcome not in REOPENABLE:
+        # Planned tool calls never run get their outcome with the run's (never dangling);
+        # a blocked or unresolved run may be reopened, and its calls then continue.
+        for call in s.plan.values():
+            if call.status == "pending":
+                call.status = "skipped"
 
 
 def _run_reopened(s: RunState, e: Event, refuse: Refuse) -> None:
