@@ -294,3 +294,19 @@ def test_unreachable_postgres_is_one_clear_store_error() -> None:
     with pytest.raises(torpor.StoreError, match=r"unreachable.*refused") as err:
         open_store("postgresql://postgres:hunter2@127.0.0.1:1/nowhere")
     assert "hunter2" not in str(err.value)
+
+
+def test_two_runs_approving_the_same_content(store_url: str) -> None:
+    """Approval ids are content-bound, so they repeat across runs; decisions must not clash."""
+    rt = torpor.Runtime(store_url)
+    c = torpor.Client(rt.store)
+    try:
+        for rid in ("same-1", "same-2"):
+            assert rt.run("conformance.e2e", None, run_id=rid).status == "waiting"
+        aid1, _ = c.decide("same-1", None, "approve", "alice")
+        aid2, _ = c.decide("same-2", None, "deny", "bob")
+        assert aid1 == aid2
+        assert rt.resume("same-1").status == "waiting"  # now waits for its signal
+        assert rt.resume("same-2").outcome == "blocked"
+    finally:
+        rt.close()

@@ -247,7 +247,7 @@ class Client:
                 "comment": comment,
                 "decided_at_ms": at,
             },
-            message_id=f"decision:{approval_id}",
+            message_id=f"decision:{run_id}:{approval_id}",
         )
         return approval_id, list(info.hashes)
 
@@ -271,7 +271,7 @@ class Client:
             run_id,
             "revoke",
             {"approval_id": approval_id, "by": by, "reason": reason},
-            message_id=f"revoke:{approval_id}",
+            message_id=f"revoke:{run_id}:{approval_id}",
         )
         return list(info.hashes)
 
