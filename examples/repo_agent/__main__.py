@@ -248,6 +248,8 @@ def _build_input(args: argparse.Namespace, run_id: str, home: Path) -> dict[str,
         **_planner(args),
         "tests": list(args.test_module),
         "test_packages": test_packages,
+        # Recorded so that `--resume` of an unattended run stays unattended.
+        "auto_approve": args.approver if args.auto_approve else None,
     }
 
 
@@ -371,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume:
             run_id = args.resume
             cfg = client.state(run_id).input
+            if not args.auto_approve and cfg.get("auto_approve"):
+                args.auto_approve, args.approver = True, cfg["auto_approve"]
+                runtime.auto_approve = args.approver
         else:
             run_id = args.run_id or uuid.uuid4().hex[:12]
             run_id = runtime.start(

@@ -143,7 +143,8 @@ def _verify_and_publish(run: torpor.Run, cfg: dict[str, Any], state: dict[str, A
         modules, note = codemod.test_modules_for(source["packages"])
         packages = list(source["packages"])
     else:
-        modules, note = list(cfg.get("tests") or []), "no test modules given (--test-module)"
+        modules = list(cfg.get("tests") or [])
+        note = "" if modules else "no test modules given (--test-module)"
         packages = list(cfg.get("test_packages") or [])
     if modules:
         passed = run.verify(

@@ -78,8 +78,19 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     import torpor
 
-    workdir = args.workdir or torpor.Settings.from_env().home / "repo_agent" / args.run_id
-    print(json.dumps(world_report(args.run_id, workdir, args.remote), indent=1))
+    workdir = Path(args.workdir or torpor.Settings.from_env().home / "repo_agent" / args.run_id)
+    if not workdir.is_dir():
+        print(f"error: no work directory {workdir} for run {args.run_id!r}", file=sys.stderr)
+        return 1
+    try:
+        report = world_report(args.run_id, workdir, args.remote)
+    except Exception as exc:  # e.g. the run has not created its remote yet
+        print(
+            f"error: cannot read the outside world of run {args.run_id!r}: {exc}".splitlines()[0],
+            file=sys.stderr,
+        )
+        return 1
+    print(json.dumps(report, indent=1))
     return 0
 
 
