@@ -129,6 +129,14 @@ def js(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Any:
     return json.loads(ok(cwd, *args, "--json", env=env))
 
 
+def js_outcome(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Any:
+    """Run start/resume with --json for a run expected to end other than succeeded: exit 3."""
+    proc = cli(cwd, *args, "--json", env=env)
+    assert proc.returncode == 3, f"torpor {' '.join(args)}: {proc.stderr}\n{proc.stdout}"
+    assert "Traceback" not in proc.stderr
+    return json.loads(proc.stdout)
+
+
 def one_line_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> str:
     """Assert a failed run printed exactly one ``error:`` line and no traceback."""
     assert proc.returncode != 0, proc.stdout
@@ -191,7 +199,7 @@ def test_revoke_before_consumption_stops_the_effect(flows: Path) -> None:
     (aid,) = [decided["approval_id"]]
     revoked = ok(flows, "revoke", "r1", aid, "--as", "bob", "--reason", "wrong branch")
     assert f"sha256:{decided['hashes'][0]}" in revoked
-    done = js(flows, "resume", "r1", env=env)
+    done = js_outcome(flows, "resume", "r1", env=env)
     assert done["outcome"] == "blocked", done
     assert not (flows / "pushes.log").exists()
 
@@ -225,8 +233,8 @@ def test_cancel_a_waiting_run_then_a_worker_ends_it(flows: Path) -> None:
 
 
 def test_unresolved_effect_is_listed_explained_and_resolved(flows: Path) -> None:
-    res = js(flows, "--import", "cli_flows", "start", "cli.mail", "-i", '{"to": "ops@x.org"}',
-             "--run-id", "m1")  # fmt: skip
+    res = js_outcome(flows, "--import", "cli_flows", "start", "cli.mail", "-i",
+                     '{"to": "ops@x.org"}', "--run-id", "m1")  # fmt: skip
     assert res["outcome"] == "unresolved"
 
     listed = js(flows, "ls", "--outcome", "unresolved")

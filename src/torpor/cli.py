@@ -5,8 +5,10 @@ Every read command prints a human table by default and JSON with ``--json``. Eve
 error — a torpor error, bad JSON input, a usage mistake — is one line ``error: …`` on stderr and
 a non-zero exit code, never a traceback. They are caught in one place, :func:`main`.
 
-Exit codes: 0 done; 1 torpor refused or failed (unknown run, finished run, store error …);
-2 bad usage or input (malformed JSON, missing option); 75 the run is leased by another live
+Exit codes: 0 done (``start``/``resume``: the run succeeded, possibly with warnings, or waits);
+1 torpor refused or failed (unknown run, finished run, store error …); 2 bad usage or input
+(malformed JSON, missing option); 3 ``start``/``resume`` ended the run with another outcome
+(failed, blocked, unresolved, stopped_safe, cancelled); 75 the run is leased by another live
 process (retry later, ``EX_TEMPFAIL``); 130 interrupted.
 
 The store is ``--db URL`` or ``$TORPOR_DATABASE_URL`` or ``sqlite:///$TORPOR_HOME/torpor.db``;
@@ -52,7 +54,9 @@ app = typer.Typer(
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+EXIT_OUTCOME = 3
 EXIT_LEASED = 75
+_GOOD_OUTCOMES = frozenset({None, "succeeded", "succeeded_with_warnings"})
 EXIT_INTERRUPTED = 130
 
 
@@ -428,6 +432,8 @@ def start(
             with _interruptible(rid):
                 res = rt.resume(rid, follow_timers=follow)
     _print_result(res, json_out)
+    if res.outcome not in _GOOD_OUTCOMES:
+        raise typer.Exit(EXIT_OUTCOME)
 
 
 @app.command()
@@ -463,6 +469,8 @@ def resume(
             with _interruptible(run_id):
                 res = rt.resume(run_id, follow_timers=follow)
             _print_result(res, json_out)
+            if res.outcome not in _GOOD_OUTCOMES:
+                raise typer.Exit(EXIT_OUTCOME)
             return
         results: list[RunResult] = []
         failures: list[tuple[str, str]] = []
