@@ -90,6 +90,8 @@ class RunStarted(_Payload):
     input: Any = None
     criteria: list[str] = Field(default_factory=list)
     goal: str = ""
+    #: The module that defines the workflow, imported on resume if the name is not registered.
+    module: str = ""
 
 
 class LeaseAcquired(_Payload):
@@ -475,6 +477,7 @@ class RunState(BaseModel):
     version: str = ""
     input: Any = None
     goal: str = ""
+    module: str = ""
     criteria: list[str] = Field(default_factory=list)
     status: RunStatus = RunStatus.PENDING
     outcome: Outcome | None = None
@@ -571,6 +574,7 @@ def _run_started(s: RunState, e: Event, refuse: Refuse) -> None:
     p: RunStarted = e.payload  # type: ignore[assignment]
     s.workflow, s.version, s.input = p.workflow, p.version, p.input
     s.criteria, s.goal = list(p.criteria), p.goal
+    s.module = p.module
     s.status = RunStatus.PENDING
     s.started_at_ms = e.at_ms
 

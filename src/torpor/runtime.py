@@ -588,6 +588,7 @@ class Runtime:
                 input=data,
                 criteria=list(wf.criteria),
                 goal=wf.goal,
+                module=getattr(wf.fn, "__module__", "") or "",
             ),
         )
         if not created:
@@ -607,7 +608,7 @@ class Runtime:
             lease = self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
         try:
             state = self.store.load(run_id)
-            wf = get_workflow(state.workflow)
+            wf = get_workflow(state.workflow, state.module)
             wf.check_version(run_id, state.version)
             if state.status is RunStatus.FINISHED and not self.store.count_pending_inbox(run_id):
                 return Execution(self, wf, lease, state).result()

@@ -80,13 +80,26 @@ def workflow(
     return deco
 
 
-def get_workflow(name_or_fn: str | Callable[..., Any]) -> WorkflowDef:
-    """Look up a registered workflow by name or by its function."""
+def get_workflow(name_or_fn: str | Callable[..., Any], module: str = "") -> WorkflowDef:
+    """Look up a registered workflow by name or by its function.
+
+    ``module``: the defining module recorded with the run; imported when the name is not
+    registered yet (so ``torpor resume RUN`` works without ``--import``). Raises
+    UnknownWorkflowError when the workflow still cannot be found.
+    """
     name = (
         name_or_fn
         if isinstance(name_or_fn, str)
         else getattr(name_or_fn, "__torpor_workflow__", None)
     )
+    if name is not None and name not in _REGISTRY and module and module != "__main__":
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise UnknownWorkflowError(
+                f"workflow {name!r} is defined in module {module!r}, which cannot be imported "
+                f"here ({exc}); run from the project directory or pass --import"
+            ) from exc
     if name is None or name not in _REGISTRY:
         known = ", ".join(sorted(_REGISTRY)) or "none"
         raise UnknownWorkflowError(
