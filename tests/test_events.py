@@ -1073,7 +1073,7 @@ def test_the_generator_reaches_every_event_type() -> None:
     """Sanity of the generator itself: every event type shows up in valid histories."""
     seen: set[str] = set()
 
-    @settings(max_examples=150, deadline=None, database=None, derandomize=True)
+    @settings(max_examples=400, deadline=None, database=None, derandomize=True)
     @given(histories())
     def collect(events: list[Event]) -> None:
         seen.update(e.type for e in events)

@@ -310,3 +310,35 @@ def test_two_runs_approving_the_same_content(store_url: str) -> None:
         assert rt.resume("same-2").outcome == "blocked"
     finally:
         rt.close()
+
+
+def test_oversized_message_is_refused_at_the_door(store: SQLStore) -> None:
+    from torpor import serde
+
+    _start(store)
+    with pytest.raises(torpor.PayloadError, match=r"run 'r1'.*over the"):
+        store.post_inbox("r1", "signal", {"name": "go", "payload": "x" * serde.MAX_PAYLOAD_BYTES})
+    assert store.pending_inbox("r1") == []  # nothing queued that could block the run
+
+
+def test_self_referencing_value_is_a_payload_error(store_url: str) -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    rt = torpor.Runtime(store_url)
+    try:
+        with pytest.raises(torpor.PayloadError, match="nested deeper"):
+            rt.start("conformance.e2e", loop, run_id="loop")
+    finally:
+        rt.close()
+
+
+def test_owner_in_another_pid_namespace_is_never_judged_dead() -> None:
+    from torpor.store.base import new_owner_id, owner_is_dead
+
+    host, _pid, rest = new_owner_id().split(":", 2)
+    rand, boot, ns, start = rest.split("~")
+    gone_pid = "4194303"  # above any pid in use
+    assert owner_is_dead(f"{host}:{gone_pid}:{rand}~{boot}~{ns}~{start}")
+    assert not owner_is_dead(f"{host}:{gone_pid}:{rand}~{boot}~1~{start}")  # other namespace
+    assert not owner_is_dead(f"{host}:{gone_pid}:{rand}~other~{ns}~{start}")  # other boot
+    assert not owner_is_dead(f"{host}:{gone_pid}:{rand}")  # no identity: expiry decides

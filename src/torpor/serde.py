@@ -24,8 +24,16 @@ class NotSerializable(ValueError):
     """Raised by :func:`to_jsonable` with a path to the offending value."""
 
 
-def to_jsonable(value: Any, path: str = "$") -> Any:
+#: Deepest nesting of lists/dicts accepted in a recorded value (a self-referencing value hits it).
+MAX_DEPTH = 200
+
+
+def to_jsonable(value: Any, path: str = "$", _depth: int = 0) -> Any:
     """Return ``value`` as plain JSON data, or raise :class:`NotSerializable` naming the path."""
+    if _depth > MAX_DEPTH:
+        raise NotSerializable(
+            f"{path}: nested deeper than {MAX_DEPTH} levels (or refers to itself)"
+        )
     if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, str):
@@ -38,16 +46,16 @@ def to_jsonable(value: Any, path: str = "$") -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return to_jsonable(dataclasses.asdict(value), path)
+        return to_jsonable(dataclasses.asdict(value), path, _depth + 1)
     if isinstance(value, list | tuple):
-        return [to_jsonable(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [to_jsonable(v, f"{path}[{i}]", _depth + 1) for i, v in enumerate(value)]
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for k, v in value.items():
             if not isinstance(k, str):
                 raise NotSerializable(f"{path}: dict key {k!r} is not a string")
             _check_text(k, f"{path} key")
-            out[k] = to_jsonable(v, f"{path}.{k}")
+            out[k] = to_jsonable(v, f"{path}.{k}", _depth + 1)
         return out
     raise NotSerializable(f"{path}: value of type {type(value).__name__} is not JSON-serializable")
 

@@ -58,23 +58,48 @@ def load_queries(dialect: str) -> dict[str, str]:
     return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
 
 
+def _proc_identity(pid: int | str = "self") -> tuple[str, str, str] | None:
+    """(boot id, pid-namespace inode, process start time) on Linux, else None."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+        ns = str(os.stat(f"/proc/{pid}/ns/pid").st_ino) if pid == "self" else ""
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        start = stat.rsplit(")", 1)[1].split()[19]  # field 22: starttime (clock ticks)
+    except (OSError, IndexError):
+        return None
+    return boot, ns, start
+
+
 def new_owner_id() -> str:
-    """A lease owner id: ``host:pid:random``, unique per process instance."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """A lease owner id, unique per process instance: ``host:pid:random~boot~pidns~start``.
+
+    The suffix (Linux) lets :func:`owner_is_dead` tell a dead local process from a live one in
+    another PID namespace with the same hostname, and from a later process reusing the pid.
+    """
+    ident = _proc_identity()
+    suffix = "~" + "~".join(ident) if ident else ""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}{suffix}"
 
 
 def owner_is_dead(owner: str) -> bool:
-    """True when ``owner`` names a process on *this* host that no longer exists.
+    """True when ``owner`` names a process of *this* machine, boot and PID namespace that no
+    longer exists (or whose pid now belongs to a later process).
 
-    Lets a local resume take over right after ``kill -9`` instead of waiting out the lease. A
-    remote owner, or a live pid, is never judged dead here: then only expiry frees the lease.
+    Lets a local resume take over right after ``kill -9`` instead of waiting out the lease.
+    Anything it cannot prove dead — a remote owner, another container or PID namespace with the
+    same hostname, an owner id without the identity suffix, a live process — is left to lease
+    expiry, judged by the store's clock.
     """
     try:
-        host, pid_s, _ = owner.split(":", 2)
+        host, pid_s, rest = owner.split(":", 2)
         pid = int(pid_s)
+        _, boot, ns, start = rest.split("~")
     except ValueError:
         return False
-    if host != socket.gethostname() or pid == os.getpid():
+    mine = _proc_identity()
+    if mine is None or host != socket.gethostname() or pid == os.getpid():
+        return False
+    if (boot, ns) != mine[:2]:
         return False
     try:
         os.kill(pid, 0)
@@ -82,12 +107,12 @@ def owner_is_dead(owner: str) -> bool:
         return True
     except PermissionError:
         return False
-    # A zombie (killed, not yet reaped by its parent) is dead too.
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] == "Z"
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return False
+    # A zombie (killed, not yet reaped) is dead; so is the owner if its pid was reused.
+    return stat[0] == "Z" or stat[19] != start
 
 
 @dataclass(frozen=True)
@@ -806,6 +831,17 @@ class SQLStore:
         or ``blocked`` run runnable again, so workers pick the settled run up; if the message
         turns out not to apply, the executor writes the finished status back."""
         message_id = message_id or uuid.uuid4().hex
+        try:
+            text = serde.dumps(serde.to_jsonable(body))
+        except serde.NotSerializable as exc:
+            raise PayloadError(run_id, None, f"{kind} message is not serializable: {exc}") from None
+        if len(text.encode()) > serde.MAX_PAYLOAD_BYTES:
+            raise PayloadError(
+                run_id,
+                None,
+                f"{kind} message is {len(text.encode())} bytes, over the "
+                f"{serde.MAX_PAYLOAD_BYTES}-byte limit; send a reference (an artifact hash)",
+            )
         with self.driver.transaction() as cur:
             # Lock the run row first (PostgreSQL: FOR UPDATE) so a message cannot slip past a
             # concurrent fenced append that is consuming an approval.
@@ -818,7 +854,7 @@ class SQLStore:
                     message_id=message_id,
                     run_id=run_id,
                     kind=kind,
-                    body=serde.dumps(serde.to_jsonable(body)),
+                    body=text,
                 ),
             )
             if not n:
