@@ -2,8 +2,10 @@
 
 It reads the client side of the wire protocol just enough to see statements (simple ``Q``
 queries; ``P``arse/``B``ind of the extended protocol, remembering prepared statement names) and
-recognizes the ``COMMIT`` of a transaction that inserted into a chosen table. When the fault
-plan says so, that commit is broken in one of two ways — the two sides of an ambiguous commit:
+recognizes the ``COMMIT`` of a transaction that inserted into a chosen table — or, for a
+statement sent outside ``BEGIN`` … ``COMMIT`` (autocommit), the ``S``ync that commits its
+implicit transaction. When the fault plan says so, that commit is broken in one of two ways —
+the two sides of an ambiguous commit:
 
 - ``before``: the ``COMMIT`` is withheld and the backend is killed with
   ``pg_terminate_backend``: the transaction is rolled back, the client sees the connection die.
@@ -123,6 +125,9 @@ class _Conn:
         self.upstream = upstream
         self.stmts: dict[str, str] = {}
         self.tx: list[str] = []
+        #: Inside an explicit BEGIN ... COMMIT; outside it, each extended-protocol statement
+        #: runs in an implicit transaction that commits when its Sync is processed.
+        self.in_tx = False
         self.swallow = threading.Event()
 
     def client_to_server(self) -> None:
@@ -150,6 +155,8 @@ class _Conn:
                 elif kind == b"B":
                     stmt = body.split(b"\0", 2)[1].decode()
                     self.tx.append(self.stmts.get(stmt, ""))
+                elif kind == b"S" and not self.in_tx and self._on_commit():
+                    continue  # an autocommit statement's commit, dropped before the server
                 self.upstream.sendall(head + body)
         except (OSError, ConnectionError):
             pass
@@ -161,10 +168,21 @@ class _Conn:
         verb = text.strip().split(None, 1)[0].upper() if text.strip() else ""
         if verb == "BEGIN":
             self.tx = []
+            self.in_tx = True
+            return False
+        if verb == "ROLLBACK":
+            self.tx = []
+            self.in_tx = False
             return False
         if verb != "COMMIT":
             self.tx.append(text)
             return False
+        self.in_tx = False
+        return self._on_commit()
+
+    def _on_commit(self) -> bool:
+        """A commit point (COMMIT, or the Sync of an autocommit statement) of the statements
+        in ``tx``; True when the proxy consumed it (the commit was dropped)."""
         touched = any(self.proxy.marker in t for t in self.tx)
         self.tx = []
         if not touched:

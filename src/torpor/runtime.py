@@ -107,6 +107,9 @@ class Execution:
         self.state = state
         self.cache: dict[str, Completion] = {}
         self.lookups = True
+        #: Steps found to have no recorded completion (a miss in the complete replay cache, or
+        #: an indexed lookup that found none): their start needs no rerun probe in the store.
+        self._never_completed: set[str] = set()
         self._inbox_dirty = True
         self._lost: LeaseLostError | None = None
         self._stop = threading.Event()
@@ -147,15 +150,16 @@ class Execution:
             consumed = [(mid, seq + 1) for mid, seq in consumed or ()]
         now = self.now_ms()
         events: list[Event] = []
+        run_id, epoch = self.state.run_id, self.lease.epoch
         try:
             for p in payloads:
                 ev = Event(
-                    run_id=self.state.run_id,
+                    run_id=run_id,
                     seq=self.state.seq + 1,
                     type=type_of(p),
                     payload=p,
                     at_ms=now,
-                    epoch=self.lease.epoch,
+                    epoch=epoch,
                 )
                 apply(self.state, ev)
                 events.append(ev)
@@ -165,6 +169,14 @@ class Execution:
         if self.state.status is RunStatus.WAITING and wake_at_ms is None and self.state.wait:
             wake_at_ms = self.state.wait.deadline_ms
         faults.point("append.before")
+        never = self._never_completed
+        proven = [
+            sid
+            for ev in events
+            if ev.type == "step_started"
+            and (sid := ev.payload.step_id) in never  # type: ignore[attr-defined]
+            and sid not in self.cache
+        ]
         try:
             self.store.append(
                 self.lease,
@@ -173,6 +185,7 @@ class Execution:
                 wake_at_ms=wake_at_ms,
                 consumed=consumed or (),
                 guard_inbox=guard_inbox,
+                proven_new=proven,
             )
         except BaseException:
             self.state = self.store.load(self.state.run_id) if self._lost is None else self.state
@@ -192,6 +205,7 @@ class Execution:
                     p.input_hash,
                     ev.seq,
                 )
+                self._never_completed.discard(p.step_id)
             if self.runtime.on_event is not None:
                 self.runtime.on_event(ev)
         return events
@@ -202,6 +216,10 @@ class Execution:
             comp = self.store.step_completion(self.state.run_id, sid)
             if comp is not None:
                 self.cache[sid] = comp
+        if comp is None:
+            # Proved under this lease: the cache holds every completion when lookups are off,
+            # and the lookup read the history otherwise; nothing else writes while we hold it.
+            self._never_completed.add(sid)
         return comp
 
     def failure_of(self, sid: str) -> str:

@@ -71,11 +71,15 @@ def _check_text(text: str, path: str) -> None:
             ) from None
 
 
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def dumps(value: Any) -> str:
     """Canonical JSON text (sorted keys, no whitespace) of an already-jsonable value."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    # One shared encoder: json.dumps() with options builds a new one per call.
+    return _ENCODER.encode(value)
 
 
 def loads(text: str | bytes) -> Any:

@@ -19,7 +19,7 @@ import re
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,10 +45,32 @@ from ..events import (
     Event,
     RunStarted,
     RunState,
+    _Payload,
     apply,
 )
 
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
+
+#: Stands for "no default": a required field is always written.
+_REQUIRED = object()
+_FIELD_PLANS: dict[type, tuple[tuple[str, Any], ...]] = {}
+
+
+def _field_plan(model: type[_Payload]) -> tuple[tuple[str, Any], ...]:
+    """``(field name, default)`` of a payload model, in declaration order (cached)."""
+    plan = _FIELD_PLANS.get(model)
+    if plan is None:
+        out = []
+        for name, f in model.model_fields.items():
+            if f.is_required():
+                default: Any = _REQUIRED
+            elif f.default_factory is not None:
+                default = f.default_factory()  # type: ignore[call-arg]
+            else:
+                default = f.default
+            out.append((name, default))
+        plan = _FIELD_PLANS[model] = tuple(out)
+    return plan
 
 
 def load_queries(dialect: str) -> dict[str, str]:
@@ -181,6 +203,11 @@ class Driver(Protocol):
 
     def executemany(self, cur: Any, sql: str, rows: Sequence[dict[str, Any]]) -> None: ...
 
+    def execute_one(self, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """Run one statement as a transaction of its own (committed durably when it returns);
+        return its first row."""
+        ...
+
     def fetchone(self, cur: Any, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None: ...
 
     def fetchall(self, cur: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]: ...
@@ -235,6 +262,10 @@ class SQLStore:
         self.q = load_queries(driver.dialect)
         self.clock = clock
         self.checkpoint_every = checkpoint_every
+        #: run id -> (lease epoch, seq, checkpoint seq) after this store's latest append to the
+        #: run: lets the next append under the same lease decide on the checkpoint up front.
+        self._ckpt_seqs: dict[str, tuple[int, int, int]] = {}
+        self._fast_sqls: dict[int, str] = {}
 
     # ----------------------------------------------------------------- helpers
 
@@ -277,19 +308,31 @@ class SQLStore:
         value: bytes, sets, non-string keys, NaN or lone surrogates are refused with their path
         instead of being silently converted (pydantic's JSON mode would turn NaN into null and
         bytes into text, so the history would no longer say what the run saw).
+
+        Fields equal to their default are left out of the stored JSON (decoding fills them back
+        in from the same model), which keeps the history compact: a trivial step's two events
+        carry ``{"policy":"read","step_id":"s1"}`` and ``{"policy":"read","result":1,...}``
+        instead of every field spelled out.
         """
         p = event.payload
+        values = p.__dict__
         try:
-            data = {
-                name: serde.to_jsonable(getattr(p, name), f"{event.type}.{name}")
-                for name in type(p).model_fields
-            }
+            data = {}
+            for name, default in _field_plan(type(p)):
+                v = values[name]
+                if v is default or (type(v) is type(default) and v == default):
+                    continue
+                kind = type(v)
+                if kind is int or kind is bool or (kind is str and v.isascii()):
+                    data[name] = v  # already JSON data (what to_jsonable would return)
+                else:
+                    data[name] = serde.to_jsonable(v, f"{event.type}.{name}")
             text = serde.dumps(data)
         except (serde.NotSerializable, ValueError, TypeError) as exc:
             raise PayloadError(
                 event.run_id, event.step_id, f"{event.type} payload is not serializable: {exc}"
             ) from None
-        size = len(text.encode())
+        size = len(text) if text.isascii() else len(text.encode())
         if size > serde.MAX_PAYLOAD_BYTES:
             raise PayloadError(
                 event.run_id,
@@ -301,7 +344,7 @@ class SQLStore:
             "run_id": event.run_id,
             "seq": event.seq,
             "type": event.type,
-            "step_id": event.step_id,
+            "step_id": values.get("step_id"),
             "epoch": event.epoch,
             "at_ms": event.at_ms,
             "v": EVENT_SCHEMA_VERSION,
@@ -508,6 +551,7 @@ class SQLStore:
         consumed: Sequence[tuple[str, int]] = (),
         force_checkpoint: bool = False,
         guard_inbox: bool = False,
+        proven_new: Collection[str] = (),
     ) -> None:
         """Append ``events`` (already applied to ``state``) in one fenced transaction.
 
@@ -518,6 +562,12 @@ class SQLStore:
         inbox message is pending (an approval must not be consumed past a revocation). A run
         that goes to wait while messages are pending is woken at once. Raises LeaseLostError
         (nothing written) when fenced off, PayloadError when an event cannot be encoded.
+
+        ``proven_new``: ids of steps the caller has proved, under this lease, to have no
+        recorded completion (the executor's replay cache, or an indexed lookup, found none).
+        Their ``step_started`` skips the indexed rerun probe (:meth:`_refuse_rerun`); every
+        other ``step_started`` is probed. The fence makes the proof hold at commit: nothing
+        can have been written to the run since the caller last appended.
         """
         if not events:
             return
@@ -532,6 +582,7 @@ class SQLStore:
                     consumed=consumed,
                     force_checkpoint=force_checkpoint,
                     guard_inbox=guard_inbox,
+                    proven_new=proven_new,
                 )
                 faults.point("append.committed")
                 return
@@ -576,65 +627,135 @@ class SQLStore:
         consumed: Sequence[tuple[str, int]] = (),
         force_checkpoint: bool = False,
         guard_inbox: bool = False,
+        proven_new: Collection[str] = (),
     ) -> None:
-        """One attempt of :meth:`append` in one transaction."""
+        """One attempt of :meth:`append` in one transaction.
+
+        The fenced ``UPDATE`` of the run row returns the run's checkpoint seq, so deciding
+        whether the tail has outgrown ``checkpoint_every`` costs no extra statement; a
+        ``step_started`` the caller proved new skips the rerun probe. Where the dialect has it
+        (PostgreSQL), a plain append — no inbox work, no probe, the checkpoint seq known from
+        this lease's previous append — is one statement in its own transaction: one round trip
+        and one WAL flush, the fence and the inserts atomic in it.
+        """
         if not events:
             return
         self._check_batch(lease, events, state)
         rows = [self.encode(e) for e in events]
         first = events[0].seq
-        do_ckpt = force_checkpoint or any(e.type in CHECKPOINT_EVENTS for e in events)
-        ckpt_text = None
-        with self.driver.transaction() as cur:
-            n = self.driver.execute(
-                cur,
-                self.q["fence_and_update"],
-                self._p(
-                    run_id=lease.run_id,
-                    owner=lease.owner,
-                    epoch=lease.epoch,
-                    prev_seq=first - 1,
-                    last_seq=state.seq,
-                    status=state.status.value,
-                    outcome=state.outcome.value if state.outcome else None,
-                    wake_at_ms=wake_at_ms,
-                    version=state.version,
-                ),
-            )
-            if n == 0:
+        run_id = lease.run_id
+        do_ckpt = force_checkpoint
+        probe = []
+        for e in events:
+            et = e.type
+            if et in CHECKPOINT_EVENTS:
+                do_ckpt = True
+            elif et == "step_started" and e.step_id not in proven_new:
+                probe.append(e)
+        fence = self._p(
+            run_id=run_id,
+            owner=lease.owner,
+            epoch=lease.epoch,
+            prev_seq=first - 1,
+            last_seq=state.seq,
+            status=state.status.value,
+            outcome=state.outcome.value if state.outcome else None,
+            wake_at_ms=wake_at_ms,
+            version=state.version,
+        )
+        waiting = state.status.value == "waiting"
+        fast = self.q.get("append_fast")
+        known = self._ckpt_seqs.get(run_id)
+        if (
+            fast is not None
+            and not probe
+            and not consumed
+            and not guard_inbox
+            and not waiting
+            and known is not None
+            and known[0] == lease.epoch
+            and known[1] == first - 1
+        ):
+            do_ckpt = do_ckpt or state.seq - known[2] >= self.checkpoint_every
+            fence["checkpoint"] = self._checkpoint_text(state) if do_ckpt else None
+            for i, r in enumerate(rows):
+                fence[f"seq{i}"] = r["seq"]
+                fence[f"type{i}"] = r["type"]
+                fence[f"step_id{i}"] = r["step_id"]
+                fence[f"at_ms{i}"] = r["at_ms"]
+                fence[f"v{i}"] = r["v"]
+                fence[f"payload{i}"] = r["payload"]
+            self._ckpt_seqs.pop(run_id, None)  # until this append is known to have landed
+            row = self.driver.execute_one(self._fast_sql(fast, len(rows)), fence)
+            if row is None:
                 raise LeaseLostError(
-                    lease.run_id, lease.epoch, f"fence check failed appending seq {first}"
+                    run_id, lease.epoch, f"fence check failed appending seq {first}"
                 )
-            for e, r in zip(events, rows, strict=True):
+            self._ckpt_seqs[run_id] = (lease.epoch, state.seq, int(row[0]))
+            return
+        self._ckpt_seqs.pop(run_id, None)
+        with self.driver.transaction() as cur:
+            row = self.driver.fetchone(cur, self.q["fence_append"], fence)
+            if row is None:
+                raise LeaseLostError(
+                    run_id, lease.epoch, f"fence check failed appending seq {first}"
+                )
+            ckpt_seq = int(row[0])
+            if probe:
                 # Checked event by event, so a rerun within one batch is seen too.
-                if e.type == "step_started":
-                    self._refuse_rerun(cur, e)
-                self.driver.execute(cur, self.q["insert_event"], r)
+                for e, r in zip(events, rows, strict=True):
+                    if any(e is x for x in probe):
+                        self._refuse_rerun(cur, e)
+                    self.driver.execute(cur, self.q["insert_event"], r)
+            elif len(rows) == 1:
+                self.driver.execute(cur, self.q["insert_event"], rows[0])
+            else:
+                self.driver.executemany(cur, self.q["insert_event"], rows)
             if not do_ckpt:
-                row = self.driver.fetchone(
-                    cur, self.q["get_checkpoint_seq"], {"run_id": lease.run_id}
-                )
-                do_ckpt = row is not None and state.seq - int(row[0]) >= self.checkpoint_every
+                do_ckpt = state.seq - ckpt_seq >= self.checkpoint_every
             if do_ckpt:
-                ckpt_text = state.model_dump_json()
+                ckpt_seq = state.seq
                 self.driver.execute(
                     cur,
                     self.q["save_checkpoint"],
-                    {"run_id": lease.run_id, "checkpoint_seq": state.seq, "checkpoint": ckpt_text},
+                    {
+                        "run_id": run_id,
+                        "checkpoint_seq": ckpt_seq,
+                        "checkpoint": self._checkpoint_text(state),
+                    },
                 )
             for message_id, seq in consumed:
                 self.driver.execute(
                     cur, self.q["consume_inbox"], {"message_id": message_id, "seq": seq}
                 )
-            if guard_inbox or state.status.value == "waiting":
-                row = self.driver.fetchone(
-                    cur, self.q["count_pending_inbox"], {"run_id": lease.run_id}
-                )
+            if guard_inbox or waiting:
+                row = self.driver.fetchone(cur, self.q["count_pending_inbox"], {"run_id": run_id})
                 if row and int(row[0]):
                     if guard_inbox:
-                        raise InboxPending(f"run {lease.run_id!r} has inbox messages to apply")
-                    self.driver.execute(cur, self.q["wake_run"], self._p(run_id=lease.run_id))
-                    self.driver.fetchone(cur, self.q["notify_wake"], {"run_id": lease.run_id})
+                        raise InboxPending(f"run {run_id!r} has inbox messages to apply")
+                    self.driver.execute(cur, self.q["wake_run"], self._p(run_id=run_id))
+                    self.driver.fetchone(cur, self.q["notify_wake"], {"run_id": run_id})
+        self._ckpt_seqs[run_id] = (lease.epoch, state.seq, ckpt_seq)
+
+    def _fast_sql(self, template: str, n: int) -> str:
+        """``append_fast`` for a batch of ``n`` events (one VALUES row each; cached)."""
+        sql = self._fast_sqls.get(n)
+        if sql is None:
+            values = ", ".join(
+                f"(CAST(:seq{i} AS bigint), CAST(:type{i} AS text), CAST(:step_id{i} AS text), "
+                f"CAST(:at_ms{i} AS bigint), CAST(:v{i} AS integer), CAST(:payload{i} AS text))"
+                for i in range(n)
+            )
+            sql = self._fast_sqls[n] = template.replace("/* events */", values)
+        return sql
+
+    @staticmethod
+    def _checkpoint_text(state: RunState) -> str:
+        """The engine checkpoint as stored: the state's JSON without the fields that hold their
+        defaults (loading validates it back to the same state). A run's checkpoint is
+        rewritten often and, on PostgreSQL, copied with every update of its run row, so its
+        size is paid per step: a running trivial run's is ~200 bytes instead of ~750."""
+        return state.model_dump_json(exclude_defaults=True)
 
     @staticmethod
     def _check_batch(lease: Lease, events: Sequence[Event], state: RunState) -> None:

@@ -158,6 +158,31 @@ class PostgresDriver:
         cur.execute(self._sql(sql), params)
         return [tuple(r) for r in cur.fetchall()]
 
+    def execute_one(self, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """One statement in a transaction of its own: the connection in autocommit for it, so
+        no ``BEGIN`` and ``COMMIT`` round trips; it is durable (the WAL flushed, as for any
+        commit) when this returns."""
+        try:
+            conn = self._getconn()
+        except self._errors.OperationalError as exc:  # includes PoolTimeout / PoolClosed
+            raise StoreError(f"postgres: {exc}".strip()) from exc
+        try:
+            if conn.read_only:
+                conn.read_only = False
+            conn.autocommit = True
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(self._sql(sql), params)
+                    row = cur.fetchone()
+            finally:
+                if not conn.closed and not conn.broken:
+                    conn.autocommit = False
+            return tuple(row) if row is not None else None
+        except self._errors.OperationalError as exc:
+            raise StoreError(f"postgres: {exc}".strip()) from exc
+        finally:
+            self.pool.putconn(conn)
+
     def is_unique_violation(self, exc: BaseException) -> bool:
         return isinstance(exc, self._errors.UniqueViolation)
 
@@ -273,13 +298,19 @@ def open_postgres(url: str, *, clock: Callable[[], float] = time.time) -> Postgr
         driver = PostgresDriver(url)
     except psycopg.Error as exc:
         raise StoreError(f"postgres {_redact(url)} is unreachable: {exc}".strip()) from exc
-    try:
-        migrate(driver, url)
-    except (PoolTimeout, psycopg.OperationalError) as exc:
-        driver.close()
-        raise StoreError(f"postgres {_redact(url)} is unreachable: {exc}".strip()) from exc
-    except BaseException:
-        driver.close()
-        raise
+    for attempt in range(3):
+        try:
+            migrate(driver, url)
+            break
+        except (PoolTimeout, psycopg.OperationalError) as exc:
+            # The server answered just now: a connection lost while migrating (a terminated
+            # backend, a restart) is retried on a fresh one before the store gives up.
+            if isinstance(exc, PoolTimeout) or attempt == 2:
+                driver.close()
+                raise StoreError(f"postgres {_redact(url)} is unreachable: {exc}".strip()) from exc
+            time.sleep(0.2)
+        except BaseException:
+            driver.close()
+            raise
     store = PostgresStore(driver, url, clock=clock)
     return store

@@ -84,6 +84,41 @@ SET last_seq = :last_seq, status = :status, outcome = CAST(:outcome AS text),
 WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
   AND lease_expires_at_ms > torpor_now_ms() AND last_seq = :prev_seq;
 
+-- name: fence_append
+-- The fenced update of an append (see fence_and_update); returns the checkpoint seq, so the
+-- append decides on rewriting the checkpoint without another statement.
+UPDATE runs
+SET last_seq = :last_seq, status = :status, outcome = CAST(:outcome AS text),
+    wake_at_ms = CAST(:wake_at_ms AS bigint), version = :version, updated_at_ms = torpor_now_ms()
+WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
+  AND lease_expires_at_ms > torpor_now_ms() AND last_seq = :prev_seq
+RETURNING checkpoint_seq;
+
+-- name: append_fast
+-- A whole plain append in one statement (run in a transaction of its own: one round trip, one
+-- WAL flush): the fenced update of the run row — with the engine checkpoint when one is given —
+-- and the insert of the events, which selects from the fence and so inserts nothing when the
+-- fence matched no row. Returns the checkpoint seq, or no row when fenced off. The store
+-- replaces /* events */ with one row of scalar parameters per event (:seq0, :type0, ...):
+-- cheaper to send and plan than arrays to unnest.
+WITH fence AS (
+    UPDATE runs
+    SET last_seq = :last_seq, status = :status, outcome = CAST(:outcome AS text),
+        wake_at_ms = CAST(:wake_at_ms AS bigint), version = :version,
+        updated_at_ms = torpor_now_ms(),
+        checkpoint_seq = CASE WHEN CAST(:checkpoint AS text) IS NULL THEN checkpoint_seq
+                              ELSE CAST(:last_seq AS bigint) END,
+        checkpoint = COALESCE(CAST(:checkpoint AS text), checkpoint)
+    WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
+      AND lease_expires_at_ms > torpor_now_ms() AND last_seq = :prev_seq
+    RETURNING checkpoint_seq
+), inserted AS (
+    INSERT INTO events (run_id, seq, type, step_id, epoch, at_ms, v, payload)
+    SELECT :run_id, e.seq, e.type, e.step_id, :epoch, e.at_ms, e.v, e.payload
+    FROM fence, (VALUES /* events */) AS e(seq, type, step_id, at_ms, v, payload)
+)
+SELECT checkpoint_seq FROM fence;
+
 -- name: save_checkpoint
 UPDATE runs SET checkpoint_seq = :checkpoint_seq, checkpoint = :checkpoint
 WHERE run_id = :run_id;

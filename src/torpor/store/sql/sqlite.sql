@@ -52,6 +52,16 @@ SET last_seq = :last_seq, status = :status, outcome = :outcome, wake_at_ms = :wa
 WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
   AND lease_expires_at_ms > :now_ms AND last_seq = :prev_seq;
 
+-- name: fence_append
+-- The fenced update of an append (see fence_and_update); returns the checkpoint seq, so the
+-- append decides on rewriting the checkpoint without another statement.
+UPDATE runs
+SET last_seq = :last_seq, status = :status, outcome = :outcome, wake_at_ms = :wake_at_ms,
+    version = :version, updated_at_ms = :now_ms
+WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
+  AND lease_expires_at_ms > :now_ms AND last_seq = :prev_seq
+RETURNING checkpoint_seq;
+
 -- name: save_checkpoint
 UPDATE runs SET checkpoint_seq = :checkpoint_seq, checkpoint = :checkpoint
 WHERE run_id = :run_id;
