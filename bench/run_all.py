@@ -1,0 +1,904 @@
+"""torpor against its peers and the physical floor, in one invocation (issue 6).
+
+    uv run --group bench python -m bench            # everything (about 20-30 minutes)
+    uv run --group bench python -m bench --quick    # fewer repetitions and shorter histories
+
+Writes ``bench/results/report.md`` (the tables), ``bench/results/results.json`` (every sample)
+and ``bench/results/resume_latency.png``, ``bench/results/per_step_cost.png``.
+
+Method: every workload runs in a fresh subprocess on a fresh database (SQLite file in a temp
+dir; PostgreSQL schema created and dropped). Repetitions are interleaved round-robin across
+systems, so slow phases of this shared, noisy machine hit every system alike; each figure is
+the median of the repetitions with its min and max, and every ratio is computed within one
+repetition (torpor and the floor measured back to back) before taking the median. fsyncs per
+step come from one extra pass per system under ``strace -f -c`` (attached to the process, to
+the PostgreSQL backends of its connections, or to the peer's server); bytes per step are the
+growth of the database (SQLite file with its WAL checkpointed, or the schema's relations, or
+the server's data directory) divided by the steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from common import RESULTS, machine, pg_server_url  # noqa: E402
+from servers import Server, Unavailable, restate_server, temporal_server  # noqa: E402
+
+WORKLOADS = HERE / "workloads.py"
+
+
+class Failed(RuntimeError):
+    pass
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join([str(HERE.parent / "src"), str(HERE)])
+    e.setdefault("TORPOR_SIGNING_KEY", "bench")
+    e.setdefault("TORPOR_HOME", tempfile.mkdtemp(prefix="bench-home-"))
+    e["DBOS__APPVERSION"] = "bench"
+    return e
+
+
+def run_workload(name: str, args: dict[str, Any], timeout: float = 900) -> dict[str, Any]:
+    p = subprocess.run(
+        [sys.executable, str(WORKLOADS), name, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env(),
+    )
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return dict(json.loads(line[7:]))
+    tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+    raise Failed(f"{name} exited {p.returncode}: {' | '.join(tail)[-400:]}")
+
+
+# --------------------------------------------------------------------------- stats
+
+
+def summary(values: list[float]) -> dict[str, Any]:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {
+        "median": statistics.median(vals),
+        "min": min(vals),
+        "max": max(vals),
+        "n": len(vals),
+    }
+
+
+def fmt(s: dict[str, Any] | None, digits: int = 0, unit: str = "") -> str:
+    if not s or s.get("median") is None:
+        return "—"
+    f = f"{{:,.{digits}f}}"
+    return f"{f.format(s['median'])}{unit} ({f.format(s['min'])}-{f.format(s['max'])})"
+
+
+# --------------------------------------------------------------------------- databases
+
+
+@contextmanager
+def pg_schema(base: str) -> Iterator[tuple[str, str]]:
+    """(url whose connections use a fresh schema, schema name)."""
+    from urllib.parse import quote
+
+    import psycopg
+
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(base, autocommit=True) as c:
+        c.execute(f'CREATE SCHEMA "{schema}"')
+    sep = "&" if "?" in base else "?"
+    try:
+        yield f"{base}{sep}options={quote(f'-csearch_path={schema}')}", schema
+    finally:
+        with psycopg.connect(base, autocommit=True) as c:
+            c.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@contextmanager
+def tmpdir() -> Iterator[Path]:
+    # On the same disk as the repository (not a tmpfs): fsync must reach a real device.
+    d = Path(tempfile.mkdtemp(prefix="bench-", dir=os.environ.get("TORPOR_BENCH_TMP", "/var/tmp")))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- per-step cost
+
+
+class System:
+    """One row of the per-step table: how to run its workload once."""
+
+    def __init__(
+        self,
+        key: str,
+        label: str,
+        backend: str,
+        run: Callable[[int, bool], dict[str, Any]],
+        note: str = "",
+        n: int | None = None,
+    ):
+        self.key, self.label, self.backend, self.run, self.note, self.n = (
+            key,
+            label,
+            backend,
+            run,
+            note,
+            n,
+        )
+        self.samples: list[dict[str, Any]] = []
+        self.count: dict[str, Any] | None = None
+        self.error: str | None = None
+
+
+def sqlite_system(workload: str, extra: dict[str, Any] | None = None) -> Callable[..., dict]:
+    def run(n: int, count: bool) -> dict[str, Any]:
+        with tmpdir() as d:
+            return run_workload(
+                workload,
+                {"n": n, "url": f"sqlite:///{d}/db.sqlite", "count": count, **(extra or {})},
+            )
+
+    return run
+
+
+def pg_system(workload: str, base: str, extra: dict[str, Any] | None = None) -> Callable[..., dict]:
+    def run(n: int, count: bool) -> dict[str, Any]:
+        with pg_schema(base) as (url, schema):
+            if workload == "dbos_steps":
+                args = {"url": base, "schema": schema}
+            else:
+                args = {"url": url, "schema": schema}
+            return run_workload(workload, {"n": n, "count": count, **args, **(extra or {})})
+
+    return run
+
+
+def floor_systems(base: str | None) -> list[System]:
+    def fsync_loop(n: int, count: bool) -> dict[str, Any]:
+        with tmpdir() as d:
+            return run_workload("floor_fsync", {"n": n, "dir": str(d), "count": count})
+
+    def sqlite_floor(n: int, count: bool) -> dict[str, Any]:
+        with tmpdir() as d:
+            return run_workload("floor_sqlite", {"n": n, "path": f"{d}/raw.sqlite", "count": count})
+
+    out = [
+        System("floor.fsync", "floor: write+fsync loop", "disk", fsync_loop),
+        System(
+            "floor.sqlite",
+            "floor: raw SQLite INSERT+COMMIT (WAL, synchronous=FULL)",
+            "sqlite",
+            sqlite_floor,
+        ),
+    ]
+    if base:
+
+        def pg_floor(n: int, count: bool) -> dict[str, Any]:
+            with pg_schema(base) as (url, schema):
+                return run_workload(
+                    "floor_postgres", {"n": n, "url": url, "schema": schema, "count": count}
+                )
+
+        out.append(
+            System(
+                "floor.postgres",
+                "floor: raw PostgreSQL INSERT, one per transaction",
+                "postgres",
+                pg_floor,
+            )
+        )
+    return out
+
+
+def peer_systems(base: str | None, n: int) -> list[System]:
+    out = [
+        System(
+            "torpor.sqlite", "torpor (default: synchronous=FULL)", "sqlite",
+            sqlite_system("torpor_steps"),
+        ),
+        System("dbos.sqlite", "DBOS", "sqlite", sqlite_system("dbos_steps")),
+        System(
+            "langgraph.sqlite", "LangGraph durability=sync", "sqlite",
+            sqlite_system("langgraph_steps", {"durability": "sync"}),
+        ),
+        System(
+            "langgraph_default.sqlite", "LangGraph default durability (async)", "sqlite",
+            sqlite_system("langgraph_steps", {"durability": "default"}),
+            note="not durable per step: see the SIGKILL table",
+        ),
+    ]  # fmt: skip
+    if base:
+        out += [
+            System("torpor.postgres", "torpor", "postgres", pg_system("torpor_steps", base)),
+            System("dbos.postgres", "DBOS", "postgres", pg_system("dbos_steps", base)),
+            System(
+                "langgraph.postgres", "LangGraph durability=sync", "postgres",
+                pg_system("langgraph_steps", base, {"durability": "sync"}),
+            ),
+            System(
+                "langgraph_default.postgres", "LangGraph default durability (async)", "postgres",
+                pg_system("langgraph_steps", base, {"durability": "default"}),
+                note="not durable per step: see the SIGKILL table",
+            ),
+        ]  # fmt: skip
+    return out
+
+
+def server_system(
+    key: str, label: str, backend: str, workload: str, server: list[Server | None],
+    extra: dict[str, Any], n: int | None, note: str,
+) -> System:  # fmt: skip
+    from workloads import fsync_counter
+
+    def run(k: int, count: bool) -> dict[str, Any]:
+        srv = server[0]
+        if srv is None:
+            raise Failed("server not running")
+        addr = {"ingress": srv.address} if workload == "restate_steps" else {"address": srv.address}
+        before = srv.data_bytes()
+        with fsync_counter([srv.pid], count) as fs:
+            out = run_workload(workload, {"n": k, **addr, **extra})
+        out["bytes_per_step"] = max(0, srv.data_bytes() - before) / (k + 10)
+        out["fsyncs"] = fs.get("total")
+        return out
+
+    return System(key, label, backend, run, note=note, n=n)
+
+
+def measure_per_step(systems: list[System], n: int, reps: int, count: bool) -> None:
+    for rep in range(reps):
+        order = list(systems)
+        for s in order:
+            if s.error:
+                continue
+            k = s.n or n
+            try:
+                r = s.run(k, False)
+                s.samples.append(r)
+                log(f"per-step rep {rep + 1}/{reps} {s.key}: {r['us_per_step']:,.0f} µs/step")
+            except (Failed, Unavailable, subprocess.TimeoutExpired, OSError) as exc:
+                s.error = str(exc)
+                log(f"per-step {s.key}: FAILED {exc}")
+    if count and shutil.which("strace"):
+        for s in systems:
+            if s.error:
+                continue
+            k = s.n or n
+            try:
+                r = s.run(k, True)
+                r["n_steps"] = k
+                s.count = r
+                log(f"fsync count {s.key}: {r.get('fsyncs')} for {k} steps")
+            except (Failed, Unavailable, subprocess.TimeoutExpired, OSError) as exc:
+                log(f"fsync count {s.key}: failed {exc}")
+
+
+def ratio_samples(a: System, b: System) -> list[float]:
+    return [
+        x["us_per_step"] / y["us_per_step"]
+        for x, y in zip(a.samples, b.samples, strict=False)
+        if x.get("us_per_step") and y.get("us_per_step")
+    ]
+
+
+# --------------------------------------------------------------------------- resume
+
+
+def resume_once(
+    system: str, url: str, steps: int, stamps: Path, build_url: str | None = None
+) -> dict[str, float]:
+    """One resume of an already built history: returns both latencies in ms."""
+    args = {"url": url, "steps": steps, "stamps": str(stamps)}
+    n_before = len(stamps.read_text().splitlines()) if stamps.exists() else 0
+    t_start = time.time()
+    p = subprocess.run(
+        [sys.executable, str(WORKLOADS), f"{system}_resume", json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env(),
+    )
+    lines = stamps.read_text().splitlines() if stamps.exists() else []
+    if len(lines) <= n_before:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+        raise Failed(f"{system} resume did not reach the new step: {' | '.join(tail)[-300:]}")
+    t_first = float(lines[-1])
+    call = [float(x.split()[1]) for x in p.stdout.splitlines() if x.startswith("CALL ")]
+    if not call:
+        raise Failed(f"{system} resume printed no CALL line")
+    return {"call_ms": (t_first - call[0]) * 1000, "process_ms": (t_first - t_start) * 1000}
+
+
+def build_history(system: str, url: str, steps: int, stamps: Path) -> None:
+    args = {"url": url, "steps": steps, "stamps": str(stamps)}
+    p = subprocess.run(
+        [sys.executable, str(WORKLOADS), f"{system}_resume_build", json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env=env(),
+    )
+    if p.returncode != -signal.SIGKILL:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+        raise Failed(f"building {steps} steps for {system} failed: {' | '.join(tail)[-300:]}")
+
+
+def measure_resume(
+    base: str | None, lengths: list[int], reps: int, lg_lengths: list[int], dbos_lengths: list[int]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    plans: list[tuple[str, str, list[int]]] = [("torpor", "sqlite", lengths)]
+    if base:
+        plans.append(("torpor", "postgres", lengths))
+    plans += [("langgraph", "sqlite", lg_lengths), ("dbos", "sqlite", dbos_lengths)]
+    for system, backend, lens in plans:
+        key = f"{system}.{backend}"
+        out[key] = {}
+        for steps in lens:
+            with tmpdir() as d, contextmanager(_backend_url)(base, backend, d) as (url, build):
+                stamps = d / "stamps"
+                try:
+                    t0 = time.monotonic()
+                    build_history(system, build if system == "torpor" else url, steps, stamps)
+                    log(f"resume {key}: built {steps:,} steps in {time.monotonic() - t0:.1f}s")
+                    samples = [resume_once(system, url, steps, stamps) for _ in range(reps)]
+                except (Failed, subprocess.TimeoutExpired) as exc:
+                    out[key][str(steps)] = {"error": str(exc)}
+                    log(f"resume {key} {steps}: FAILED {exc}")
+                    continue
+            res = {
+                "call_ms": summary([s["call_ms"] for s in samples]),
+                "process_ms": summary([s["process_ms"] for s in samples]),
+                "samples": samples,
+            }
+            out[key][str(steps)] = res
+            log(
+                f"resume {key} {steps:,}: call {fmt(res['call_ms'], 1)} ms, "
+                f"process {fmt(res['process_ms'], 0)} ms"
+            )
+    return out
+
+
+def _backend_url(base: str | None, backend: str, d: Path) -> Iterator[tuple[str, str]]:
+    """(url to resume on, url to build the history on). SQLite histories are built with
+    synchronous=OFF (only to build them fast; the process is SIGKILLed, not the machine, so
+    nothing written is lost) and resumed with torpor's default (FULL)."""
+    if backend == "sqlite":
+        yield f"sqlite:///{d}/db.sqlite", f"sqlite:///{d}/db.sqlite?synchronous=OFF"
+        return
+    assert base is not None
+    with pg_schema(base) as (url, _schema):
+        yield url, url
+
+
+# --------------------------------------------------------------------------- kill test
+
+
+def kill_test(system: str, durability: str | None, kills: int) -> dict[str, Any]:
+    """Kill the victim with SIGKILL at a random moment mid-loop; count the steps the engine
+    had reported done (acknowledged) that are missing from the record afterwards."""
+    lost_total, acked_total, per = 0, 0, []
+    for _ in range(kills):
+        with tmpdir() as d:
+            url = f"sqlite:///{d}/db.sqlite"
+            acks = d / "acks"
+            args: dict[str, Any] = {"url": url, "acks": str(acks)}
+            if durability:
+                args["durability"] = durability
+            p = subprocess.Popen(
+                [sys.executable, str(WORKLOADS), f"{system}_kill", json.dumps(args)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env=env(),
+            )
+            assert p.stdout is not None
+            if "READY" not in p.stdout.readline():
+                p.kill()
+                raise Failed(f"{system} kill victim did not start")
+            time.sleep(random.uniform(0.5, 2.0))
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            acked = {int(x) for x in acks.read_text().split()} if acks.exists() else set()
+            rec = set(run_workload(f"{system}_kill_count", {"url": url})["recorded"])
+            lost = len(acked - rec)
+            lost_total += lost
+            acked_total += len(acked)
+            per.append({"acked": len(acked), "recorded": len(rec), "lost": lost})
+    return {"kills": kills, "acked": acked_total, "lost": lost_total, "runs": per}
+
+
+# --------------------------------------------------------------------------- wake / effect
+
+
+def measure_wake(base: str | None, n: int) -> dict[str, Any]:
+    import wake_latency
+    from common import percentile
+
+    out: dict[str, Any] = {}
+    for backend in ["sqlite"] + (["postgres"] if base else []):
+        try:
+            lat = wake_latency.measure(backend, n, 0.05)
+        except Exception as exc:  # a failed measurement is reported, not fatal
+            out[backend] = {"error": f"{type(exc).__name__}: {exc}"}
+            continue
+        out[backend] = {
+            "n": len(lat),
+            "p50_ms": percentile(lat, 50),
+            "p99_ms": percentile(lat, 99),
+            "max_ms": max(lat),
+        }
+        log(f"wake {backend}: p50 {out[backend]['p50_ms']:.1f} ms p99 {out[backend]['p99_ms']:.1f}")
+    return out
+
+
+def measure_effects(base: str | None, n: int, reps: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    backends = [("sqlite", None)] + ([("postgres", base)] if base else [])
+    for backend, b in backends:
+        step_s, eff_s = [], []
+        for _ in range(reps):
+            for kind, acc in (("steps", step_s), ("effects", eff_s)):
+                if b is None:
+                    with tmpdir() as d:
+                        r = run_workload(
+                            "torpor_steps",
+                            {"n": n, "url": f"sqlite:///{d}/db.sqlite", "kind": kind},
+                        )
+                else:
+                    with pg_schema(b) as (url, schema):
+                        r = run_workload(
+                            "torpor_steps", {"n": n, "url": url, "schema": schema, "kind": kind}
+                        )
+                acc.append(r)
+        out[backend] = {
+            "step_us": summary([r["us_per_step"] for r in step_s]),
+            "effect_us": summary([r["us_per_step"] for r in eff_s]),
+            "ratio": summary(
+                [e["us_per_step"] / s["us_per_step"] for e, s in zip(eff_s, step_s, strict=True)]
+            ),
+            "step_bytes": summary([r["bytes_per_step"] for r in step_s]),
+            "effect_bytes": summary([r["bytes_per_step"] for r in eff_s]),
+        }
+        log(f"effects {backend}: ratio {fmt(out[backend]['ratio'], 2)}")
+    return out
+
+
+# --------------------------------------------------------------------------- report
+
+
+def per_step_rows(systems: list[System]) -> list[dict[str, Any]]:
+    rows = []
+    for s in systems:
+        us = summary([x["us_per_step"] for x in s.samples])
+        by = summary(
+            [x["bytes_per_step"] for x in s.samples if x.get("bytes_per_step") is not None]
+        )
+        fs = None
+        if s.count and s.count.get("fsyncs") is not None:
+            fs = s.count["fsyncs"] / s.count["n_steps"]
+        rows.append(
+            {
+                "key": s.key,
+                "label": s.label,
+                "backend": s.backend,
+                "us_per_step": us,
+                "steps_per_s": None if us["median"] is None else 1e6 / us["median"],
+                "bytes_per_step": by,
+                "fsyncs_per_step": fs,
+                "error": s.error,
+                "note": s.note,
+                "samples": s.samples,
+            }
+        )
+    return rows
+
+
+def plots(per_step: list[dict[str, Any]], resume: dict[str, Any]) -> list[str]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        return [f"(no plots: matplotlib not installed: {exc})"]
+    made: list[str] = []
+    fig, ax = plt.subplots(figsize=(8, 5))
+    plotted = False
+    for key, by_len in resume.items():
+        xs = [int(k) for k, v in by_len.items() if "call_ms" in v]
+        if not xs:
+            continue
+        med = [by_len[str(x)]["call_ms"]["median"] for x in xs]
+        lo = [m - by_len[str(x)]["call_ms"]["min"] for x, m in zip(xs, med, strict=True)]
+        hi = [by_len[str(x)]["call_ms"]["max"] - m for x, m in zip(xs, med, strict=True)]
+        ax.errorbar(xs, med, yerr=[lo, hi], marker="o", capsize=3, label=key)
+        plotted = True
+    if plotted:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.set_xlabel("completed steps in the history")
+    ax.set_ylabel("resume call -> first new step (ms, median, min-max)")
+    ax.set_title("Resume latency after SIGKILL vs history length")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    if plotted:
+        fig.savefig(RESULTS / "resume_latency.png", dpi=120)
+        plt.close(fig)
+        made.append("resume_latency.png")
+
+    rows = [r for r in per_step if r["us_per_step"]["median"] is not None]
+    if not rows:
+        return made
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.5))
+    labels = [f"{r['label']} [{r['backend']}]" for r in rows]
+    med = [r["us_per_step"]["median"] for r in rows]
+    lo = [m - r["us_per_step"]["min"] for m, r in zip(med, rows, strict=True)]
+    hi = [r["us_per_step"]["max"] - m for m, r in zip(med, rows, strict=True)]
+    colors = [
+        "tab:green" if r["key"].startswith("torpor") else
+        "tab:gray" if r["key"].startswith("floor") else "tab:blue"
+        for r in rows
+    ]  # fmt: skip
+    ax.barh(range(len(rows)), med, xerr=[lo, hi], color=colors, capsize=3)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("µs per durable step (median, min-max; log scale)")
+    ax.set_title("Per-step durability cost")
+    ax.grid(True, axis="x", which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "per_step_cost.png", dpi=120)
+    plt.close(fig)
+    made.append("per_step_cost.png")
+    return made
+
+
+def report(res: dict[str, Any]) -> str:
+    L: list[str] = []
+    m = res["machine"]
+    L.append("# torpor benchmarks (issue 6)\n")
+    L.append(
+        f"Measured {res['at']} on {m['platform']}, {m['cpus']} CPUs, Python {m['python']}, "
+        f"load average at start {tuple(round(x, 2) for x in m['load_avg_at_start'])}. "
+        f"Command: `{res['command']}`. Medians of {res['args']['reps']} interleaved "
+        "repetitions, (min-max) after each figure; ratios are computed within one repetition.\n"
+    )
+    L.append("## Per-step durability cost\n")
+    L.append(
+        f"{res['args']['steps']:,} trivial sequential steps, each durably recorded before the next "
+        "begins (fresh database per repetition).\n"
+    )
+    L.append("| system | backend | µs/step | steps/s | fsyncs/step | bytes/step | note |")
+    L.append("|---|---|---|---|---|---|---|")
+    for r in res["per_step"]:
+        if r["error"]:
+            L.append(f"| {r['label']} | {r['backend']} | not measured | | | | {r['error']} |")
+            continue
+        fs = "—" if r["fsyncs_per_step"] is None else f"{r['fsyncs_per_step']:.2f}"
+        sps = "—" if r["steps_per_s"] is None else f"{r['steps_per_s']:,.0f}"
+        L.append(
+            f"| {r['label']} | {r['backend']} | {fmt(r['us_per_step'])} | {sps} | {fs} | "
+            f"{fmt(r['bytes_per_step'])} | {r['note']} |"
+        )
+    L.append("")
+    L.append("## Targets (ratios from this invocation)\n")
+    L.append("| target | measured | holds |")
+    L.append("|---|---|---|")
+    for t in res["targets"]:
+        L.append(f"| {t['target']} | {t['measured']} | {'yes' if t['holds'] else '**no**'} |")
+    L.append("")
+    L.append("## Resume latency after SIGKILL vs history length\n")
+    L.append(
+        "`call`: from the resume call (torpor `Runtime.resume`, LangGraph `graph.invoke(None, "
+        "config)`, DBOS `DBOS.launch()` recovery) to the first new step starting; `process`: "
+        "from spawning a fresh interpreter to the same moment. torpor's workflow checkpoints "
+        "its loop state every 10 steps (`run.checkpoint` / `run.restore`).\n"
+    )
+    L.append("| system | steps | call ms | process ms |")
+    L.append("|---|---|---|---|")
+    for key, by_len in res["resume"].items():
+        for steps, v in by_len.items():
+            if "error" in v:
+                L.append(f"| {key} | {int(steps):,} | failed: {v['error'][:120]} | |")
+            else:
+                L.append(
+                    f"| {key} | {int(steps):,} | {fmt(v['call_ms'], 1)} | {fmt(v['process_ms'])} |"
+                )
+    L.append("")
+    L.append("## Wake latency (signal from another process -> next step starts)\n")
+    L.append("| backend | wakes | p50 ms | p99 ms | max ms |")
+    L.append("|---|---|---|---|---|")
+    for b, v in res["wake"].items():
+        if "error" in v:
+            L.append(f"| {b} | failed: {v['error']} | | | |")
+        else:
+            L.append(
+                f"| {b} | {v['n']} | {v['p50_ms']:.1f} | {v['p99_ms']:.1f} | {v['max_ms']:.1f} |"
+            )
+    L.append("")
+    L.append("## Effect overhead (intent + observation vs a plain step)\n")
+    L.append("| backend | step µs | effect µs | effect/step | step bytes | effect bytes |")
+    L.append("|---|---|---|---|---|---|")
+    for b, v in res["effects"].items():
+        L.append(
+            f"| {b} | {fmt(v['step_us'])} | {fmt(v['effect_us'])} | {fmt(v['ratio'], 2)} | "
+            f"{fmt(v['step_bytes'])} | {fmt(v['effect_bytes'])} |"
+        )
+    L.append("")
+    L.append("## Steps lost under SIGKILL (SQLite, killed at a random moment mid-loop)\n")
+    L.append(
+        "A step counts as acknowledged once the engine handed control back after it (torpor: "
+        "`run.step` returned; LangGraph: the next node started); lost = acknowledged but absent "
+        "from the record read back after the kill.\n"
+    )
+    L.append("| system | kills | acknowledged | lost |")
+    L.append("|---|---|---|---|")
+    for k, v in res["kill"].items():
+        if "error" in v:
+            L.append(f"| {k} | failed: {v['error']} | | |")
+        else:
+            L.append(f"| {k} | {v['kills']} | {v['acked']:,} | {v['lost']:,} |")
+    L.append("")
+    if res.get("plots"):
+        L.append("Plots: " + ", ".join(f"`bench/results/{p}`" for p in res["plots"]) + "\n")
+    return "\n".join(L) + "\n"
+
+
+def targets(res: dict[str, Any], systems: dict[str, System]) -> list[dict[str, Any]]:
+    out = []
+
+    def ratio_target(a: str, b: str, limit: float, text: str) -> None:
+        if a in systems and b in systems and not systems[a].error and not systems[b].error:
+            r = summary(ratio_samples(systems[a], systems[b]))
+            if r["median"] is not None:
+                out.append(
+                    {"target": text, "measured": fmt(r, 2, "x"), "holds": r["median"] <= limit}
+                )
+
+    ratio_target("torpor.sqlite", "floor.sqlite", 1.3, "torpor ≤ 1.3x raw SQLite commit (FULL)")
+    ratio_target("torpor.postgres", "floor.postgres", 1.5, "torpor ≤ 1.5x raw PostgreSQL insert")
+    for peer in ("dbos", "langgraph"):
+        for b in ("sqlite", "postgres"):
+            a, p = f"torpor.{b}", f"{peer}.{b}"
+            if a in systems and p in systems and systems[p].samples and systems[a].samples:
+                r = summary(ratio_samples(systems[p], systems[a]))
+                if r["median"] is not None:
+                    out.append(
+                        {
+                            "target": f"{peer} ({b}) ≥ 3x torpor's per-step time",
+                            "measured": fmt(r, 1, "x"),
+                            "holds": r["median"] >= 3,
+                        }
+                    )
+    for key in ("torpor.sqlite", "torpor.postgres"):
+        rs = res["resume"].get(key, {})
+        lens = sorted(int(k) for k, v in rs.items() if "call_ms" in v)
+        if len(lens) >= 2:
+            lo, hi = rs[str(lens[0])]["call_ms"]["median"], rs[str(lens[-1])]["call_ms"]["median"]
+            out.append(
+                {
+                    "target": f"{key} resume at {lens[-1]:,} steps ≤ 1.5x at {lens[0]:,}",
+                    "measured": f"{hi:.1f} ms vs {lo:.1f} ms ({hi / lo:.2f}x)",
+                    "holds": hi <= 1.5 * lo,
+                }
+            )
+    lg = res["resume"].get("langgraph.sqlite", {}).get("1000", {})
+    tp = res["resume"].get("torpor.sqlite", {})
+    if "call_ms" in lg and tp:
+        big = max((int(k) for k, v in tp.items() if "call_ms" in v), default=None)
+        if big is not None:
+            t = tp[str(big)]["call_ms"]["median"]
+            g = lg["call_ms"]["median"]
+            out.append(
+                {
+                    "target": f"torpor resume at {big:,} ≤ LangGraph's at 1,000 (SQLite)",
+                    "measured": f"{t:.1f} ms vs {g:.1f} ms",
+                    "holds": t <= g,
+                }
+            )
+    for b, limit in (("sqlite", 100), ("postgres", 50)):
+        w = res["wake"].get(b)
+        if w and "p99_ms" in w:
+            out.append(
+                {
+                    "target": f"wake p99 < {limit} ms ({b})",
+                    "measured": f"{w['p99_ms']:.1f} ms",
+                    "holds": w["p99_ms"] < limit,
+                }
+            )
+    for b in ("sqlite", "postgres"):
+        t, g = systems.get(f"torpor.{b}"), systems.get(f"langgraph.{b}")
+        if t and g and t.samples and g.samples:
+            tb = statistics.median(x["bytes_per_step"] for x in t.samples)
+            gb = statistics.median(x["bytes_per_step"] for x in g.samples)
+            out.append(
+                {
+                    "target": f"storage per step ≤ 1/3 of LangGraph's ({b})",
+                    "measured": f"{tb:,.0f} B vs {gb:,.0f} B ({tb / gb:.2f})",
+                    "holds": tb <= gb / 3,
+                }
+            )
+    k = res["kill"].get("torpor (default)")
+    if k and "lost" in k:
+        out.append(
+            {
+                "target": "zero steps lost under SIGKILL (torpor default)",
+                "measured": f"{k['lost']} lost of {k['acked']:,} acknowledged, {k['kills']} kills",
+                "holds": k["lost"] == 0,
+            }
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="torpor vs peers and the floor (issue 6)")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions, shorter histories")
+    ap.add_argument("--reps", type=int, default=None, help="repetitions per figure (default 5)")
+    ap.add_argument("--steps", type=int, default=1000, help="steps per per-step run")
+    ap.add_argument(
+        "--sections",
+        default="per_step,resume,wake,effects,kill",
+        help="comma-separated subset of per_step,resume,wake,effects,kill",
+    )
+    ap.add_argument(
+        "--systems",
+        default="",
+        help="per-step rows to run: comma-separated key prefixes (e.g. floor,torpor); all if empty",
+    )
+    ap.add_argument("--no-postgres", action="store_true")
+    ap.add_argument("--no-servers", action="store_true", help="skip Temporal and Restate")
+    ap.add_argument("--no-strace", action="store_true", help="skip the fsync-counting pass")
+    args = ap.parse_args(argv)
+    reps = args.reps or (3 if args.quick else 5)
+    sections = set(args.sections.split(","))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    base = None
+    if not args.no_postgres:
+        try:
+            base = pg_server_url()
+        except Exception as exc:
+            log(f"PostgreSQL unavailable ({exc}); SQLite only")
+    res: dict[str, Any] = {
+        "at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "command": " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])]),
+        "args": {**vars(args), "reps": reps},
+        "machine": machine(),
+        "per_step": [],
+        "resume": {},
+        "wake": {},
+        "effects": {},
+        "kill": {},
+    }
+    systems: list[System] = []
+    if "per_step" in sections:
+        systems = floor_systems(base) + peer_systems(base, args.steps)
+        srv_temporal: list[Server | None] = [None]
+        srv_restate: list[Server | None] = [None]
+        t_sys = [
+            server_system(
+                "temporal.activity", "Temporal activities (dev server, SQLite file)", "server",
+                "temporal_steps", srv_temporal, {"kind": "activity"},
+                min(args.steps, 100 if args.quick else 200),
+                "each activity: scheduled+started+completed in the durable history",
+            ),
+            server_system(
+                "temporal.local", "Temporal local activities (dev server, SQLite file)", "server",
+                "temporal_steps", srv_temporal, {"kind": "local"}, None,
+                "results recorded with the next workflow task",
+            ),
+        ]  # fmt: skip
+        r_sys = [
+            server_system(
+                "restate", "Restate ctx.run (restate-server)", "server", "restate_steps",
+                srv_restate, {}, None, "journal entry acknowledged by the server per step",
+            )
+        ]  # fmt: skip
+        with contextlib_exit() as stack:
+            wanted = args.systems.split(",") if args.systems else None
+            if not args.no_servers and (
+                wanted is None or any(w.startswith(("temporal", "restate")) for w in wanted)
+            ):
+                for syslist, starter, holder in (
+                    (t_sys, temporal_server, srv_temporal),
+                    (r_sys, restate_server, srv_restate),
+                ):
+                    try:
+                        holder[0] = stack.enter_context(starter())
+                        systems += syslist
+                    except (Unavailable, OSError) as exc:
+                        for s in syslist:
+                            s.error = f"cannot run here: {exc}"
+                        systems += syslist
+            if args.systems:
+                keep = tuple(args.systems.split(","))
+                systems = [s for s in systems if s.key.startswith(keep)]
+            measure_per_step(systems, args.steps, reps, count=not args.no_strace)
+        res["per_step"] = per_step_rows(systems)
+    if "resume" in sections:
+        lengths = [10, 1000, 10000] if args.quick else [10, 1000, 10000, 100000]
+        res["resume"] = measure_resume(
+            base,
+            lengths,
+            reps,
+            lg_lengths=[10, 1000] if args.quick else [10, 1000, 10000],
+            dbos_lengths=[10, 1000],
+        )
+    if "wake" in sections:
+        res["wake"] = measure_wake(base, 50 if args.quick else 200)
+    if "effects" in sections:
+        res["effects"] = measure_effects(base, 300 if args.quick else 1000, reps)
+    if "kill" in sections:
+        kills = 3 if args.quick else 5
+        for label, system, dur in (
+            ("torpor (default)", "torpor", None),
+            ("LangGraph default durability", "langgraph", "default"),
+            ("LangGraph durability=sync", "langgraph", "sync"),
+        ):
+            try:
+                res["kill"][label] = kill_test(system, dur, kills)
+                log(f"kill {label}: {res['kill'][label]['lost']} lost")
+            except Exception as exc:
+                res["kill"][label] = {"error": f"{type(exc).__name__}: {exc}"}
+                traceback.print_exc()
+    res["targets"] = targets(res, {s.key: s for s in systems})
+    (RESULTS / "results.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
+    try:
+        res["plots"] = plots(res["per_step"], res["resume"])
+    except Exception as exc:  # a plot must not cost the tables
+        res["plots"] = []
+        log(f"plots failed: {type(exc).__name__}: {exc}")
+    (RESULTS / "results.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
+    text = report(res)
+    (RESULTS / "report.md").write_text(text)
+    print()
+    print(text)
+    log(f"written to {RESULTS / 'report.md'} and {RESULTS / 'results.json'}")
+    return 0
+
+
+@contextmanager
+def contextlib_exit() -> Iterator[Any]:
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        yield stack
+
+
+if __name__ == "__main__":
+    with suppress(KeyboardInterrupt):
+        sys.exit(main())
