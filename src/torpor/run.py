@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -206,6 +207,7 @@ class Run:
         self.run_id: str = ex.state.run_id
         self.input: Any = ex.state.input
         self._counters: dict[str, int] = {}
+        self._id_tasks: dict[str, Any] = {}
         #: The id of the primitive being executed (named by a divergence error).
         self._asked: str | None = None
 
@@ -343,17 +345,39 @@ class Run:
         **kwargs: Any,
     ) -> Any:
         """Async twin of :meth:`step` for async workflows (``fn`` may be sync or async)."""
-        sid, cached, ih, pol = self._step_pre(step_id, policy, args, kwargs)
-        if cached is not None:
-            return cached.result
-        faults.note("step", sid)
+        with self._concurrent(step_id):
+            sid, cached, ih, pol = self._step_pre(step_id, policy, args, kwargs)
+            if cached is not None:
+                return cached.result
+            faults.note("step", sid)
+            try:
+                value = fn(*args, **kwargs)
+                if inspect.isawaitable(value):
+                    value = await value
+            except Exception as exc:
+                self._step_fail(sid, pol, ih, purpose, exc)
+            return self._step_post(sid, pol, ih, purpose, value)
+
+    @contextmanager
+    def _concurrent(self, step_id: str) -> Iterator[None]:
+        """Refuse one id base used from two asyncio tasks (e.g. items of ``asyncio.gather``):
+        repeated ids are numbered in call order (``x``, ``x#2``), and across tasks that order
+        depends on timing, so a replay could hand one call's record to another (one customer
+        charged twice, another never). Reuse within one task (a sequential loop) is fine.
+        Raises NonDeterminismError before anything is recorded for the call."""
         try:
-            value = fn(*args, **kwargs)
-            if inspect.isawaitable(value):
-                value = await value
-        except Exception as exc:
-            self._step_fail(sid, pol, ih, purpose, exc)
-        return self._step_post(sid, pol, ih, purpose, value)
+            task: Any = asyncio.current_task()
+        except RuntimeError:
+            task = None
+        owner = self._id_tasks.setdefault(step_id, task)
+        if owner is not task:
+            raise NonDeterminismError(
+                f"run {self.run_id!r}: the step id {step_id!r} is used from two concurrent "
+                "asyncio tasks; repeated ids are numbered in call order, which concurrency "
+                f"makes timing-dependent. Give each concurrent call its own id "
+                f"(e.g. f'{step_id}:{{item}}')"
+            )
+        yield
 
     def compute(
         self, step_id: str, fn: Callable[..., Any], *args: Any, purpose: str = "", **kwargs: Any
@@ -468,19 +492,20 @@ class Run:
         **kwargs: Any,
     ) -> Any:
         """Async twin of :meth:`effect`."""
-        sid, cached, call = self._effect_pre(
-            step_id, fn, args, kwargs, key, approval, artifacts, operation, purpose, reconcile
-        )
-        if call is None:  # recorded (or reconciled as applied): its result, even None
-            return cached
-        try:
-            value = fn(*args, **call.kwargs)
-            if inspect.isawaitable(value):
-                value = await value
-            faults.point("effect.called")  # the world changed; `ack` faults raise here
-        except Exception as exc:
-            return self._effect_error(sid, call, reconcile, exc)
-        return self._effect_post(sid, call, value)
+        with self._concurrent(step_id):
+            sid, cached, call = self._effect_pre(
+                step_id, fn, args, kwargs, key, approval, artifacts, operation, purpose, reconcile
+            )
+            if call is None:  # recorded (or reconciled as applied): its result, even None
+                return cached
+            try:
+                value = fn(*args, **call.kwargs)
+                if inspect.isawaitable(value):
+                    value = await value
+                faults.point("effect.called")  # the world changed; `ack` faults raise here
+            except Exception as exc:
+                return self._effect_error(sid, call, reconcile, exc)
+            return self._effect_post(sid, call, value)
 
     def _effect_pre(
         self,
