@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -591,7 +592,8 @@ def report(res: dict[str, Any]) -> str:
     L.append("# torpor benchmarks (issue 6)\n")
     L.append(
         f"Measured {res['at']} on {m['platform']}, {m['cpus']} CPUs, Python {m['python']}, "
-        f"load average at start {tuple(round(x, 2) for x in m['load_avg_at_start'])}. "
+        f"load average at start {tuple(round(x, 2) for x in m['load_avg_at_start'])}; "
+        f"PostgreSQL: {res.get('postgres') or 'not used'}. "
         f"Command: `{res['command']}`. Medians of {res['args']['reps']} interleaved "
         "repetitions, (min-max) after each figure; ratios are computed within one repetition.\n"
     )
@@ -780,6 +782,12 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="per-step rows to run: comma-separated key prefixes (e.g. floor,torpor); all if empty",
     )
+    ap.add_argument(
+        "--postgres",
+        default=None,
+        help="server URL (default: TORPOR_BENCH_DATABASE_URL, TORPOR_TEST_DATABASE_URL, "
+        "else a pgserver instance)",
+    )
     ap.add_argument("--no-postgres", action="store_true")
     ap.add_argument("--no-servers", action="store_true", help="skip Temporal and Restate")
     ap.add_argument("--no-strace", action="store_true", help="skip the fsync-counting pass")
@@ -790,7 +798,7 @@ def main(argv: list[str] | None = None) -> int:
     base = None
     if not args.no_postgres:
         try:
-            base = pg_server_url()
+            base = args.postgres or pg_server_url()
         except Exception as exc:
             log(f"PostgreSQL unavailable ({exc}); SQLite only")
     res: dict[str, Any] = {
@@ -798,6 +806,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])]),
         "args": {**vars(args), "reps": reps},
         "machine": machine(),
+        "postgres": None if base is None else re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", base),
         "per_step": [],
         "resume": {},
         "wake": {},

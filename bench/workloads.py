@@ -20,6 +20,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -56,16 +57,18 @@ def fsync_counter(pids: Sequence[int], enabled: bool = True) -> Iterator[dict[st
     for p in pids:
         cmd += ["-p", str(p)]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    # Wait until strace reports every process attached.
+    # Wait until strace reports every process attached (or gave up on one: a backend that
+    # just exited), reading its messages on a thread so a missing line cannot block us.
+    lines: list[str] = []
+    stream = proc.stderr
+    assert stream is not None
+    reader = threading.Thread(target=lambda: lines.extend(iter(stream.readline, "")), daemon=True)
+    reader.start()
     deadline = time.monotonic() + 10
-    attached = 0
-    assert proc.stderr is not None
-    while attached < len(pids) and time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
+    while time.monotonic() < deadline and proc.poll() is None:
+        if sum(("attached" in x) or ("ptrace" in x) for x in list(lines)) >= len(pids):
             break
-        if "attached" in line:
-            attached += 1
+        time.sleep(0.02)
     time.sleep(0.2)
     try:
         yield out
@@ -104,7 +107,6 @@ def pg_schema_bytes(url: str, schema: str) -> int:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as c:
-        c.execute("CHECKPOINT") if False else None
         row = c.execute(
             "SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -114,12 +116,35 @@ def pg_schema_bytes(url: str, schema: str) -> int:
     return int(row[0]) if row else 0
 
 
+def _my_tcp_ports() -> list[int]:
+    """Local ports of this process's TCP sockets (from /proc: socket inodes -> /proc/net/tcp)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    ports = []
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                parts = line.split()
+                if parts[9] in inodes:
+                    ports.append(int(parts[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 def pg_backend_pids(url: str, application_name: str) -> list[int]:
+    """The PostgreSQL backends serving this process's connections: by client port (works
+    whatever application_name a library sets), else by ``application_name``."""
     import psycopg
 
+    ports = _my_tcp_ports()
     with psycopg.connect(url, autocommit=True) as c:
         rows = c.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,)
+            "SELECT pid FROM pg_stat_activity WHERE (client_port = ANY(%s) "
+            "OR application_name = %s) AND pid <> pg_backend_pid()",
+            (ports, application_name),
         ).fetchall()
     return [int(r[0]) for r in rows]
 
@@ -263,7 +288,7 @@ def _torpor_workflows() -> None:
 def _torpor_pids(rt: Any, url: str, app: str) -> list[int]:
     if url.startswith("sqlite"):
         return [os.getpid()]
-    return pg_backend_pids(url.split("?")[0], app)
+    return pg_backend_pids(url, app)
 
 
 @workload
@@ -284,7 +309,7 @@ def torpor_steps(
         size = (
             (lambda: sqlite_bytes(rt.store.driver.path))
             if schema is None
-            else (lambda: pg_schema_bytes(url.split("?")[0], schema))
+            else (lambda: pg_schema_bytes(url, schema))
         )
         rid = rt.start(f"bench.{kind}", n, run_id="measured")
         before = size()
@@ -414,11 +439,11 @@ def dbos_steps(n: int, url: str, schema: str | None = None, count: bool = False)
     try:
         wf(20)
         if is_pg:
-            size = lambda: pg_schema_bytes(url.split("?")[0], schema or "dbos")  # noqa: E731
+            size = lambda: pg_schema_bytes(url, schema or "dbos")  # noqa: E731
         else:
             size = lambda: sqlite_bytes(url.split("///", 1)[1])  # noqa: E731
         before = size()
-        pids = pg_backend_pids(url.split("?")[0], app) if is_pg else [os.getpid()]
+        pids = pg_backend_pids(url, app) if is_pg else [os.getpid()]
         with fsync_counter(pids, count) as fs:
             t0 = time.perf_counter()
             wf(n)
@@ -548,8 +573,8 @@ def langgraph_steps(
         kw: dict[str, Any] = {} if durability == "default" else {"durability": durability}
         graph.invoke({"i": 0, "n": 20}, {**cfg, "configurable": {"thread_id": "warm"}}, **kw)
         if is_pg:
-            size = lambda: pg_schema_bytes(url.split("?")[0], schema or "public")  # noqa: E731
-            pids = pg_backend_pids(url.split("?")[0], app)
+            size = lambda: pg_schema_bytes(url, schema or "public")  # noqa: E731
+            pids = pg_backend_pids(url, app)
         else:
             size = lambda: sqlite_bytes(url.split("///", 1)[1])  # noqa: E731
             pids = [os.getpid()]
