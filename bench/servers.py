@@ -71,6 +71,23 @@ class Server:
     data_dir: Path
     extra: dict[str, str] = field(default_factory=dict)
 
+    def pids(self) -> list[int]:
+        """The server process and all its descendants (npm's restate-server is a Node shim
+        that runs the real server as a child: strace must attach to that child too)."""
+        children: dict[int, list[int]] = {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                with suppress(OSError, IndexError, ValueError):
+                    stat = Path(f"/proc/{d}/stat").read_text()
+                    ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                    children.setdefault(ppid, []).append(int(d))
+        out, todo = [], [self.pid]
+        while todo:
+            p = todo.pop()
+            out.append(p)
+            todo += children.get(p, [])
+        return out
+
     def data_bytes(self) -> int:
         total = 0
         for root, _, files in os.walk(self.data_dir):
