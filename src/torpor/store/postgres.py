@@ -292,12 +292,19 @@ def open_postgres(url: str, *, clock: Callable[[], float] = time.time) -> Postgr
     from psycopg_pool import PoolTimeout
 
     psycopg = _psycopg()
-    try:
-        # One direct connection first: a clear, immediate error instead of a pool timeout.
-        psycopg.connect(url, connect_timeout=10).close()
-        driver = PostgresDriver(url)
-    except psycopg.Error as exc:
-        raise StoreError(f"postgres {_redact(url)} is unreachable: {exc}".strip()) from exc
+    for attempt in range(3):
+        try:
+            # One direct connection first: a clear, immediate error instead of a pool timeout.
+            psycopg.connect(url, connect_timeout=10).close()
+            driver = PostgresDriver(url)
+            break
+        except psycopg.Error as exc:
+            # A server that answered but terminated this backend (an administrator command,
+            # a restart in progress) is asked again; any other failure is reported at once.
+            if attempt < 2 and "administrator command" in str(exc):
+                time.sleep(0.2)
+                continue
+            raise StoreError(f"postgres {_redact(url)} is unreachable: {exc}".strip()) from exc
     for attempt in range(3):
         try:
             migrate(driver, url)
