@@ -14,17 +14,12 @@ from typing import Any
 
 from .base import (
     Message,
-    ModelError,
-    ModelRateLimitedError,
-    ModelRequestError,
     ModelResponse,
-    ModelTimeoutError,
-    ModelUnavailableError,
     Price,
     TokenUsage,
     ToolCall,
     ToolSpec,
-    retry_after_s,
+    sdk_errors,
 )
 
 
@@ -115,21 +110,8 @@ class AnthropicModel:
             ]
         if self.temperature is not None:
             req["temperature"] = self.temperature
-        try:
+        with sdk_errors(self.model_id, anthropic, anthropic.AnthropicError):
             resp = self.client.messages.create(**req)
-        except anthropic.RateLimitError as exc:
-            raise ModelRateLimitedError(
-                self.model_id, _detail(exc), retry_after=retry_after_s(exc.response.headers)
-            ) from exc
-        except anthropic.APITimeoutError as exc:
-            raise ModelTimeoutError(self.model_id, f"timed out: {exc}") from exc
-        except anthropic.APIConnectionError as exc:
-            raise ModelUnavailableError(self.model_id, f"connection failed: {exc}") from exc
-        except anthropic.APIStatusError as exc:
-            cls = ModelUnavailableError if exc.status_code >= 500 else ModelRequestError
-            raise cls(self.model_id, _detail(exc), status=exc.status_code) from exc
-        except anthropic.AnthropicError as exc:
-            raise ModelError(self.model_id, f"{type(exc).__name__}: {exc}") from exc
         texts: list[str] = []
         calls: list[ToolCall] = []
         for block in resp.content:
@@ -151,12 +133,3 @@ class AnthropicModel:
             stop_reason=resp.stop_reason or "",
             cost_usd=self.price.cost(usage) if self.price else None,
         )
-
-
-def _detail(exc: Any) -> str:
-    status = getattr(exc, "status_code", None)
-    body = getattr(exc, "body", None)
-    msg = None
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        msg = body["error"].get("message")
-    return f"HTTP {status}: {msg or exc}"

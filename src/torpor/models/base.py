@@ -3,7 +3,8 @@ token usage out. Provider-neutral types; the adapters translate them to each wir
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -168,3 +169,39 @@ def retry_after_s(headers: Any) -> float | None:
         except (TypeError, ValueError):
             return None
         return max(0.0, when.timestamp() - time.time())
+
+
+def _detail(exc: Any) -> str:
+    """``HTTP <status>: <provider message>`` from an SDK status error (both body shapes)."""
+    status = getattr(exc, "status_code", None)
+    body = getattr(exc, "body", None)
+    msg = body.get("message") if isinstance(body, dict) else None
+    if msg is None and isinstance(body, dict) and isinstance(body.get("error"), dict):
+        msg = body["error"].get("message")
+    return f"HTTP {status}: {msg or exc}"
+
+
+@contextmanager
+def sdk_errors(model_id: str, sdk: Any, base: type[BaseException]) -> Iterator[None]:
+    """Translate an official SDK's errors into :class:`ModelError` subclasses, at the seam.
+
+    ``sdk`` is the ``openai`` or ``anthropic`` module: both are generated from one template and
+    share the hierarchy ``RateLimitError`` < ``APIStatusError``, ``APITimeoutError`` <
+    ``APIConnectionError``, all under ``base`` (``OpenAIError`` / ``AnthropicError``). The SDK's
+    own retries have already run when an error reaches here. The driver error stays the cause.
+    """
+    try:
+        yield
+    except sdk.RateLimitError as exc:
+        raise ModelRateLimitedError(
+            model_id, _detail(exc), retry_after=retry_after_s(exc.response.headers)
+        ) from exc
+    except sdk.APITimeoutError as exc:
+        raise ModelTimeoutError(model_id, f"timed out: {exc}") from exc
+    except sdk.APIConnectionError as exc:
+        raise ModelUnavailableError(model_id, f"connection failed: {exc}") from exc
+    except sdk.APIStatusError as exc:
+        cls = ModelUnavailableError if exc.status_code >= 500 else ModelRequestError
+        raise cls(model_id, _detail(exc), status=exc.status_code) from exc
+    except base as exc:
+        raise ModelError(model_id, f"{type(exc).__name__}: {exc}") from exc

@@ -16,16 +16,12 @@ from typing import Any
 from .base import (
     Message,
     ModelError,
-    ModelRateLimitedError,
-    ModelRequestError,
     ModelResponse,
-    ModelTimeoutError,
-    ModelUnavailableError,
     Price,
     TokenUsage,
     ToolCall,
     ToolSpec,
-    retry_after_s,
+    sdk_errors,
 )
 
 
@@ -127,21 +123,8 @@ class OpenAIChatModel:
             req["max_tokens"] = self.max_tokens
         if self.temperature is not None:
             req["temperature"] = self.temperature
-        try:
+        with sdk_errors(self.model_id, openai, openai.OpenAIError):
             resp = self.client.chat.completions.create(**req)
-        except openai.RateLimitError as exc:
-            raise ModelRateLimitedError(
-                self.model_id, _detail(exc), retry_after=retry_after_s(exc.response.headers)
-            ) from exc
-        except openai.APITimeoutError as exc:
-            raise ModelTimeoutError(self.model_id, f"timed out: {exc}") from exc
-        except openai.APIConnectionError as exc:
-            raise ModelUnavailableError(self.model_id, f"connection failed: {exc}") from exc
-        except openai.APIStatusError as exc:
-            cls = ModelUnavailableError if exc.status_code >= 500 else ModelRequestError
-            raise cls(self.model_id, _detail(exc), status=exc.status_code) from exc
-        except openai.OpenAIError as exc:
-            raise ModelError(self.model_id, f"{type(exc).__name__}: {exc}") from exc
         if not resp.choices:
             raise ModelError(self.model_id, "the response has no choices")
         choice = resp.choices[0]
@@ -164,12 +147,3 @@ class OpenAIChatModel:
             stop_reason=choice.finish_reason or "",
             cost_usd=self.price.cost(usage) if self.price else None,
         )
-
-
-def _detail(exc: Any) -> str:
-    status = getattr(exc, "status_code", None)
-    body = getattr(exc, "body", None)
-    msg = body.get("message") if isinstance(body, dict) else None
-    if msg is None and isinstance(body, dict) and isinstance(body.get("error"), dict):
-        msg = body["error"].get("message")
-    return f"HTTP {status}: {msg or exc}"
