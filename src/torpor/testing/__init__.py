@@ -19,7 +19,7 @@ from typing import Any
 
 from ..client import Client
 from .clock import FakeClock, OffsetClock
-from .explorer import CaseResult, Report, Target, Violation, explore
+from .explorer import CaseResult, Report, Target, Violation, explore, performed_effects
 
 
 class FileLedger:
@@ -69,14 +69,7 @@ def world_ledger(world: Path, run_id: str) -> Mapping[str, int]:
 def effect_counts(client: Client, run_id: str) -> dict[str, int]:
     """``{idempotency key: times performed}`` by the run's record (observed, or reconciled as
     applied)."""
-    out: Counter[str] = Counter()
-    for e in client.events(run_id):
-        p: Any = e.payload
-        if e.type == "effect_observed" or (
-            e.type == "effect_reconciled" and p.verdict.value == "applied"
-        ):
-            out[p.key] += 1
-    return dict(out)
+    return performed_effects(client.events(run_id))
 
 
 def assert_effects(

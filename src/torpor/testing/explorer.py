@@ -405,7 +405,7 @@ class Explorer:
             "result": state.result,
             "input": self.target.input,
             "ledger": ledger,
-            "effects": _performed(events),
+            "effects": performed_effects(events),
             "seconds": seconds,
             "events": len(events),
         }
@@ -433,7 +433,7 @@ class Explorer:
         except Exception as exc:
             out.append(f"the history does not fold: {type(exc).__name__}: {exc}")
         # Effects by torpor's record: performed at most once per key.
-        for key, n in _performed(events).items():
+        for key, n in performed_effects(events).items():
             if n > 1:
                 out.append(f"effect {key!r} recorded as performed {n} times")
         # No step body ran after its completion was recorded (G1).
@@ -516,7 +516,7 @@ class Explorer:
                     if ledger.get(key, 0) == 0:
                         bad(f"effect {key!r} never reached the outside world (its ledger)")
         elif case.outcome in ("succeeded", "succeeded_with_warnings"):
-            performed = _performed(events)
+            performed = performed_effects(events)
             for key in base["effects"]:
                 if performed.get(key, 0) != 1:
                     bad(f"effect {key!r} performed {performed.get(key, 0)} times by the record")
@@ -556,7 +556,9 @@ def _numbered(points: Sequence[str]) -> list[str]:
     return out
 
 
-def _performed(events: Sequence[Event]) -> dict[str, int]:
+def performed_effects(events: Sequence[Event]) -> dict[str, int]:
+    """``{idempotency key: times performed}`` by a history: observed, or reconciled as
+    applied (by the engine or a person)."""
     performed: Counter[str] = Counter()
     for e in events:
         p: Any = e.payload
