@@ -189,6 +189,43 @@ def a_step_retry(draw: Draw, m: Model) -> list[_Payload]:
     return [StepStarted(step_id=sid, policy=v["policy"], attempt=v["attempt"], input_hash=v["ih"])]
 
 
+def whole_retryable(m: Model) -> list[str]:
+    """Read/compute steps a whole-step record may take another attempt of (not open)."""
+    return [
+        k
+        for k in retryable(m)
+        if m.steps[k]["policy"] in (Policy.READ, Policy.COMPUTE)
+        and m.steps[k]["status"] != "started"
+    ]
+
+
+def a_step_whole(draw: Draw, m: Model) -> list[_Payload]:
+    """A whole read/compute attempt in one step_completed: a new step or another attempt."""
+    again = whole_retryable(m)
+    if again and draw(st.booleans()):
+        sid = draw(st.sampled_from(again))
+        v = m.steps[sid]
+        if v["status"] == "completed":
+            v["ih"] = draw(hexes.filter(lambda h: h != v["ih"]))
+        v["attempt"] += draw(st.integers(1, 2))
+    else:
+        sid = m.fresh("step-")
+        policy = draw(st.sampled_from([Policy.READ, Policy.COMPUTE]))
+        ih = draw(hexes) if policy is Policy.COMPUTE else None
+        v = m.steps[sid] = {"policy": policy, "status": "started", "attempt": 1, "ih": ih}
+    v["status"] = "completed"
+    return [
+        StepCompleted(
+            step_id=sid,
+            result=draw(json_values),
+            policy=v["policy"],
+            input_hash=v["ih"],
+            attempt=v["attempt"],
+            purpose=draw(st.text(max_size=5)),
+        )
+    ]
+
+
 def settleable(m: Model) -> list[str]:
     return [k for k in m.open_steps() if not m.in_doubt(k)]
 
@@ -511,6 +548,7 @@ def enabled(m: Model) -> dict[str, Action]:
         acts["model_called"] = a_model_called
     if m.wait is None:
         acts["step_new"] = a_step_new
+        acts["step_whole"] = a_step_whole
         acts["wait_start"] = a_wait_start
         if retryable(m):
             acts["step_retry"] = a_step_retry
@@ -626,6 +664,15 @@ def impossible(s: RunState) -> list[tuple[str, Event]]:
         VersionAccepted(from_version=s.version + "x", to_version="9"),
     )
     add("step completed that never started", StepCompleted(step_id="never"))
+    add(
+        "whole-step record of an effect step",
+        StepCompleted(step_id="never", policy=Policy.EFFECT, attempt=1),
+    )
+    add("whole-step record without a policy", StepCompleted(step_id="never", attempt=1))
+    add(
+        "whole-step record with a negative attempt",
+        StepCompleted(step_id="never", policy=Policy.READ, attempt=-1),
+    )
     add("step failed that never started", StepFailed(step_id="never", error="e"))
     add("effect observed that was never intended", EffectObserved(key="never"))
     add(
@@ -792,6 +839,21 @@ def impossible(s: RunState) -> list[tuple[str, Event]]:
             "step restarted under another policy",
             StepStarted(step_id=sid, policy=other, attempt=info.attempt + 1),
         )
+        if info.status == "started":
+            add(
+                "whole-step record for an open step",
+                StepCompleted(step_id=sid, policy=info.policy, attempt=info.attempt + 1),
+            )
+        elif info.policy in (Policy.READ, Policy.COMPUTE):
+            add(
+                "whole-step record not above the last attempt",
+                StepCompleted(step_id=sid, policy=info.policy, attempt=info.attempt),
+            )
+        if info.policy in (Policy.READ, Policy.COMPUTE):
+            add(
+                "whole-step record under another policy",
+                StepCompleted(step_id=sid, policy=other, attempt=info.attempt + 1),
+            )
         if info.status != "started":
             add("step completed that is not open", StepCompleted(step_id=sid))
             add("step failed that is not open", StepFailed(step_id=sid, error="e"))
@@ -925,6 +987,10 @@ def impossible(s: RunState) -> list[tuple[str, Event]]:
         add("wait completed while not waiting", WaitCompleted(wait_id="w", via="timer"))
     else:
         add("step started while waiting", StepStarted(step_id="fresh-step", policy=Policy.READ))
+        add(
+            "whole step recorded while waiting",
+            StepCompleted(step_id="fresh-step", policy=Policy.READ, attempt=1),
+        )
         add("second wait while waiting", WaitStarted(wait_id="w2", kind="signal", name="go"))
         add("wrong wait completed", WaitCompleted(wait_id=w.wait_id + "x", via="timer"))
         if w.kind != "timer":

@@ -97,7 +97,7 @@ def _crash_then_measure(
     )
     assert p.killed, p.describe()
     history = len(lab.events(f"long{n}"))
-    assert history > 5 * kill_at
+    assert history > 3 * kill_at  # two one-event steps and a checkpoint per iteration
 
     rt = torpor.Runtime(url)
     try:
@@ -127,7 +127,7 @@ def test_resume_reads_checkpoint_and_tail_only(
 ) -> None:
     short_rows, _, short_history = _crash_then_measure(tmp_path, long_module, 100, 97)
     long_rows, _, long_history = _crash_then_measure(tmp_path, long_module, 2000, 1997)
-    assert long_history > 9900 and short_history < 600
+    assert long_history > 5900 and short_history < 400
     print(
         f"rows read before the first new step: {short_rows} for {short_history} events, "
         f"{long_rows} for {long_history} events"

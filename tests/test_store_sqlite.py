@@ -655,6 +655,9 @@ def test_a_completed_step_never_starts_again(store: SQLStore, db: Path) -> None:
         StepStarted(step_id="a", policy=Policy.READ, attempt=2),
         StepStarted(step_id="a", policy=Policy.COMPUTE, input_hash="h9"),  # another policy
         StepStarted(step_id="c", policy=Policy.COMPUTE, input_hash="h1", attempt=2),
+        # A whole read/compute attempt in one step_completed starts the step again too.
+        StepCompleted(step_id="a", policy=Policy.READ, attempt=2),
+        StepCompleted(step_id="c", policy=Policy.COMPUTE, input_hash="h1", attempt=2),
     ):
         evs, st = w.events(again)  # the compact fold accepts it: the store must not
         with pytest.raises(TransitionError, match="already completed at seq") as info:
@@ -671,9 +674,19 @@ def test_a_completed_step_never_starts_again(store: SQLStore, db: Path) -> None:
     with pytest.raises(TransitionError, match="'b' already completed"):
         store.append(w.lease, evs, st)
     assert all_rows(db) == before
-    # A compute step reruns for a new input hash.
+    # A compute step reruns for a new input hash (whole-step records alike).
     w.write(StepStarted(step_id="c", policy=Policy.COMPUTE, input_hash="h2", attempt=2))
     assert store.get_run(RUN).last_seq == w.state.seq
+    w.write(StepCompleted(step_id="d", result=4, policy=Policy.COMPUTE, input_hash="h1", attempt=1))
+    w.write(CheckpointSaved(state=3))
+    evs, st = w.events(
+        StepCompleted(step_id="d", policy=Policy.COMPUTE, input_hash="h1", attempt=2)
+    )
+    with pytest.raises(TransitionError, match="'d' already completed"):
+        store.append(w.lease, evs, st)
+    w.write(StepCompleted(step_id="d", result=5, policy=Policy.COMPUTE, input_hash="h2", attempt=2))
+    d = store.step_completion(RUN, "d")
+    assert d is not None and (d.result, d.input_hash, d.policy) == (5, "h2", "compute")
 
 
 def test_a_corrupt_completion_is_reported_not_retried(store: SQLStore, db: Path) -> None:

@@ -99,6 +99,12 @@ class Client:
                 )
                 d["attempts"] += 1
                 d["status"] = "started"
+            elif ev.type == "step_completed" and p.attempt:  # a whole read/compute attempt
+                d = out.setdefault(
+                    p.step_id, {"policy": p.policy.value, "attempts": 0, "purpose": p.purpose}
+                )
+                d["attempts"] += 1
+                d["status"] = "completed"
             elif ev.type in ("step_completed", "step_failed"):
                 d = out.setdefault(p.step_id, {"policy": "?", "attempts": 1, "purpose": ""})
                 d["status"] = "completed" if ev.type == "step_completed" else "failed"

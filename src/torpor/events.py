@@ -28,7 +28,8 @@ from .errors import TransitionError
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 #: Version of the event payload schema. A stored event with a higher version is refused.
-EVENT_SCHEMA_VERSION = 1
+#: 2: ``step_completed`` may record a whole read/compute step attempt (``attempt`` >= 1).
+EVENT_SCHEMA_VERSION = 2
 
 
 class Policy(StrEnum):
@@ -113,10 +114,23 @@ class StepStarted(_Payload):
 
 
 class StepCompleted(_Payload):
+    """A step's result.
+
+    ``attempt`` 0 closes the step's open attempt (recorded by ``step_started``). ``attempt``
+    N >= 1 records a whole attempt N of a ``read`` or ``compute`` step, started and completed
+    in this one event (then ``purpose`` is the step's purpose): such a step does nothing outside
+    the process that a record of its start could help recover, so the engine writes its start
+    and end together, and one event halves what each plain step costs to fold, encode, store
+    and index. Effects, decisions and waits keep their ``step_started``: their start is itself a
+    fact recovery needs.
+    """
+
     step_id: str
     result: Any = None
     policy: Policy | None = None
     input_hash: str | None = None
+    attempt: int = 0
+    purpose: str = ""
 
 
 class StepFailed(_Payload):
@@ -365,6 +379,16 @@ class Event(BaseModel):
     def step_id(self) -> str | None:
         """The step this event belongs to, when it belongs to one (indexed in the store)."""
         return getattr(self.payload, "step_id", None)
+
+
+def starts_step(event: Event) -> bool:
+    """Whether ``event`` starts an attempt of a step: a ``step_started``, or a whole read/compute
+    attempt recorded by one ``step_completed`` (see :class:`StepCompleted`). The store refuses
+    such an event for a step that already completed (a completed step never reruns)."""
+    et = event.type
+    return et == "step_started" or (
+        et == "step_completed" and event.payload.attempt > 0  # type: ignore[attr-defined]
+    )
 
 
 # --------------------------------------------------------------------------- state
@@ -644,6 +668,9 @@ def _refuse_if_in_doubt(s: RunState, step_id: str, verb: str, refuse: Refuse) ->
 
 def _step_completed(s: RunState, e: Event, refuse: Refuse) -> None:
     p: StepCompleted = e.payload  # type: ignore[assignment]
+    if p.attempt:
+        _whole_step(s, p, refuse)
+        return
     _open_step(s, p.step_id, refuse)
     _refuse_if_in_doubt(s, p.step_id, "completed", refuse)
     # A completed step leaves the state at once, so the state (and every checkpoint) stays
@@ -651,6 +678,40 @@ def _step_completed(s: RunState, e: Event, refuse: Refuse) -> None:
     # read back by an indexed lookup; the store refuses to start it again (SQLStore checks the
     # indexed history at append time), which is the rule this compact fold cannot see.
     del s.steps[p.step_id]
+    s.steps_completed += 1
+
+
+def _whole_step(s: RunState, p: StepCompleted, refuse: Refuse) -> None:
+    """A whole read/compute attempt in one ``step_completed`` (see :class:`StepCompleted`):
+    the rules of ``step_started`` and of a completion, checked together."""
+    if p.policy is not Policy.READ and p.policy is not Policy.COMPUTE:
+        raise refuse(
+            f"step {p.step_id!r}: a whole-step record (attempt {p.attempt}) is for read or "
+            f"compute steps, not {p.policy}"
+        )
+    if p.attempt < 0:
+        raise refuse(f"attempt {p.attempt} of step {p.step_id!r} is negative")
+    cur = s.steps.get(p.step_id)
+    if cur is not None:
+        if cur.status == "started":
+            raise refuse(
+                f"step {p.step_id!r} is open: its completion closes the open attempt "
+                "(attempt 0), it does not record another"
+            )
+        if p.policy is not cur.policy:
+            raise refuse(
+                f"step {p.step_id!r} was started with policy {cur.policy}, not {p.policy}; "
+                "a step id keeps its recovery policy"
+            )
+        if p.attempt <= cur.attempt:
+            raise refuse(f"attempt {p.attempt} of step {p.step_id!r} is not above {cur.attempt}")
+    if s.wait is not None:
+        raise refuse(f"run is waiting on {s.wait.kind} {s.wait.name!r}")
+    if cur is not None:
+        del s.steps[p.step_id]
+    s.last_step = p.step_id
+    s.last_purpose = p.purpose
+    s.status = RunStatus.RUNNING
     s.steps_completed += 1
 
 

@@ -411,15 +411,17 @@ class Run:
 
     def _step_post(self, sid: str, pol: Policy, ih: str | None, purpose: str, value: Any) -> Any:
         data = self._jsonable(sid, value)
+        # One event: the start of a read/compute step is written with its result (nothing it
+        # does outside the process is recovered from a record of its start).
         self._append(
-            StepStarted(
+            StepCompleted(
                 step_id=sid,
+                result=data,
                 policy=pol,
                 input_hash=ih,
-                purpose=purpose,
                 attempt=self._ex.next_attempt(sid),
-            ),
-            StepCompleted(step_id=sid, result=data, policy=pol, input_hash=ih),
+                purpose=purpose,
+            )
         )
         return data
 

@@ -59,6 +59,7 @@ from .events import (
     WarningRecorded,
     _Payload,
     apply,
+    starts_step,
     type_of,
 )
 from .run import Run, _Stop, _Unresolved
@@ -173,9 +174,10 @@ class Execution:
         proven = [
             sid
             for ev in events
-            if ev.type == "step_started"
-            and (sid := ev.payload.step_id) in never  # type: ignore[attr-defined]
+            if (sid := ev.step_id) is not None
+            and sid in never
             and sid not in self.cache
+            and starts_step(ev)
         ]
         try:
             self.store.append(

@@ -47,6 +47,7 @@ from ..events import (
     RunState,
     _Payload,
     apply,
+    starts_step,
 )
 
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
@@ -650,7 +651,7 @@ class SQLStore:
             et = e.type
             if et in CHECKPOINT_EVENTS:
                 do_ckpt = True
-            elif et == "step_started" and e.step_id not in proven_new:
+            elif e.step_id not in proven_new and starts_step(e):
                 probe.append(e)
         fence = self._p(
             run_id=run_id,
