@@ -13,6 +13,7 @@ import re
 import select
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -61,8 +62,26 @@ def _psycopg() -> Any:
     return psycopg
 
 
+class _Appender:
+    """A thread's own autocommit connection for one-statement transactions (see
+    :meth:`PostgresDriver.execute_one`), with one cursor kept open. Closed when its thread's
+    storage is dropped or the driver closes."""
+
+    def __init__(self, conn: Any):
+        self.conn = conn
+        self.cur = conn.cursor()
+
+    def close(self) -> None:
+        if not self.conn.closed:
+            self.conn.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
 class PostgresDriver:
-    """Driver over a psycopg connection pool."""
+    """Driver over a psycopg connection pool, plus one autocommit connection per thread for
+    the one-statement appends of a run's lease holder."""
 
     dialect = "postgres"
 
@@ -83,6 +102,10 @@ class PostgresDriver:
         )
         self._lock = threading.Lock()
         self._repeatable_read = psycopg.IsolationLevel.REPEATABLE_READ
+        self._connect = psycopg.Connection.connect
+        self._local = threading.local()
+        self._appenders: weakref.WeakSet[_Appender] = weakref.WeakSet()
+        self._closed = False
 
     def _sql(self, sql: str) -> str:
         out = self._sql_cache.get(sql)
@@ -158,35 +181,48 @@ class PostgresDriver:
         cur.execute(self._sql(sql), params)
         return [tuple(r) for r in cur.fetchall()]
 
-    def execute_one(self, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
-        """One statement in a transaction of its own: the connection in autocommit for it, so
-        no ``BEGIN`` and ``COMMIT`` round trips; it is durable (the WAL flushed, as for any
-        commit) when this returns."""
+    def _appender(self) -> _Appender:
+        """This thread's autocommit connection, (re)opened when missing or unusable."""
+        app: _Appender | None = getattr(self._local, "appender", None)
+        if app is not None and not _is_dead(app.conn):
+            return app
+        if app is not None:
+            app.close()
+            self._local.appender = None
+        if self._closed:
+            raise StoreError("postgres: the store is closed")
         try:
-            conn = self._getconn()
-        except self._errors.OperationalError as exc:  # includes PoolTimeout / PoolClosed
-            raise StoreError(f"postgres: {exc}".strip()) from exc
-        try:
-            if conn.read_only:
-                conn.read_only = False
-            conn.autocommit = True
-            try:
-                with conn.cursor() as cur:
-                    cur.execute(self._sql(sql), params)
-                    row = cur.fetchone()
-            finally:
-                if not conn.closed and not conn.broken:
-                    conn.autocommit = False
-            return tuple(row) if row is not None else None
+            app = _Appender(self._connect(self.url, autocommit=True))
         except self._errors.OperationalError as exc:
             raise StoreError(f"postgres: {exc}".strip()) from exc
-        finally:
-            self.pool.putconn(conn)
+        self._local.appender = app
+        self._appenders.add(app)
+        return app
+
+    def execute_one(self, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """One statement in a transaction of its own, on the calling thread's autocommit
+        connection: no ``BEGIN``/``COMMIT`` round trips, no pool checkout, and the statement
+        is prepared on that connection after its first uses (psycopg's ``prepare_threshold``).
+        It is durable (the WAL flushed, as for any commit) when this returns. A connection
+        error raises StoreError (the statement may or may not have committed: the caller reads
+        back) and the connection is replaced on the next call."""
+        app = self._appender()
+        try:
+            app.cur.execute(self._sql(sql), params)
+            row = app.cur.fetchone()
+        except self._errors.OperationalError as exc:
+            app.close()
+            self._local.appender = None
+            raise StoreError(f"postgres: {exc}".strip()) from exc
+        return tuple(row) if row is not None else None
 
     def is_unique_violation(self, exc: BaseException) -> bool:
         return isinstance(exc, self._errors.UniqueViolation)
 
     def close(self) -> None:
+        self._closed = True
+        for app in list(self._appenders):
+            app.close()
         self.pool.close()
 
     def listen_forever(
