@@ -204,6 +204,13 @@ class Driver(Protocol):
 
     def executemany(self, cur: Any, sql: str, rows: Sequence[dict[str, Any]]) -> None: ...
 
+    def append_plain(
+        self, fence_sql: str, fence: dict[str, Any], insert_sql: str, rows: Sequence[dict[str, Any]]
+    ) -> tuple[Any, ...] | None:
+        """One write transaction: ``fence_sql`` (returns one row, or none when fenced off:
+        then nothing is written and None is returned), then ``insert_sql`` for each row."""
+        ...
+
     def execute_one(self, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
         """Run one statement as a transaction of its own (committed durably when it returns);
         return its first row."""
@@ -634,10 +641,11 @@ class SQLStore:
 
         The fenced ``UPDATE`` of the run row returns the run's checkpoint seq, so deciding
         whether the tail has outgrown ``checkpoint_every`` costs no extra statement; a
-        ``step_started`` the caller proved new skips the rerun probe. Where the dialect has it
-        (PostgreSQL), a plain append — no inbox work, no probe, the checkpoint seq known from
-        this lease's previous append — is one statement in its own transaction: one round trip
-        and one WAL flush, the fence and the inserts atomic in it.
+        step start the caller proved new skips the rerun probe. A plain append — no inbox
+        work, no probe, the checkpoint seq known from this lease's previous append — takes the
+        short path: the fenced update carries the checkpoint when one is due, then the inserts
+        (:meth:`Driver.append_plain`); where the dialect has ``append_fast`` (PostgreSQL) it is
+        one statement in its own transaction: one round trip and one WAL flush.
         """
         if not events:
             return
@@ -665,11 +673,9 @@ class SQLStore:
             version=state.version,
         )
         waiting = state.status.value == "waiting"
-        fast = self.q.get("append_fast")
         known = self._ckpt_seqs.get(run_id)
         if (
-            fast is not None
-            and not probe
+            not probe
             and not consumed
             and not guard_inbox
             and not waiting
@@ -679,15 +685,21 @@ class SQLStore:
         ):
             do_ckpt = do_ckpt or state.seq - known[2] >= self.checkpoint_every
             fence["checkpoint"] = self._checkpoint_text(state) if do_ckpt else None
-            for i, r in enumerate(rows):
-                fence[f"seq{i}"] = r["seq"]
-                fence[f"type{i}"] = r["type"]
-                fence[f"step_id{i}"] = r["step_id"]
-                fence[f"at_ms{i}"] = r["at_ms"]
-                fence[f"v{i}"] = r["v"]
-                fence[f"payload{i}"] = r["payload"]
             self._ckpt_seqs.pop(run_id, None)  # until this append is known to have landed
-            row = self.driver.execute_one(self._fast_sql(fast, len(rows)), fence)
+            fast = self.q.get("append_fast")
+            if fast is not None:  # the dialect does it in one statement
+                for i, r in enumerate(rows):
+                    fence[f"seq{i}"] = r["seq"]
+                    fence[f"type{i}"] = r["type"]
+                    fence[f"step_id{i}"] = r["step_id"]
+                    fence[f"at_ms{i}"] = r["at_ms"]
+                    fence[f"v{i}"] = r["v"]
+                    fence[f"payload{i}"] = r["payload"]
+                row = self.driver.execute_one(self._fast_sql(fast, len(rows)), fence)
+            else:
+                row = self.driver.append_plain(
+                    self.q["fence_append_plain"], fence, self.q["insert_event"], rows
+                )
             if row is None:
                 raise LeaseLostError(
                     run_id, lease.epoch, f"fence check failed appending seq {first}"

@@ -181,10 +181,23 @@ class PostgresDriver:
         cur.execute(self._sql(sql), params)
         return [tuple(r) for r in cur.fetchall()]
 
+    def append_plain(
+        self, fence_sql: str, fence: dict[str, Any], insert_sql: str, rows: Sequence[dict[str, Any]]
+    ) -> tuple[Any, ...] | None:
+        """See :meth:`Driver.append_plain` (the store uses ``append_fast`` here instead)."""
+        with self.transaction() as cur:
+            row = self.fetchone(cur, fence_sql, fence)
+            if row is not None:
+                self.executemany(cur, insert_sql, rows)
+            return row
+
     def _appender(self) -> _Appender:
-        """This thread's autocommit connection, (re)opened when missing or unusable."""
+        """This thread's autocommit connection, (re)opened when missing or closed. (No probe
+        of its socket per call, unlike pooled connections: a statement on a connection whose
+        backend is gone fails before anything is written, the append reads back and retries,
+        and the next call opens a new connection.)"""
         app: _Appender | None = getattr(self._local, "appender", None)
-        if app is not None and not _is_dead(app.conn):
+        if app is not None and not app.conn.closed and not app.conn.broken:
             return app
         if app is not None:
             app.close()

@@ -70,14 +70,7 @@ class SQLiteDriver:
     def transaction(self) -> Iterator[sqlite3.Cursor]:
         c = self.conn()
         cur = c.cursor()
-        for attempt in range(50):
-            try:
-                cur.execute("BEGIN IMMEDIATE")
-                break
-            except sqlite3.OperationalError as exc:  # busy beyond busy_timeout
-                if "locked" not in str(exc) or attempt == 49:
-                    raise StoreError(f"sqlite {self.path}: cannot begin a write: {exc}") from exc
-                time.sleep(0.01)
+        self._begin(cur)
         try:
             yield cur
         except BaseException as exc:
@@ -92,6 +85,47 @@ class SQLiteDriver:
             with suppress(sqlite3.Error):
                 c.execute("ROLLBACK")
             raise StoreError(f"sqlite {self.path}: commit failed: {exc}") from exc
+
+    def _begin(self, cur: sqlite3.Cursor) -> None:
+        for attempt in range(50):
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:  # busy beyond busy_timeout
+                if "locked" not in str(exc) or attempt == 49:
+                    raise StoreError(f"sqlite {self.path}: cannot begin a write: {exc}") from exc
+                time.sleep(0.01)
+
+    def append_plain(
+        self, fence_sql: str, fence: dict[str, Any], insert_sql: str, rows: Sequence[dict[str, Any]]
+    ) -> tuple[Any, ...] | None:
+        """The short path of an append (see :meth:`Driver.append_plain`): the same transaction
+        as :meth:`transaction` gives, without its generator machinery (this runs per step)."""
+        c = self.conn()
+        cur = c.cursor()
+        self._begin(cur)
+        try:
+            row = cur.execute(fence_sql, fence).fetchone()
+            if row is None:
+                c.execute("ROLLBACK")
+                return None
+            if len(rows) == 1:
+                cur.execute(insert_sql, rows[0])
+            else:
+                cur.executemany(insert_sql, rows)
+        except BaseException as exc:
+            with suppress(sqlite3.Error):
+                c.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):
+                raise StoreError(f"sqlite {self.path}: {exc}") from exc
+            raise
+        try:
+            c.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            with suppress(sqlite3.Error):
+                c.execute("ROLLBACK")
+            raise StoreError(f"sqlite {self.path}: commit failed: {exc}") from exc
+        return tuple(row)
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Cursor]:

@@ -62,6 +62,18 @@ WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
   AND lease_expires_at_ms > :now_ms AND last_seq = :prev_seq
 RETURNING checkpoint_seq;
 
+-- name: fence_append_plain
+-- The fenced update of a plain append (SQLStore._append_once's short path), rewriting the
+-- engine checkpoint in the same statement when one is given.
+UPDATE runs
+SET last_seq = :last_seq, status = :status, outcome = :outcome, wake_at_ms = :wake_at_ms,
+    version = :version, updated_at_ms = :now_ms,
+    checkpoint_seq = CASE WHEN :checkpoint IS NULL THEN checkpoint_seq ELSE :last_seq END,
+    checkpoint = COALESCE(:checkpoint, checkpoint)
+WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
+  AND lease_expires_at_ms > :now_ms AND last_seq = :prev_seq
+RETURNING checkpoint_seq;
+
 -- name: save_checkpoint
 UPDATE runs SET checkpoint_seq = :checkpoint_seq, checkpoint = :checkpoint
 WHERE run_id = :run_id;
