@@ -146,6 +146,7 @@ class System:
         run: Callable[[int, bool], dict[str, Any]],
         note: str = "",
         n: int | None = None,
+        server: list[Server | None] | None = None,
     ):
         self.key, self.label, self.backend, self.run, self.note, self.n = (
             key,
@@ -155,6 +156,8 @@ class System:
             note,
             n,
         )
+        #: The peer server this system's workload talks to (paused while others run).
+        self.server = server
         self.samples: list[dict[str, Any]] = []
         self.count: dict[str, Any] | None = None
         self.error: str | None = None
@@ -272,16 +275,37 @@ def server_system(
         out["fsyncs"] = fs.get("total")
         return out
 
-    return System(key, label, backend, run, note=note, n=n)
+    return System(key, label, backend, run, note=note, n=n, server=server)
+
+
+def _only_server_of(system: System | None, systems: list[System]) -> None:
+    """Run only the peer server ``system`` talks to (if any); pause the others (SIGSTOP), so
+    that an idle server's background work does not load the machine while another system is
+    measured. ``None``: resume every server."""
+    holders = {id(s.server): s.server for s in systems if s.server is not None}
+    for holder in holders.values():
+        srv = holder[0]
+        if srv is not None:
+            srv.pause(system is not None and system.server is not holder)
+    if system is not None and system.server is not None:
+        time.sleep(0.5)  # let a resumed server catch up with its timers before it is measured
 
 
 def measure_per_step(systems: list[System], n: int, reps: int, count: bool) -> None:
+    try:
+        _measure_per_step(systems, n, reps, count)
+    finally:
+        _only_server_of(None, systems)
+
+
+def _measure_per_step(systems: list[System], n: int, reps: int, count: bool) -> None:
     for rep in range(reps):
         order = list(systems)
         for s in order:
             if s.error:
                 continue
             k = s.n or n
+            _only_server_of(s, systems)
             try:
                 r = s.run(k, False)
                 s.samples.append(r)
@@ -294,6 +318,7 @@ def measure_per_step(systems: list[System], n: int, reps: int, count: bool) -> N
             if s.error:
                 continue
             k = s.n or n
+            _only_server_of(s, systems)
             try:
                 r = s.run(k, True)
                 r["n_steps"] = k

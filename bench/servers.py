@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -70,6 +71,16 @@ class Server:
     address: str
     data_dir: Path
     extra: dict[str, str] = field(default_factory=dict)
+    #: Processes serving it that are not its descendants (Restate's Python service).
+    companions: list[int] = field(default_factory=list)
+
+    def pause(self, paused: bool) -> None:
+        """SIGSTOP (or SIGCONT) the server, its descendants and companions, so that its
+        background work cannot load the machine while another system is measured."""
+        sig = signal.SIGSTOP if paused else signal.SIGCONT
+        for pid in [*self.pids(), *self.companions]:
+            with suppress(ProcessLookupError):
+                os.kill(pid, sig)
 
     def pids(self) -> list[int]:
         """The server process and all its descendants (npm's restate-server is a Node shim
@@ -206,7 +217,9 @@ def restate_server() -> Iterator[Server]:
                 time.sleep(0.5)
         else:
             raise Unavailable(f"registering the service deployment failed: {last}")
-        yield Server("restate", proc.pid, f"http://127.0.0.1:{ingress}", d / "data")
+        yield Server(
+            "restate", proc.pid, f"http://127.0.0.1:{ingress}", d / "data", companions=[app.pid]
+        )
     finally:
         _stop(app)
         _stop(proc)
