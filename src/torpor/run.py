@@ -325,9 +325,10 @@ class Run:
         sid, cached, ih, pol = self._step_pre(step_id, policy, args, kwargs)
         if cached is not None:
             return cached.result
-        _refuse_async_in_loop(fn)
         faults.note("step", sid)
         try:
+            # (An async ``fn`` inside a running loop: calling it runs none of its body, and
+            # _run_sync refuses the coroutine, so no check is needed before the call.)
             value = _run_sync(fn(*args, **kwargs))
         except _AsyncMisuse:
             raise
@@ -388,8 +389,8 @@ class Run:
     def _step_pre(
         self, step_id: str, policy: Policy | str, args: Any, kwargs: Any
     ) -> tuple[str, Completion | None, str | None, Policy]:
-        pol = Policy(policy)
-        if pol not in (Policy.READ, Policy.COMPUTE):
+        pol = policy if policy.__class__ is Policy else Policy(policy)
+        if pol is not Policy.READ and pol is not Policy.COMPUTE:
             raise TorporError(
                 f"run.step policy must be read or compute, not {pol}; use run.effect() for effects"
             )

@@ -111,6 +111,8 @@ class Execution:
         #: Steps found to have no recorded completion (a miss in the complete replay cache, or
         #: an indexed lookup that found none): their start needs no rerun probe in the store.
         self._never_completed: set[str] = set()
+        #: Steps completed by this execution (their results are read back if asked again).
+        self._done_here: set[str] = set()
         self._inbox_dirty = True
         self._lost: LeaseLostError | None = None
         self._stop = threading.Event()
@@ -196,30 +198,27 @@ class Execution:
         if record_lease:
             self._lease_recorded = True
             faults.point("lease.acquired")
+        on_event = self.runtime.on_event
         for ev in events:
             if ev.type == "step_completed":
-                p = ev.payload
-                assert isinstance(p, StepCompleted)
-                self.cache[p.step_id] = Completion(
-                    p.step_id,
-                    p.result,
-                    p.policy.value if p.policy else None,
-                    p.input_hash,
-                    ev.seq,
-                )
-                self._never_completed.discard(p.step_id)
-            if self.runtime.on_event is not None:
-                self.runtime.on_event(ev)
+                # Only the id: a result is held in memory only while it is still to be replayed
+                # (a long run's results would otherwise pile up in the process).
+                sid = ev.payload.step_id  # type: ignore[attr-defined]
+                self._done_here.add(sid)
+                never.discard(sid)
+            if on_event is not None:
+                on_event(ev)
         return events
 
     def completion(self, sid: str) -> Completion | None:
         comp = self.cache.get(sid)
-        if comp is None and self.lookups:
+        if comp is None and (self.lookups or sid in self._done_here):
             comp = self.store.step_completion(self.state.run_id, sid)
             if comp is not None:
                 self.cache[sid] = comp
         if comp is None:
-            # Proved under this lease: the cache holds every completion when lookups are off,
+            # Proved under this lease: the cache (with the ids completed by this execution)
+            # holds every completion when lookups are off,
             # and the lookup read the history otherwise; nothing else writes while we hold it.
             self._never_completed.add(sid)
         return comp
