@@ -270,10 +270,12 @@ class SQLStore:
         self.q = load_queries(driver.dialect)
         self.clock = clock
         self.checkpoint_every = checkpoint_every
-        #: run id -> (lease epoch, seq, checkpoint seq) after this store's latest append to the
-        #: run: lets the next append under the same lease decide on the checkpoint up front.
-        self._ckpt_seqs: dict[str, tuple[int, int, int]] = {}
-        self._fast_sqls: dict[int, str] = {}
+        #: run id -> (lease epoch, seq, checkpoint seq, (status, outcome, wake_at_ms, version))
+        #: after this store's latest append to the run: lets the next append under the same
+        #: lease decide on the checkpoint up front, and leave the run row's status columns
+        #: alone when they do not change (the common case: a step of a running run).
+        self._ckpt_seqs: dict[str, tuple[int, int, int, tuple[Any, ...]]] = {}
+        self._fast_sqls: dict[tuple[str, int], str] = {}
 
     # ----------------------------------------------------------------- helpers
 
@@ -661,32 +663,43 @@ class SQLStore:
                 do_ckpt = True
             elif e.step_id not in proven_new and starts_step(e):
                 probe.append(e)
-        fence = self._p(
-            run_id=run_id,
-            owner=lease.owner,
-            epoch=lease.epoch,
-            prev_seq=first - 1,
-            last_seq=state.seq,
-            status=state.status.value,
-            outcome=state.outcome.value if state.outcome else None,
-            wake_at_ms=wake_at_ms,
-            version=state.version,
+        status = state.status.value
+        columns = (
+            status,
+            state.outcome.value if state.outcome else None,
+            wake_at_ms,
+            state.version,
         )
-        waiting = state.status.value == "waiting"
         known = self._ckpt_seqs.get(run_id)
         if (
             not probe
             and not consumed
             and not guard_inbox
-            and not waiting
+            and status != "waiting"
             and known is not None
             and known[0] == lease.epoch
             and known[1] == first - 1
         ):
             do_ckpt = do_ckpt or state.seq - known[2] >= self.checkpoint_every
-            fence["checkpoint"] = self._checkpoint_text(state) if do_ckpt else None
+            # A running run's status columns as this lease last wrote them: left alone when
+            # unchanged (a narrower update of the row, measurably cheaper on PostgreSQL),
+            # written otherwise. (Others change these columns only for waiting or finished
+            # runs: wake_run, reopen_run.)
+            same = status == "running" and known[3] == columns
+            fence = self._p(
+                run_id=run_id,
+                owner=lease.owner,
+                epoch=lease.epoch,
+                prev_seq=first - 1,
+                last_seq=state.seq,
+                checkpoint=self._checkpoint_text(state) if do_ckpt else None,
+            )
+            if not same:
+                fence.update(
+                    status=status, outcome=columns[1], wake_at_ms=wake_at_ms, version=state.version
+                )
             self._ckpt_seqs.pop(run_id, None)  # until this append is known to have landed
-            fast = self.q.get("append_fast")
+            fast = self.q.get("append_fast" if not same else "append_fast_steady")
             if fast is not None:  # the dialect does it in one statement
                 for i, r in enumerate(rows):
                     fence[f"seq{i}"] = r["seq"]
@@ -697,15 +710,26 @@ class SQLStore:
                     fence[f"payload{i}"] = r["payload"]
                 row = self.driver.execute_one(self._fast_sql(fast, len(rows)), fence)
             else:
-                row = self.driver.append_plain(
-                    self.q["fence_append_plain"], fence, self.q["insert_event"], rows
-                )
+                fence_sql = self.q["fence_append_plain" if not same else "fence_append_steady"]
+                row = self.driver.append_plain(fence_sql, fence, self.q["insert_event"], rows)
             if row is None:
                 raise LeaseLostError(
                     run_id, lease.epoch, f"fence check failed appending seq {first}"
                 )
-            self._ckpt_seqs[run_id] = (lease.epoch, state.seq, int(row[0]))
+            self._ckpt_seqs[run_id] = (lease.epoch, state.seq, int(row[0]), columns)
             return
+        fence = self._p(
+            run_id=run_id,
+            owner=lease.owner,
+            epoch=lease.epoch,
+            prev_seq=first - 1,
+            last_seq=state.seq,
+            status=status,
+            outcome=columns[1],
+            wake_at_ms=wake_at_ms,
+            version=state.version,
+        )
+        waiting = status == "waiting"
         self._ckpt_seqs.pop(run_id, None)
         with self.driver.transaction() as cur:
             row = self.driver.fetchone(cur, self.q["fence_append"], fence)
@@ -748,18 +772,18 @@ class SQLStore:
                         raise InboxPending(f"run {run_id!r} has inbox messages to apply")
                     self.driver.execute(cur, self.q["wake_run"], self._p(run_id=run_id))
                     self.driver.fetchone(cur, self.q["notify_wake"], {"run_id": run_id})
-        self._ckpt_seqs[run_id] = (lease.epoch, state.seq, ckpt_seq)
+        self._ckpt_seqs[run_id] = (lease.epoch, state.seq, ckpt_seq, columns)
 
     def _fast_sql(self, template: str, n: int) -> str:
         """``append_fast`` for a batch of ``n`` events (one VALUES row each; cached)."""
-        sql = self._fast_sqls.get(n)
+        sql = self._fast_sqls.get((template, n))
         if sql is None:
             values = ", ".join(
                 f"(CAST(:seq{i} AS bigint), CAST(:type{i} AS text), CAST(:step_id{i} AS text), "
                 f"CAST(:at_ms{i} AS bigint), CAST(:v{i} AS integer), CAST(:payload{i} AS text))"
                 for i in range(n)
             )
-            sql = self._fast_sqls[n] = template.replace("/* events */", values)
+            sql = self._fast_sqls[template, n] = template.replace("/* events */", values)
         return sql
 
     @staticmethod

@@ -119,6 +119,26 @@ WITH fence AS (
 )
 SELECT checkpoint_seq FROM fence;
 
+-- name: append_fast_steady
+-- append_fast for a running run whose status columns this lease wrote last time and that did
+-- not change: the update writes only the seq, the time and a due checkpoint (measured ~40 us
+-- cheaper per append than setting the unchanged columns again).
+WITH fence AS (
+    UPDATE runs
+    SET last_seq = :last_seq, updated_at_ms = torpor_now_ms(),
+        checkpoint_seq = CASE WHEN CAST(:checkpoint AS text) IS NULL THEN checkpoint_seq
+                              ELSE CAST(:last_seq AS bigint) END,
+        checkpoint = COALESCE(CAST(:checkpoint AS text), checkpoint)
+    WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
+      AND lease_expires_at_ms > torpor_now_ms() AND last_seq = :prev_seq
+    RETURNING checkpoint_seq
+), inserted AS (
+    INSERT INTO events (run_id, seq, type, step_id, epoch, at_ms, v, payload)
+    SELECT :run_id, e.seq, e.type, e.step_id, :epoch, e.at_ms, e.v, e.payload
+    FROM fence, (VALUES /* events */) AS e(seq, type, step_id, at_ms, v, payload)
+)
+SELECT checkpoint_seq FROM fence;
+
 -- name: save_checkpoint
 UPDATE runs SET checkpoint_seq = :checkpoint_seq, checkpoint = :checkpoint
 WHERE run_id = :run_id;

@@ -74,6 +74,17 @@ WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
   AND lease_expires_at_ms > :now_ms AND last_seq = :prev_seq
 RETURNING checkpoint_seq;
 
+-- name: fence_append_steady
+-- fence_append_plain for a running run whose status columns this lease wrote last time and
+-- that did not change: only the seq, the time and a due checkpoint are written.
+UPDATE runs
+SET last_seq = :last_seq, updated_at_ms = :now_ms,
+    checkpoint_seq = CASE WHEN :checkpoint IS NULL THEN checkpoint_seq ELSE :last_seq END,
+    checkpoint = COALESCE(:checkpoint, checkpoint)
+WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
+  AND lease_expires_at_ms > :now_ms AND last_seq = :prev_seq
+RETURNING checkpoint_seq;
+
 -- name: save_checkpoint
 UPDATE runs SET checkpoint_seq = :checkpoint_seq, checkpoint = :checkpoint
 WHERE run_id = :run_id;
