@@ -129,3 +129,23 @@ def test_workflow_exception_fails_with_the_reason(runtime: torpor.Runtime) -> No
     res = runtime.run(raises, None)
     assert res.outcome == "failed"
     assert res.reason == "ValueError: the plan has a cycle"
+
+
+def test_a_result_that_cannot_be_recorded_fails_the_run_either_way(
+    runtime: torpor.Runtime,
+) -> None:
+    """Not JSON and too large are the same kind of answer: the code's result cannot be
+    recorded and running the code again gives it again, so the run ends failed with the reason
+    (it is not left resumable forever, nor does a PayloadError escape the runtime)."""
+    from torpor import serde
+
+    @torpor.workflow(name="g5.results", version="1")
+    def results(run: torpor.Run, kind: str) -> Any:
+        run.step("one", lambda: 1)
+        return {1, 2} if kind == "set" else "x" * (serde.MAX_PAYLOAD_BYTES + 1)
+
+    res = runtime.run(results, "set", run_id="set")
+    assert res.outcome == "failed" and "not serializable" in res.reason, res
+    res = runtime.run(results, "big", run_id="big")
+    assert res.outcome == "failed" and "over the" in res.reason and "artifact" in res.reason, res
+    assert res.result is None

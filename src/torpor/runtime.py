@@ -509,6 +509,19 @@ class Execution:
         except TransitionError as exc:
             fallback = Outcome.UNRESOLVED if self.state.effects_in_doubt() else Outcome.FAILED
             self.append([RunFinished(outcome=fallback, reason=f"{reason} [{exc.rule}]")])
+        except PayloadError as exc:
+            # The workflow's answer (its result, or a reason built from an exception) cannot
+            # be recorded. Like a result that is not JSON, running the code again gives it
+            # again: the run ends failed, not stuck resumable (nothing was written).
+            fallback = Outcome.UNRESOLVED if self.state.effects_in_doubt() else Outcome.FAILED
+            self.append(
+                [
+                    RunFinished(
+                        outcome=fallback,
+                        reason=f"the outcome {outcome.value} could not be recorded: {exc}"[:2000],
+                    )
+                ]
+            )
         return self.result()
 
     def result(self, reason: str = "") -> RunResult:
