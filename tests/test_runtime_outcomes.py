@@ -149,3 +149,25 @@ def test_a_result_that_cannot_be_recorded_fails_the_run_either_way(
     res = runtime.run(results, "big", run_id="big")
     assert res.outcome == "failed" and "over the" in res.reason and "artifact" in res.reason, res
     assert res.result is None
+
+
+@pytest.mark.parametrize(
+    ("run_id", "says"),
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("a/b", "'/'"),
+        ("tab\there", "control"),
+        ("x" * 201, "over 200"),
+    ],
+)
+def test_a_bad_run_id_is_refused_before_anything_is_recorded(
+    runtime: torpor.Runtime, run_id: str, says: str
+) -> None:
+    @torpor.workflow(name="ids.plain", version="1")
+    def plain(run: torpor.Run, _: Any) -> int:
+        return 1
+
+    with pytest.raises(torpor.ConfigError, match=says):
+        runtime.start(plain, None, run_id=run_id)
+    assert runtime.store.list_runs() == []

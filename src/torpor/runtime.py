@@ -97,6 +97,30 @@ class _Release(RunInterrupt):
     """Internal: give the run back at this boundary without an outcome (worker shutdown)."""
 
 
+#: Longest run id accepted (it is part of every default idempotency key).
+MAX_RUN_ID_CHARS = 200
+
+
+def _check_run_id(run_id: object) -> None:
+    """Refuse a run id that cannot serve as one (ConfigError naming what is wrong): empty or
+    blank, not a string, over :data:`MAX_RUN_ID_CHARS`, control characters, or ``/`` — the
+    default idempotency key is ``<run_id>/<step_id>``, so a ``/`` in a run id could give two
+    runs' effects the same key (run ``a`` step ``b/c`` and run ``a/b`` step ``c``), and the
+    outside world would take one for the other."""
+    if not isinstance(run_id, str):
+        raise ConfigError(f"run_id must be a string, not {type(run_id).__name__}")
+    if not run_id.strip():
+        raise ConfigError(f"run_id {run_id!r} is empty; omit it to have one generated")
+    if len(run_id) > MAX_RUN_ID_CHARS:
+        raise ConfigError(f"run_id is {len(run_id)} characters, over {MAX_RUN_ID_CHARS}")
+    bad = next((c for c in run_id if c == "/" or not c.isprintable()), None)
+    if bad is not None:
+        raise ConfigError(
+            f"run_id {run_id!r} contains {bad!r}; run ids may not contain '/' (it separates "
+            "run and step in default idempotency keys) or control characters"
+        )
+
+
 class Execution:
     """One execution of one run under one lease (internal; the workflow sees :class:`Run`)."""
 
@@ -605,7 +629,9 @@ class Runtime:
         import uuid
 
         wf = get_workflow(workflow)
-        rid = run_id or uuid.uuid4().hex[:16]
+        if run_id is not None:
+            _check_run_id(run_id)
+        rid = run_id if run_id is not None else uuid.uuid4().hex[:16]
         try:
             data = serde.to_jsonable(input)
         except serde.NotSerializable as exc:
