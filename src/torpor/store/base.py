@@ -320,9 +320,9 @@ class SQLStore:
         bytes into text, so the history would no longer say what the run saw).
 
         Fields equal to their default are left out of the stored JSON (decoding fills them back
-        in from the same model), which keeps the history compact: a trivial step's two events
-        carry ``{"policy":"read","step_id":"s1"}`` and ``{"policy":"read","result":1,...}``
-        instead of every field spelled out.
+        in from the same model), which keeps the history compact: a trivial step's one event
+        carries ``{"attempt":1,"policy":"read","result":1,"step_id":"s1"}`` instead of every
+        field spelled out.
         """
         p = event.payload
         values = p.__dict__
