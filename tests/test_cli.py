@@ -169,6 +169,8 @@ def test_approval_flow_shows_and_checks_the_hash(flows: Path) -> None:
 
     approved = ok(flows, "approve", "ship-1", "--as", "alice", "--hash", f"sha256:{sha[:10]}")
     assert f"sha256:{sha}" in approved and "alice" in approved
+    # The run recorded its workflow's module: resuming needs no --import.
+    assert "torpor resume ship-1" in approved and "--import" not in approved
 
     done = js(flows, "--import", "cli_flows", "resume", "ship-1")
     assert (done["status"], done["outcome"]) == ("finished", "succeeded")
@@ -190,6 +192,26 @@ def test_approval_flow_shows_and_checks_the_hash(flows: Path) -> None:
     out = flows / "out.diff"
     ok(flows, "artifacts", "ship-1", sha[:8], "--out", str(out))
     assert out.read_text() == diff
+
+
+def test_hints_for_a_run_started_by_a_script_say_to_import_its_module(flows: Path) -> None:
+    """A workflow defined in a script run as ``python file.py`` is recorded under module
+    ``__main__``, which a later ``torpor resume`` cannot import: the hint says --import."""
+    (flows / "nightly.py").write_text(
+        "import torpor\n\n"
+        "@torpor.workflow(name='cli.nightly')\n"
+        "def nightly(run, inp):\n"
+        "    return run.wait_for('go')\n\n"
+        "if __name__ == '__main__':\n"
+        "    rt = torpor.Runtime()\n"
+        "    print(rt.run(nightly, None, run_id='n1').status)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "nightly.py"], cwd=flows, env=_env(flows), capture_output=True, text=True
+    )
+    assert proc.stdout.strip() == "waiting", proc.stderr
+    out = ok(flows, "cancel", "n1", "--reason", "not tonight")
+    assert "torpor resume n1 --import MODULE" in out, out
 
 
 def test_revoke_before_consumption_stops_the_effect(flows: Path) -> None:

@@ -185,6 +185,18 @@ def _runtime(ctx: typer.Context, imports: list[str] | None, **kw: Any) -> Iterat
         rt.close()
 
 
+def _resume_cmd(client: Client, run_id: str) -> str:
+    """The command that continues ``run_id``: ``--import`` is needed only when the module that
+    defines its workflow was not recorded (a script run as ``python file.py``)."""
+    try:
+        module = client.state(run_id).module
+    except TorporError:
+        module = ""
+    if module and module != "__main__":
+        return f"torpor resume {run_id}"
+    return f"torpor resume {run_id} --import MODULE (the module that defines its workflow)"
+
+
 @contextmanager
 def _interruptible(run_id: str) -> Iterator[None]:
     """Ctrl-C while executing: say how to continue, exit 130 (the record is intact)."""
@@ -921,6 +933,7 @@ def _decide(
         aid, hashes = client.decide(
             run_id, approval_id, decision, approver, expect_hash=prefix, comment=comment
         )
+        resume = _resume_cmd(client, run_id)
     verb = "approved" if decision == "approve" else "denied"
     if json_out:
         _emit_json(
@@ -937,7 +950,7 @@ def _decide(
     out.print(Text(f"{verb} {aid} of run {run_id} as {approver}; the decision binds:"))
     for h in hashes:
         out.print(Text(f"  sha256:{h}"))
-    out.print(Text(f"it applies when the run resumes: torpor resume {run_id}", style="cyan"))
+    out.print(Text(f"it applies when the run resumes: {resume}", style="cyan"))
 
 
 HashOpt = Annotated[
@@ -1011,6 +1024,7 @@ def revoke(
     """
     with _client(ctx) as client:
         hashes = client.revoke(run_id, approval_id, by, reason)
+        resume = _resume_cmd(client, run_id)
     if json_out:
         _emit_json({"run_id": run_id, "approval_id": approval_id, "by": by, "hashes": hashes})
         return
@@ -1018,7 +1032,7 @@ def revoke(
     out.print(Text(f"revoked {approval_id} of run {run_id} as {by}; it bound:"))
     for h in hashes:
         out.print(Text(f"  sha256:{h}"))
-    out.print(Text(f"it applies when the run resumes: torpor resume {run_id}", style="cyan"))
+    out.print(Text(f"it applies when the run resumes: {resume}", style="cyan"))
 
 
 # --------------------------------------------------------------------------- steering
@@ -1078,13 +1092,12 @@ def cancel(
     """
     with _client(ctx) as client:
         client.cancel(run_id, by=by, reason=reason)
+        resume = _resume_cmd(client, run_id)
     if json_out:
         _emit_json({"run_id": run_id, "cancel_requested": True, "by": by, "reason": reason})
         return
     _console().print(Text(f"cancel of run {run_id} requested"))
-    _console().print(
-        Text(f"it ends cancelled at its next boundary: torpor resume {run_id}", style="cyan")
-    )
+    _console().print(Text(f"it ends cancelled at its next boundary: {resume}", style="cyan"))
 
 
 @app.command()
