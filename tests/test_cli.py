@@ -337,3 +337,22 @@ def test_help_for_every_command(flows: Path) -> None:
         code, out = seen[" ".join(args)]
         assert code == 0, (args, out)
         assert "Usage: torpor" in out and "Example: torpor" in out, (args, out)
+
+
+def test_ls_tells_a_dead_holder_from_a_live_one(flows: Path) -> None:
+    """After kill -9 the lease is still unexpired, but `ls` says its holder is dead (a local
+    resume takes it over at once) instead of implying someone is still working on it."""
+    from torpor.store.base import new_owner_id
+
+    env = {"TORPOR_IMPORT": "cli_flows"}
+    js(flows, "start", "cli.ship", "-i", '{"diff": "patch"}', "--run-id", "d1", env=env)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    host, _, rest = new_owner_id().split(":", 2)
+    owner = f"{host}:{gone.pid}:{rest}"
+    with torpor.Client() as client:
+        client.store.acquire_lease("d1", owner, 300)
+        listed = ok(flows, "ls")
+        assert "(holder dead)" in listed, listed
+        client.store.acquire_lease("d1", new_owner_id(), 300)  # this live process
+        assert "(leased)" in ok(flows, "ls")

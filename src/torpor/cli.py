@@ -43,6 +43,7 @@ from .config import Settings
 from .errors import LeaseHeldError, TorporError
 from .events import Event, Outcome, RunStatus
 from .runtime import RunResult, Runtime
+from .store.base import owner_is_dead
 from .workflows import import_modules
 
 app = typer.Typer(
@@ -645,7 +646,8 @@ def list_runs(
     for r in runs:
         status_text = r.status
         if r.lease_owner and r.lease_expires_at_ms > now:
-            status_text += " (leased)"
+            # A holder on this machine proven dead (kill -9) is taken over at once by resume.
+            status_text += " (holder dead)" if owner_is_dead(r.lease_owner) else " (leased)"
         _row(
             table,
             r.run_id,

@@ -66,6 +66,12 @@ class Client:
     def close(self) -> None:
         self.store.close()
 
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # ------------------------------------------------------------ reading
 
     def get(self, run_id: str) -> RunRecord:

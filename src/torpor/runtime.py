@@ -619,6 +619,12 @@ class Runtime:
     def close(self) -> None:
         self.store.close()
 
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # ------------------------------------------------------------ lifecycle
 
     def start(
