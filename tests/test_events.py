@@ -1227,7 +1227,8 @@ def test_observed_effect_survives_a_user_checkpoint() -> None:
     ev(s, EffectFailed(key="m", error="refused"))
     ev(s, StepFailed(step_id="mail", error="refused"))
     ev(s, CheckpointSaved(state={"i": 1}))
-    assert s.steps == {}
+    # The failed step stays (replay raises its failure again instead of running it).
+    assert {k: v.status for k, v in s.steps.items()} == {"mail": "failed"}
     assert set(s.effects) == {"k"}  # the failed one certainly did not happen: pruned
     assert checkpoint_answers(s)["effects"] == {"k": "observed"}
     ev(s, StepStarted(step_id="push-again", policy=Policy.EFFECT))

@@ -4,6 +4,7 @@ refusal is recorded honestly; explicit ``block``; the evidence is in the checkpo
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -171,3 +172,60 @@ def test_a_bad_run_id_is_refused_before_anything_is_recorded(
     with pytest.raises(torpor.ConfigError, match=says):
         runtime.start(plain, None, run_id=run_id)
     assert runtime.store.list_runs() == []
+
+
+def test_a_huge_reason_is_cut_not_left_unrecordable(runtime: torpor.Runtime) -> None:
+    """stop_safe after an applied effect is refused by the fold and recorded as a fallback
+    outcome with the same reason: a reason of megabytes must not make that record impossible
+    (the run would stay resumable for ever, raising PayloadError at every attempt)."""
+
+    @torpor.workflow(name="g5.huge_reason", version="1")
+    def huge(run: torpor.Run, _: Any) -> None:
+        run.effect("send", lambda: "ok")
+        run.stop_safe("x" * 2_000_000)
+
+    res = runtime.run(huge, None, run_id="huge")
+    assert res.status == "finished" and res.outcome == "failed", res
+    assert "(truncated) [stopped_safe" in res.reason and len(res.reason) < 5000
+
+
+def test_a_failed_step_stays_failed_across_a_user_checkpoint(runtime: torpor.Runtime) -> None:
+    """A recorded failure is replayed after run.checkpoint like before it: the step body does
+    not run again (it used to, and its new record was then refused while the run waited)."""
+    calls: list[int] = []
+
+    def flaky() -> int:
+        calls.append(1)
+        return 1 // 0
+
+    @torpor.workflow(name="g1.failed_then_checkpoint", version="1")
+    def ck(run: torpor.Run, _: Any) -> int:
+        with contextlib.suppress(torpor.StepError):
+            run.step("f", flaky)
+        run.checkpoint({"k": 1})
+        return int(run.wait_for("go"))
+
+    assert runtime.run(ck, None, run_id="ck").status == "waiting"
+    torpor.Client(runtime.store).signal("ck", "go", 7)
+    res = runtime.resume("ck")
+    assert (res.outcome, res.result) == ("succeeded", 7), res
+    assert len(calls) == 1
+
+
+def test_a_signal_too_large_to_record_is_refused_when_sent(runtime: torpor.Runtime) -> None:
+    """A message is refused at post time if the event recording it could not be stored, so a
+    run never blocks on a message it accepted; one just inside the limit is delivered."""
+    from torpor import serde
+
+    @torpor.workflow(name="g7.big_signal", version="1")
+    def sig(run: torpor.Run, _: Any) -> int:
+        return len(run.wait_for("go"))
+
+    assert runtime.run(sig, None, run_id="sig").status == "waiting"
+    client = torpor.Client(runtime.store)
+    with pytest.raises(torpor.PayloadError, match="limit for messages"):
+        client.signal("sig", "go", "x" * (serde.MAX_PAYLOAD_BYTES - 40))
+    fits = serde.MAX_PAYLOAD_BYTES - 4096 - 100
+    client.signal("sig", "go", "x" * fits)
+    res = runtime.resume("sig")
+    assert (res.outcome, res.result) == ("succeeded", fits), res

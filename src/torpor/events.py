@@ -8,11 +8,11 @@ broken otherwise — the store calls it at append time, so impossible histories 
 The state is deliberately *compact* so that a checkpoint stays small however long the run has
 been going (guarantee G8): ``RunState.steps`` holds only open and failed steps — a completed
 step leaves it at once (its result stays in the event history, read back by an indexed lookup,
-and the store refuses to start it again); failed steps are dropped at every user checkpoint;
-effects that certainly did not happen (absent, failed) are dropped too, and per-name maps
-(artifacts, verifications) keep the latest entry only. Effects that did or may have happened are
-kept: they are what a checkpoint must answer about, and what prevents a key from being performed
-twice.
+and the store refuses to start it again); failed steps stay (replay raises their failure);
+effects that certainly did not happen (absent, failed) are dropped at every user checkpoint,
+and per-name maps (artifacts, verifications) keep the latest entry only. Effects that did or may
+have happened are kept: they are what a checkpoint must answer about, and what prevents a key
+from being performed twice.
 """
 
 from __future__ import annotations
@@ -912,11 +912,11 @@ def _checkpoint_saved(s: RunState, e: Event, refuse: Refuse) -> None:
     s.user_state = p.state
     s.user_checkpoint_seq = e.seq
     s.counters = dict(p.counters)
-    # Prune settled steps: resume restarts from here, and anything older that code asks for
-    # again is read back from the history by an indexed lookup. Effects are kept unless they
-    # certainly did not happen (absent, failed): the checkpoint must answer "what effects may
-    # have occurred", and an observed key must stay known so it is never performed again (G2).
-    s.steps = {k: v for k, v in s.steps.items() if v.status == "started"}
+    # Steps need no pruning: a completed one left the state when it completed, and a failed
+    # one stays, so that replay raises its recorded failure instead of running it again (G1).
+    # Effects are kept unless they certainly did not happen (absent, failed): the checkpoint
+    # must answer "what effects may have occurred", and an observed key must stay known so it
+    # is never performed again (G2).
     s.effects = {k: v for k, v in s.effects.items() if v.status not in ("absent", "failed")}
     s.pruned_seq = e.seq
 

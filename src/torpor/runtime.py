@@ -97,6 +97,9 @@ class _Release(RunInterrupt):
     """Internal: give the run back at this boundary without an outcome (worker shutdown)."""
 
 
+#: Longest outcome reason recorded (a longer one, e.g. from a huge exception message, is cut).
+MAX_REASON_CHARS = 4000
+
 #: Longest run id accepted (it is part of every default idempotency key).
 MAX_RUN_ID_CHARS = 200
 
@@ -295,17 +298,19 @@ class Execution:
                 seq = trial.seq
                 for p in converted:
                     seq += 1
-                    apply(
-                        trial,
-                        Event(
-                            run_id=trial.run_id,
-                            seq=seq,
-                            type=type_of(p),
-                            payload=p,
-                            at_ms=0,
-                            epoch=self.lease.epoch,
-                        ),
+                    ev = Event(
+                        run_id=trial.run_id,
+                        seq=seq,
+                        type=type_of(p),
+                        payload=p,
+                        at_ms=0,
+                        epoch=self.lease.epoch,
                     )
+                    apply(trial, ev)
+                    try:
+                        self.store.encode(ev)  # a record that cannot be stored blocks the run
+                    except PayloadError as big:
+                        raise TransitionError(trial.run_id, seq, ev.type, str(big)) from big
             except TransitionError as exc:
                 trial = snapshot
                 if trial.status is RunStatus.FINISHED:
@@ -528,6 +533,8 @@ class Execution:
 
     def finish(self, outcome: Outcome, reason: str, result: Any = None) -> RunResult:
         """Record the outcome; if the fold refuses it, record the honest fallback."""
+        if len(reason) > MAX_REASON_CHARS:
+            reason = reason[:MAX_REASON_CHARS] + " …(truncated)"
         try:
             self.append([RunFinished(outcome=outcome, reason=reason, result=result)])
         except TransitionError as exc:

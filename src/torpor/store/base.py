@@ -229,6 +229,10 @@ class Driver(Protocol):
     def close(self) -> None: ...
 
 
+#: Room left in an event for the fields around an inbox message's body (its name, ids): a
+#: message is refused at ``post_inbox`` above ``MAX_PAYLOAD_BYTES`` minus this.
+INBOX_HEADROOM_BYTES = 4096
+
 #: Events of these types are boundaries after which the engine checkpoint is rewritten.
 CHECKPOINT_EVENTS = frozenset(
     {
@@ -993,12 +997,16 @@ class SQLStore:
             text = serde.dumps(serde.to_jsonable(body))
         except serde.NotSerializable as exc:
             raise PayloadError(run_id, None, f"{kind} message is not serializable: {exc}") from None
-        if len(text.encode()) > serde.MAX_PAYLOAD_BYTES:
+        size = len(text.encode())
+        if size > serde.MAX_PAYLOAD_BYTES - INBOX_HEADROOM_BYTES:
+            # The event that records the message adds its own fields: leave room for them, or
+            # a message accepted here could never be recorded.
             raise PayloadError(
                 run_id,
                 None,
-                f"{kind} message is {len(text.encode())} bytes, over the "
-                f"{serde.MAX_PAYLOAD_BYTES}-byte limit; send a reference (an artifact hash)",
+                f"{kind} message is {size} bytes, over the "
+                f"{serde.MAX_PAYLOAD_BYTES - INBOX_HEADROOM_BYTES}-byte limit for messages; "
+                "send a reference (an artifact hash)",
             )
         with self.driver.transaction() as cur:
             # Lock the run row first (PostgreSQL: FOR UPDATE) so a message cannot slip past a
