@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -642,3 +643,35 @@ def test_sigterm_releases_the_run_at_the_next_boundary(
     assert [int(o.split(":")[1]) for o in owners.values()] == [a.pid, b.pid]
     executed = Counter(name for (name,) in query(ledger, "SELECT name FROM steps"))
     assert executed == {f"s{i}": 1 for i in range(8)}
+
+
+def test_a_worker_with_many_threads_keeps_its_connections_bounded(pg_url: str) -> None:
+    """Appends use a thread's own connection only up to the pool's size; threads beyond it
+    append through the pool, so a worker with 40 threads holds about 2 x max_size connections,
+    not 40 (other clients must still be able to connect)."""
+    from torpor.store.postgres import PostgresDriver
+
+    app = f"bound-{uuid.uuid4().hex[:8]}"
+    url = pg_url + ("&" if "?" in pg_url else "?") + f"application_name={app}"
+    drv = PostgresDriver(url, max_size=4)
+    admin = psycopg.connect(pg_url, autocommit=True)
+    gate = threading.Barrier(40)
+    peak = [0]
+
+    def append_like(i: int) -> int:
+        row = drv.execute_one("SELECT CAST(:i AS integer) + 1", {"i": i})
+        gate.wait(timeout=30)  # every thread holds whatever it opened, at once
+        n = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)
+        ).fetchone()
+        peak[0] = max(peak[0], int(n[0]) if n else 0)
+        gate.wait(timeout=30)
+        return int(row[0]) if row else -1
+
+    try:
+        with ThreadPoolExecutor(40) as pool:
+            assert sorted(pool.map(append_like, range(40))) == list(range(1, 41))
+        assert 0 < peak[0] <= 2 * 4, peak[0]
+    finally:
+        drv.close()
+        admin.close()

@@ -64,16 +64,20 @@ def _psycopg() -> Any:
 
 class _Appender:
     """A thread's own autocommit connection for one-statement transactions (see
-    :meth:`PostgresDriver.execute_one`), with one cursor kept open. Closed when its thread's
-    storage is dropped or the driver closes."""
+    :meth:`PostgresDriver.execute_one`), with one cursor kept open. Closed — and its slot given
+    back — when its thread's storage is dropped (the thread ended) or the driver closes."""
 
-    def __init__(self, conn: Any):
+    def __init__(self, conn: Any, slots: threading.BoundedSemaphore):
         self.conn = conn
         self.cur = conn.cursor()
+        self._slots: threading.BoundedSemaphore | None = slots
 
     def close(self) -> None:
         if not self.conn.closed:
             self.conn.close()
+        slots, self._slots = self._slots, None
+        if slots is not None:
+            slots.release()
 
     def __del__(self) -> None:
         self.close()
@@ -105,6 +109,10 @@ class PostgresDriver:
         self._connect = psycopg.Connection.connect
         self._local = threading.local()
         self._appenders: weakref.WeakSet[_Appender] = weakref.WeakSet()
+        #: At most as many append connections as the pool holds (a worker with 200 threads
+        #: must not open 200 connections); a thread without one appends through the pool.
+        self._appender_slots = threading.BoundedSemaphore(max_size)
+        self._connect_kw = {} if "connect_timeout" in url else {"connect_timeout": 10}
         self._closed = False
 
     def _sql(self, sql: str) -> str:
@@ -191,11 +199,11 @@ class PostgresDriver:
                 self.executemany(cur, insert_sql, rows)
             return row
 
-    def _appender(self) -> _Appender:
-        """This thread's autocommit connection, (re)opened when missing or closed. (No probe
-        of its socket per call, unlike pooled connections: a statement on a connection whose
-        backend is gone fails before anything is written, the append reads back and retries,
-        and the next call opens a new connection.)"""
+    def _appender(self) -> _Appender | None:
+        """This thread's autocommit connection, (re)opened when missing or closed; None when
+        every slot is taken by other threads. (No probe of its socket per call, unlike pooled
+        connections: a statement on a connection whose backend is gone fails before anything
+        is written, the append reads back and retries, and the next call opens a new one.)"""
         app: _Appender | None = getattr(self._local, "appender", None)
         if app is not None and not app.conn.closed and not app.conn.broken:
             return app
@@ -204,10 +212,14 @@ class PostgresDriver:
             self._local.appender = None
         if self._closed:
             raise StoreError("postgres: the store is closed")
+        if not self._appender_slots.acquire(blocking=False):
+            return None
         try:
-            app = _Appender(self._connect(self.url, autocommit=True))
+            conn = self._connect(self.url, autocommit=True, **self._connect_kw)
         except self._errors.OperationalError as exc:
+            self._appender_slots.release()
             raise StoreError(f"postgres: {exc}".strip()) from exc
+        app = _Appender(conn, self._appender_slots)
         self._local.appender = app
         self._appenders.add(app)
         return app
@@ -218,16 +230,41 @@ class PostgresDriver:
         is prepared on that connection after its first uses (psycopg's ``prepare_threshold``).
         It is durable (the WAL flushed, as for any commit) when this returns. A connection
         error raises StoreError (the statement may or may not have committed: the caller reads
-        back) and the connection is replaced on the next call."""
+        back) and the connection is replaced on the next call. A thread beyond the first
+        ``max_size`` uses a pooled connection in autocommit for the statement instead."""
         app = self._appender()
+        if app is None:
+            return self._execute_one_pooled(sql, params)
         try:
             app.cur.execute(self._sql(sql), params)
             row = app.cur.fetchone()
-        except self._errors.OperationalError as exc:
+        except (self._errors.OperationalError, self._errors.InterfaceError) as exc:
             app.close()
             self._local.appender = None
             raise StoreError(f"postgres: {exc}".strip()) from exc
         return tuple(row) if row is not None else None
+
+    def _execute_one_pooled(self, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        try:
+            conn = self._getconn()
+        except self._errors.OperationalError as exc:  # includes PoolTimeout / PoolClosed
+            raise StoreError(f"postgres: {exc}".strip()) from exc
+        try:
+            if conn.read_only:
+                conn.read_only = False
+            conn.autocommit = True
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(self._sql(sql), params)
+                    row = cur.fetchone()
+            finally:
+                if not conn.closed and not conn.broken:
+                    conn.autocommit = False
+            return tuple(row) if row is not None else None
+        except (self._errors.OperationalError, self._errors.InterfaceError) as exc:
+            raise StoreError(f"postgres: {exc}".strip()) from exc
+        finally:
+            self.pool.putconn(conn)
 
     def is_unique_violation(self, exc: BaseException) -> bool:
         return isinstance(exc, self._errors.UniqueViolation)
