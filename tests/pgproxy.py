@@ -24,7 +24,7 @@ import struct
 import threading
 from collections import Counter
 from collections.abc import Callable
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 
@@ -54,6 +54,11 @@ class CommitDropProxy:
         self.url = url
         parts = urlsplit(url)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 5432)
+        # A server reached through a Unix socket (``?host=/dir``, as pgserver's URLs are).
+        sock_dir = dict(parse_qsl(parts.query)).get("host", "")
+        self.upstream_unix = (
+            f"{sock_dir}/.s.PGSQL.{parts.port or 5432}" if sock_dir.startswith("/") else None
+        )
         self.plan = plan
         self.marker = table_marker
         self.faults: Counter[str] = Counter()
@@ -72,7 +77,8 @@ class CommitDropProxy:
         netloc = p.netloc.rsplit("@", 1)
         host = f"127.0.0.1:{self.port}"
         netloc_s = f"{netloc[0]}@{host}" if len(netloc) == 2 else host
-        q = (p.query + "&" if p.query else "") + "sslmode=disable&gssencmode=disable"
+        kept = [(k, v) for k, v in parse_qsl(p.query) if k != "host"]  # the proxy is the host
+        q = urlencode([*kept, ("sslmode", "disable"), ("gssencmode", "disable")])
         return urlunsplit((p.scheme, netloc_s, p.path, q, p.fragment))
 
     def close(self) -> None:
@@ -91,7 +97,11 @@ class CommitDropProxy:
             except OSError:
                 return
             try:
-                upstream = socket.create_connection(self.upstream)
+                if self.upstream_unix is not None:
+                    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    upstream.connect(self.upstream_unix)
+                else:
+                    upstream = socket.create_connection(self.upstream)
             except OSError:
                 _close(client)
                 continue
@@ -107,15 +117,12 @@ class CommitDropProxy:
             self.faults[action] += 1
             return action
 
-    def terminate(self, upstream: socket.socket) -> None:
-        """``pg_terminate_backend`` on the backend serving ``upstream`` (found by its port)."""
-        port = upstream.getsockname()[1]
+    def terminate(self, conn: _Conn) -> None:
+        """``pg_terminate_backend`` on the backend serving ``conn`` (its pid, from the
+        server's BackendKeyData at startup)."""
         with self._lock:
-            row = self._admin.execute(
-                "SELECT pid FROM pg_stat_activity WHERE client_port = %s", (port,)
-            ).fetchone()
-            if row is not None:
-                self._admin.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+            if conn.backend_pid is not None:
+                self._admin.execute("SELECT pg_terminate_backend(%s)", (conn.backend_pid,))
 
 
 class _Conn:
@@ -129,6 +136,8 @@ class _Conn:
         #: runs in an implicit transaction that commits when its Sync is processed.
         self.in_tx = False
         self.swallow = threading.Event()
+        #: The server process of this connection (BackendKeyData), to terminate it.
+        self.backend_pid: int | None = None
 
     def client_to_server(self) -> None:
         try:
@@ -189,7 +198,7 @@ class _Conn:
             return False
         action = self.proxy._decide()
         if action == "before":
-            self.proxy.terminate(self.upstream)  # rolls the open transaction back
+            self.proxy.terminate(self)  # rolls the open transaction back
             return True
         if action == "after":
             self.swallow.set()  # the server's answer will be dropped (see server_to_client)
@@ -197,16 +206,27 @@ class _Conn:
 
     def server_to_client(self) -> None:
         try:
+            # Startup answers, message by message until ReadyForQuery: learn the backend's pid
+            # (a Unix-socket connection has no client port to find it by).
+            while True:
+                head = _recv_exact(self.upstream, 5)
+                (length,) = struct.unpack("!i", head[1:])
+                body = _recv_exact(self.upstream, length - 4)
+                if head[:1] == b"K":
+                    self.backend_pid = struct.unpack("!i", body[:4])[0]
+                self.client.sendall(head + body)
+                if head[:1] in (b"Z", b"E"):
+                    break
             while True:
                 data = self.upstream.recv(65536)
                 if not data:
                     break
                 if self.swallow.is_set():
                     # The commit's answer: it landed. Kill the backend, never tell the client.
-                    self.proxy.terminate(self.upstream)
+                    self.proxy.terminate(self)
                     break
                 self.client.sendall(data)
-        except OSError:
+        except (OSError, ConnectionError):
             pass
         finally:
             _close(self.client)
