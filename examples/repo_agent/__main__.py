@@ -176,6 +176,12 @@ class Progress:
             self.line("outcome", f"{p.outcome.value} — {p.reason}", "bold")
 
 
+def _last_event_ms(client: torpor.Client, run_id: str) -> int:
+    """When the run's latest event was recorded (epoch ms)."""
+    last = client.get(run_id).last_seq
+    return client.events(run_id, after_seq=last - 1, limit=1)[0].at_ms
+
+
 def evidence_text(detail: Any) -> str:
     """A verification's detail in one human line."""
     if not isinstance(detail, dict):
@@ -300,7 +306,8 @@ def _summary(
         "warnings": list(st.warnings),
         "elapsed_s": round(time.monotonic() - t0, 2),
         # Wall time from the run's creation to its latest event (kills and waits included).
-        "run_elapsed_s": round((rec.updated_at_ms - rec.created_at_ms) / 1000, 2),
+        # (The last event's time, not the row's: a later no-op resume touches the row.)
+        "run_elapsed_s": round((_last_event_ms(client, res.run_id) - rec.created_at_ms) / 1000, 2),
     }
     if as_json:
         print(json.dumps(data, indent=1, default=str))
