@@ -674,6 +674,19 @@ class SQLStore:
             wake_at_ms,
             state.version,
         )
+        fence = self._p(
+            run_id=run_id,
+            owner=lease.owner,
+            epoch=lease.epoch,
+            prev_seq=first - 1,
+            last_seq=state.seq,
+        )
+        row_columns = {
+            "status": status,
+            "outcome": columns[1],
+            "wake_at_ms": wake_at_ms,
+            "version": state.version,
+        }
         known = self._ckpt_seqs.get(run_id)
         if (
             not probe
@@ -690,18 +703,9 @@ class SQLStore:
             # written otherwise. (Others change these columns only for waiting or finished
             # runs: wake_run, reopen_run.)
             same = status == "running" and known[3] == columns
-            fence = self._p(
-                run_id=run_id,
-                owner=lease.owner,
-                epoch=lease.epoch,
-                prev_seq=first - 1,
-                last_seq=state.seq,
-                checkpoint=self._checkpoint_text(state) if do_ckpt else None,
-            )
+            fence["checkpoint"] = self._checkpoint_text(state) if do_ckpt else None
             if not same:
-                fence.update(
-                    status=status, outcome=columns[1], wake_at_ms=wake_at_ms, version=state.version
-                )
+                fence.update(row_columns)
             self._ckpt_seqs.pop(run_id, None)  # until this append is known to have landed
             fast = self.q.get("append_fast" if not same else "append_fast_steady")
             if fast is not None:  # the dialect does it in one statement
@@ -722,17 +726,7 @@ class SQLStore:
                 )
             self._ckpt_seqs[run_id] = (lease.epoch, state.seq, int(row[0]), columns)
             return
-        fence = self._p(
-            run_id=run_id,
-            owner=lease.owner,
-            epoch=lease.epoch,
-            prev_seq=first - 1,
-            last_seq=state.seq,
-            status=status,
-            outcome=columns[1],
-            wake_at_ms=wake_at_ms,
-            version=state.version,
-        )
+        fence.update(row_columns)
         waiting = status == "waiting"
         self._ckpt_seqs.pop(run_id, None)
         with self.driver.transaction() as cur:

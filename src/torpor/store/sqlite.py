@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import parse_qs, urlparse
 
 from ..errors import ConfigError, StoreError
@@ -74,11 +74,18 @@ class SQLiteDriver:
         try:
             yield cur
         except BaseException as exc:
-            with suppress(sqlite3.Error):
-                c.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.OperationalError):
-                raise StoreError(f"sqlite {self.path}: {exc}") from exc
-            raise
+            self._abort(c, exc)
+        self._commit(c)
+
+    def _abort(self, c: sqlite3.Connection, exc: BaseException) -> NoReturn:
+        """Roll back after ``exc``; raise it (an OperationalError as StoreError)."""
+        with suppress(sqlite3.Error):
+            c.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.OperationalError):
+            raise StoreError(f"sqlite {self.path}: {exc}") from exc
+        raise exc
+
+    def _commit(self, c: sqlite3.Connection) -> None:
         try:
             c.execute("COMMIT")
         except sqlite3.OperationalError as exc:
@@ -114,17 +121,8 @@ class SQLiteDriver:
             else:
                 cur.executemany(insert_sql, rows)
         except BaseException as exc:
-            with suppress(sqlite3.Error):
-                c.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.OperationalError):
-                raise StoreError(f"sqlite {self.path}: {exc}") from exc
-            raise
-        try:
-            c.execute("COMMIT")
-        except sqlite3.OperationalError as exc:
-            with suppress(sqlite3.Error):
-                c.execute("ROLLBACK")
-            raise StoreError(f"sqlite {self.path}: commit failed: {exc}") from exc
+            self._abort(c, exc)
+        self._commit(c)
         return tuple(row)
 
     @contextmanager
