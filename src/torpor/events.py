@@ -710,8 +710,11 @@ def _whole_step(s: RunState, p: StepCompleted, refuse: Refuse) -> None:
     if cur is not None:
         del s.steps[p.step_id]
     s.last_step = p.step_id
-    s.last_purpose = p.purpose
-    s.status = RunStatus.RUNNING
+    # (Per step: each assignment to a pydantic model costs; skip the ones that change nothing.)
+    if s.last_purpose != p.purpose:
+        s.last_purpose = p.purpose
+    if s.status is not RunStatus.RUNNING:
+        s.status = RunStatus.RUNNING
     s.steps_completed += 1
 
 
