@@ -1314,7 +1314,10 @@ def test_answers_of_effects_in_doubt_and_settled() -> None:
 def test_answers_of_a_wait_with_deadline() -> None:
     s = started()
     ev(s, WaitStarted(wait_id="w", kind="signal", name="go", deadline_ms=1234))
-    assert checkpoint_answers(s)["next"] == "waiting for signal 'go' (deadline epoch-ms 1234)"
+    assert (
+        checkpoint_answers(s)["next"]
+        == "waiting for signal 'go' (deadline 1970-01-01T00:00:01.234Z)"
+    )
     s2 = started()
     ev(s2, WaitStarted(wait_id="w", kind="approval", name="ap"))
     assert checkpoint_answers(s2)["next"] == "waiting for approval 'ap'"

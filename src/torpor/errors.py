@@ -37,6 +37,8 @@ bare ``except Exception`` in a workflow cannot catch it (the rule DBOS follows w
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 
 class TorporError(Exception):
     """Root of every torpor error."""
@@ -76,7 +78,8 @@ class LeaseHeldError(LeaseError):
 
     def __init__(self, run_id: str, owner: str, expires_at_ms: int):
         super().__init__(
-            f"run {run_id!r} is leased by {owner!r} until epoch-ms {expires_at_ms}; "
+            f"run {run_id!r} is leased by {owner!r} until "
+            f"{datetime.fromtimestamp(expires_at_ms / 1000, tz=UTC):%Y-%m-%d %H:%M:%S} UTC; "
             "it is being executed elsewhere (retry after the lease expires)"
         )
         self.run_id = run_id

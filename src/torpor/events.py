@@ -18,6 +18,7 @@ from being performed twice.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -1101,6 +1102,11 @@ _HANDLERS: dict[str, Any] = {
 assert set(_HANDLERS) == set(EVENT_TYPES)
 
 
+def _utc(ms: int) -> str:
+    """Epoch milliseconds as an ISO 8601 UTC time (``2026-11-30T14:05:00.000Z``)."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
 def checkpoint_answers(s: RunState) -> dict[str, Any]:
     """The four questions a checkpoint answers (DESIGN.md §1), derived from the state.
 
@@ -1117,7 +1123,7 @@ def checkpoint_answers(s: RunState) -> dict[str, Any]:
     elif s.wait is not None:
         nxt = f"waiting for {s.wait.kind} {s.wait.name!r}"
         if s.wait.deadline_ms is not None:
-            nxt += f" (deadline epoch-ms {s.wait.deadline_ms})"
+            nxt += f" (deadline {_utc(s.wait.deadline_ms)})"
     elif s.effects_in_doubt():
         nxt = f"reconcile effects in doubt: {', '.join(s.effects_in_doubt())}"
     else:
