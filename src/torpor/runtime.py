@@ -245,8 +245,8 @@ class Execution:
                 self.cache[sid] = comp
         if comp is None:
             # Proved under this lease: the cache (with the ids completed by this execution)
-            # holds every completion when lookups are off,
-            # and the lookup read the history otherwise; nothing else writes while we hold it.
+            # holds every completion when lookups are off, and the lookup read the history
+            # otherwise; nothing else writes while we hold it.
             self._never_completed.add(sid)
         return comp
 

@@ -546,6 +546,7 @@ class SQLStore:
 
     def release_lease(self, lease: Lease) -> None:
         """Give the lease up (no-op if it is no longer ours)."""
+        self._ckpt_seqs.pop(lease.run_id, None)  # what this lease wrote is no longer needed
         with self._lease_transaction() as cur:
             self.driver.execute(
                 cur,
