@@ -342,3 +342,72 @@ def test_owner_in_another_pid_namespace_is_never_judged_dead() -> None:
     assert not owner_is_dead(f"{host}:{gone_pid}:{rand}~{boot}~1~{start}")  # other namespace
     assert not owner_is_dead(f"{host}:{gone_pid}:{rand}~other~{ns}~{start}")  # other boot
     assert not owner_is_dead(f"{host}:{gone_pid}:{rand}")  # no identity: expiry decides
+
+
+def test_the_run_row_follows_the_state_through_steady_appends(store: SQLStore) -> None:
+    """Plain steps of a running run leave the row's status columns alone (the steady short
+    path); every append that changes them writes them: the row always says what the folded
+    state says, through waits, a wake time, a version change and the outcome."""
+    from torpor.events import (
+        LeaseAcquired,
+        Outcome,
+        RunFinished,
+        VersionAccepted,
+        WaitCompleted,
+        WaitStarted,
+    )
+
+    state = _start(store)
+    lease = store.acquire_lease("r1", "host-a:1:x", ttl_s=30)
+    n = [0]
+    seen: list[str] = []
+    for name in ("append_plain", "execute_one"):  # which path each append takes
+        real = getattr(store.driver, name)
+
+        def spy(*a: Any, _real: Any = real, _name: str = name) -> Any:
+            seen.append(
+                "steady" if "steady" in str(a[0]) or "status = :status" not in str(a[0]) else "full"
+            )
+            return _real(*a)
+
+        setattr(store.driver, name, spy)
+
+    def write(*payloads: Any, wake_at_ms: int | None = None, new: str = "") -> None:
+        evs = []
+        for p in payloads:
+            ev = _ev(state, p, lease.epoch)
+            apply(state, ev)
+            evs.append(ev)
+        store.append(lease, evs, state, wake_at_ms=wake_at_ms, proven_new={new})
+
+    def step() -> None:
+        n[0] += 1
+        sid = f"s{n[0]}"  # proved new (as the executor does): the short path
+        write(StepCompleted(step_id=sid, result=n[0], policy="read", attempt=1), new=sid)
+
+    def row() -> tuple[Any, ...]:
+        r = store.get_run("r1")
+        return (r.status, r.outcome, r.wake_at_ms, r.version, r.last_seq)
+
+    write(LeaseAcquired(owner=lease.owner, epoch=lease.epoch))
+    for _ in range(3):
+        step()
+        assert row() == ("running", None, None, "1", state.seq)
+    deadline = 4_000_000_000_000
+    write(
+        WaitStarted(wait_id="w", kind="timer", name="t", deadline_ms=deadline), wake_at_ms=deadline
+    )
+    assert row() == ("waiting", None, deadline, "1", state.seq)
+    write(WaitCompleted(wait_id="w", via="timer"))
+    assert row() == ("running", None, None, "1", state.seq)
+    step()
+    write(VersionAccepted(from_version="1", to_version="2"))
+    assert row() == ("running", None, None, "2", state.seq)
+    for _ in range(70):  # past a checkpoint_every boundary on the short path
+        step()
+    assert row() == ("running", None, None, "2", state.seq)
+    assert store.load("r1") == state
+    write(RunFinished(outcome=Outcome.SUCCEEDED, reason="done"))
+    assert row() == ("finished", "succeeded", None, "2", state.seq)
+    assert store.load("r1") == state
+    assert seen.count("steady") >= 70, seen  # the steady path was taken for plain steps
