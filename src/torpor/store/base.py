@@ -74,6 +74,12 @@ def _field_plan(model: type[_Payload]) -> tuple[tuple[str, Any], ...]:
     return plan
 
 
+def _code(sql: str) -> str:
+    """A named query without its comment lines and final ``;``: to be put inside another."""
+    lines = [ln for ln in sql.splitlines() if not ln.lstrip().startswith("--")]
+    return "\n".join(lines).strip().rstrip(";")
+
+
 def load_queries(dialect: str) -> dict[str, str]:
     """Parse ``sql/<dialect>.sql`` into ``{name: sql}``."""
     text = (Path(__file__).parent / "sql" / f"{dialect}.sql").read_text()
@@ -279,7 +285,7 @@ class SQLStore:
         #: lease decide on the checkpoint up front, and leave the run row's status columns
         #: alone when they do not change (the common case: a step of a running run).
         self._ckpt_seqs: dict[str, tuple[int, int, int, tuple[Any, ...]]] = {}
-        self._fast_sqls: dict[tuple[str, int], str] = {}
+        self._append_sqls: dict[tuple[str, bool, int], str] = {}
 
     # ----------------------------------------------------------------- helpers
 
@@ -708,8 +714,7 @@ class SQLStore:
             if not same:
                 fence.update(row_columns)
             self._ckpt_seqs.pop(run_id, None)  # until this append is known to have landed
-            fast = self.q.get("append_fast" if not same else "append_fast_steady")
-            if fast is not None:  # the dialect does it in one statement
+            if "append_fast" in self.q:  # the dialect does it in one statement
                 for i, r in enumerate(rows):
                     fence[f"seq{i}"] = r["seq"]
                     fence[f"type{i}"] = r["type"]
@@ -717,10 +722,11 @@ class SQLStore:
                     fence[f"at_ms{i}"] = r["at_ms"]
                     fence[f"v{i}"] = r["v"]
                     fence[f"payload{i}"] = r["payload"]
-                row = self.driver.execute_one(self._fast_sql(fast, len(rows)), fence)
+                sql = self._append_sql("append_fast", columns=not same, n=len(rows))
+                row = self.driver.execute_one(sql, fence)
             else:
-                fence_sql = self.q["fence_append_plain" if not same else "fence_append_steady"]
-                row = self.driver.append_plain(fence_sql, fence, self.q["insert_event"], rows)
+                sql = self._append_sql("fence_append", columns=not same)
+                row = self.driver.append_plain(sql, fence, self.q["insert_event"], rows)
             if row is None:
                 raise LeaseLostError(
                     run_id, lease.epoch, f"fence check failed appending seq {first}"
@@ -728,10 +734,13 @@ class SQLStore:
             self._ckpt_seqs[run_id] = (lease.epoch, state.seq, int(row[0]), columns)
             return
         fence.update(row_columns)
+        # A boundary event's checkpoint goes with the fenced update; one due because the tail
+        # grew is known only from the checkpoint seq the update returns (save_checkpoint below).
+        fence["checkpoint"] = self._checkpoint_text(state) if do_ckpt else None
         waiting = status == "waiting"
         self._ckpt_seqs.pop(run_id, None)
         with self.driver.transaction() as cur:
-            row = self.driver.fetchone(cur, self.q["fence_append"], fence)
+            row = self.driver.fetchone(cur, self._append_sql("fence_append", columns=True), fence)
             if row is None:
                 raise LeaseLostError(
                     run_id, lease.epoch, f"fence check failed appending seq {first}"
@@ -747,9 +756,7 @@ class SQLStore:
                 self.driver.execute(cur, self.q["insert_event"], rows[0])
             else:
                 self.driver.executemany(cur, self.q["insert_event"], rows)
-            if not do_ckpt:
-                do_ckpt = state.seq - ckpt_seq >= self.checkpoint_every
-            if do_ckpt:
+            if not do_ckpt and state.seq - ckpt_seq >= self.checkpoint_every:
                 ckpt_seq = state.seq
                 self.driver.execute(
                     cur,
@@ -773,16 +780,21 @@ class SQLStore:
                     self.driver.fetchone(cur, self.q["notify_wake"], {"run_id": run_id})
         self._ckpt_seqs[run_id] = (lease.epoch, state.seq, ckpt_seq, columns)
 
-    def _fast_sql(self, template: str, n: int) -> str:
-        """``append_fast`` for a batch of ``n`` events (one VALUES row each; cached)."""
-        sql = self._fast_sqls.get((template, n))
+    def _append_sql(self, name: str, *, columns: bool, n: int = 0) -> str:
+        """The query ``name`` (``fence_append`` or ``append_fast``) as run (cached): with the
+        run row's status columns (``status_columns``) in its update or without them, and for
+        ``append_fast`` with ``/* fence */`` and one VALUES row per event for ``n`` events."""
+        key = (name, columns, n)
+        sql = self._append_sqls.get(key)
         if sql is None:
+            sql = _code(self.q[name]).replace("/* fence */", _code(self.q["fence_append"]))
+            sql = sql.replace("/* columns */", _code(self.q["status_columns"]) if columns else "")
             values = ", ".join(
                 f"(CAST(:seq{i} AS bigint), CAST(:type{i} AS text), CAST(:step_id{i} AS text), "
                 f"CAST(:at_ms{i} AS bigint), CAST(:v{i} AS integer), CAST(:payload{i} AS text))"
                 for i in range(n)
             )
-            sql = self._fast_sqls[template, n] = template.replace("/* events */", values)
+            sql = self._append_sqls[key] = sql.replace("/* events */", values)
         return sql
 
     @staticmethod

@@ -52,33 +52,18 @@ SET last_seq = :last_seq, status = :status, outcome = :outcome, wake_at_ms = :wa
 WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
   AND lease_expires_at_ms > :now_ms AND last_seq = :prev_seq;
 
+-- name: status_columns
+-- What the store puts for /* columns */ in fence_append when the run row's status columns
+-- must be written; left out for a step of a running run whose columns this lease wrote last
+-- time and that did not change (a narrower update of the row).
+status = :status, outcome = :outcome, wake_at_ms = :wake_at_ms, version = :version,
+
 -- name: fence_append
--- The fenced update of an append (see fence_and_update); returns the checkpoint seq, so the
--- append decides on rewriting the checkpoint without another statement.
+-- The fenced update of an append (see fence_and_update), rewriting the engine checkpoint in
+-- the same statement when one is given; returns the checkpoint seq, so the append decides on
+-- rewriting the checkpoint without another statement.
 UPDATE runs
-SET last_seq = :last_seq, status = :status, outcome = :outcome, wake_at_ms = :wake_at_ms,
-    version = :version, updated_at_ms = :now_ms
-WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
-  AND lease_expires_at_ms > :now_ms AND last_seq = :prev_seq
-RETURNING checkpoint_seq;
-
--- name: fence_append_plain
--- The fenced update of a plain append (SQLStore._append_once's short path), rewriting the
--- engine checkpoint in the same statement when one is given.
-UPDATE runs
-SET last_seq = :last_seq, status = :status, outcome = :outcome, wake_at_ms = :wake_at_ms,
-    version = :version, updated_at_ms = :now_ms,
-    checkpoint_seq = CASE WHEN :checkpoint IS NULL THEN checkpoint_seq ELSE :last_seq END,
-    checkpoint = COALESCE(:checkpoint, checkpoint)
-WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
-  AND lease_expires_at_ms > :now_ms AND last_seq = :prev_seq
-RETURNING checkpoint_seq;
-
--- name: fence_append_steady
--- fence_append_plain for a running run whose status columns this lease wrote last time and
--- that did not change: only the seq, the time and a due checkpoint are written.
-UPDATE runs
-SET last_seq = :last_seq, updated_at_ms = :now_ms,
+SET /* columns */ last_seq = :last_seq, updated_at_ms = :now_ms,
     checkpoint_seq = CASE WHEN :checkpoint IS NULL THEN checkpoint_seq ELSE :last_seq END,
     checkpoint = COALESCE(:checkpoint, checkpoint)
 WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
