@@ -298,34 +298,36 @@ def measure_per_step(systems: list[System], n: int, reps: int, count: bool) -> N
         _only_server_of(None, systems)
 
 
+def _run_system(s: System, systems: list[System], n: int, count: bool) -> dict[str, Any]:
+    """One run of ``s``'s workload with only its own peer server running; raises _FAILURES."""
+    _only_server_of(s, systems)
+    return s.run(s.n or n, count)
+
+
+_FAILURES = (Failed, Unavailable, subprocess.TimeoutExpired, OSError)
+
+
 def _measure_per_step(systems: list[System], n: int, reps: int, count: bool) -> None:
     for rep in range(reps):
-        order = list(systems)
-        for s in order:
-            if s.error:
-                continue
-            k = s.n or n
-            _only_server_of(s, systems)
+        for s in [s for s in systems if not s.error]:
             try:
-                r = s.run(k, False)
-                s.samples.append(r)
-                log(f"per-step rep {rep + 1}/{reps} {s.key}: {r['us_per_step']:,.0f} µs/step")
-            except (Failed, Unavailable, subprocess.TimeoutExpired, OSError) as exc:
+                r = _run_system(s, systems, n, False)
+            except _FAILURES as exc:
                 s.error = str(exc)
                 log(f"per-step {s.key}: FAILED {exc}")
-    if count and shutil.which("strace"):
-        for s in systems:
-            if s.error:
                 continue
-            k = s.n or n
-            _only_server_of(s, systems)
+            s.samples.append(r)
+            log(f"per-step rep {rep + 1}/{reps} {s.key}: {r['us_per_step']:,.0f} µs/step")
+    if count and shutil.which("strace"):
+        for s in [s for s in systems if not s.error]:
             try:
-                r = s.run(k, True)
-                r["n_steps"] = k
-                s.count = r
-                log(f"fsync count {s.key}: {r.get('fsyncs')} for {k} steps")
-            except (Failed, Unavailable, subprocess.TimeoutExpired, OSError) as exc:
+                r = _run_system(s, systems, n, True)
+            except _FAILURES as exc:
                 log(f"fsync count {s.key}: failed {exc}")
+                continue
+            r["n_steps"] = s.n or n
+            s.count = r
+            log(f"fsync count {s.key}: {r.get('fsyncs')} for {r['n_steps']} steps")
 
 
 def ratio_samples(a: System, b: System) -> list[float]:

@@ -594,41 +594,37 @@ def langgraph_steps(
     }
 
 
-@workload
-def langgraph_resume_build(url: str, steps: int, stamps: str) -> dict[str, Any]:
+def _lg_config(thread: str) -> dict[str, Any]:
+    return {"recursion_limit": 10**9, "configurable": {"thread_id": thread}}
+
+
+def _stamp_and_die_at(steps: int, stamps: str) -> Callable[[int], None]:
+    """A node hook that stamps the time and SIGKILLs this process as step ``steps`` starts."""
+
     def on_step(i: int) -> None:
         if i == steps:
             stamp(stamps)
             os.kill(os.getpid(), signal.SIGKILL)
 
+    return on_step
+
+
+@workload
+def langgraph_resume_build(url: str, steps: int, stamps: str) -> dict[str, Any]:
     with _lg_saver(url) as saver:
-        graph = _lg_graph(saver, on_step)
-        graph.invoke(
-            {"i": 0, "n": 10**9},
-            {"recursion_limit": 10**9, "configurable": {"thread_id": "resume"}},
-            durability="sync",
-        )
+        graph = _lg_graph(saver, _stamp_and_die_at(steps, stamps))
+        graph.invoke({"i": 0, "n": 10**9}, _lg_config("resume"), durability="sync")
     raise RuntimeError("not killed")
 
 
 @workload
 def langgraph_resume(url: str, steps: int, stamps: str) -> dict[str, Any]:
     """Resume = ``graph.invoke(None, config)``: continue the thread from its latest checkpoint."""
-
-    def on_step(i: int) -> None:
-        if i == steps:
-            stamp(stamps)
-            os.kill(os.getpid(), signal.SIGKILL)
-
     with _lg_saver(url) as saver:
-        graph = _lg_graph(saver, on_step)
+        graph = _lg_graph(saver, _stamp_and_die_at(steps, stamps))
         t_call = time.time()
         print(f"CALL {t_call!r}", flush=True)
-        graph.invoke(
-            None,
-            {"recursion_limit": 10**9, "configurable": {"thread_id": "resume"}},
-            durability="sync",
-        )
+        graph.invoke(None, _lg_config("resume"), durability="sync")
     raise RuntimeError("not killed")
 
 
@@ -645,18 +641,14 @@ def langgraph_kill(url: str, acks: str, durability: str = "default") -> dict[str
         graph = _lg_graph(saver, on_step)
         print("READY", flush=True)
         kw: dict[str, Any] = {} if durability == "default" else {"durability": durability}
-        graph.invoke(
-            {"i": 0, "n": 10**9},
-            {"recursion_limit": 10**9, "configurable": {"thread_id": "kill"}},
-            **kw,
-        )
+        graph.invoke({"i": 0, "n": 10**9}, _lg_config("kill"), **kw)
     return {}
 
 
 @workload
 def langgraph_kill_count(url: str) -> dict[str, Any]:
     with _lg_saver(url) as saver:
-        tup = saver.get_tuple({"configurable": {"thread_id": "kill"}})
+        tup = saver.get_tuple(_lg_config("kill"))
     i = 0 if tup is None else int(tup.checkpoint["channel_values"].get("i", 0))
     return {"recorded": list(range(i))}
 
