@@ -33,7 +33,8 @@ def _postgres_url(url: str) -> str:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute((PG_MIGRATIONS / "0001_initial.sql").read_text())
         conn.execute(
-            "CREATE TABLE torpor_schema (version integer PRIMARY KEY, applied_at_ms bigint NOT NULL)"
+            "CREATE TABLE torpor_schema "
+            "(version integer PRIMARY KEY, applied_at_ms bigint NOT NULL)"
         )
         for table, data in dump.items():
             cols = ", ".join(data["columns"])
