@@ -20,7 +20,7 @@ import typer
 
 import torpor
 from torpor.cli import app
-from torpor.events import RunStarted
+from torpor.history import RunStarted
 from torpor.store import new_owner_id
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """The event model and its pure fold (guarantee G4), proven over random histories.
 
-A small state machine (:class:`Model`, independent of :mod:`torpor.events`) generates *valid*
+A small state machine (:class:`Model`, independent of :mod:`torpor.history`) generates *valid*
 run histories: lease changes, steps started / completed / failed / retried, effects intended /
 observed / reconciled / failed, artifacts, approvals requested / decided / revoked / consumed,
 waits on signals, timers and approvals, user checkpoints, verifications, warnings, outcomes that
@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from torpor.errors import TransitionError
-from torpor.events import (
+from torpor.history import (
     EVENT_TYPES,
     REOPENABLE,
     ApprovalConsumed,
@@ -46,6 +46,7 @@ from torpor.events import (
     LeaseAcquired,
     ModelCalled,
     Outcome,
+    Payload,
     PlannedStep,
     PlanRecorded,
     Policy,
@@ -65,7 +66,6 @@ from torpor.events import (
     WaitCompleted,
     WaitStarted,
     WarningRecorded,
-    _Payload,
     apply,
     checkpoint_answers,
     fold,
@@ -144,20 +144,20 @@ class Model:
 
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
-Action = Callable[[Draw, Model], list[_Payload]]
+Action = Callable[[Draw, Model], list[Payload]]
 
 
-def a_lease(draw: Draw, m: Model) -> list[_Payload]:
+def a_lease(draw: Draw, m: Model) -> list[Payload]:
     m.epoch += draw(st.integers(1, 3))
     return [LeaseAcquired(owner=m.fresh("worker-"), epoch=m.epoch)]
 
 
-def a_version(draw: Draw, m: Model) -> list[_Payload]:
+def a_version(draw: Draw, m: Model) -> list[Payload]:
     old, m.version = m.version, m.fresh("v")
     return [VersionAccepted(from_version=old, to_version=m.version)]
 
 
-def a_step_new(draw: Draw, m: Model) -> list[_Payload]:
+def a_step_new(draw: Draw, m: Model) -> list[Payload]:
     sid = m.fresh("step-")
     policy = draw(st.sampled_from([*Policy, Policy.EFFECT]))
     ih = draw(hexes) if policy is Policy.COMPUTE else None
@@ -179,7 +179,7 @@ def retryable(m: Model) -> list[str]:
     return out
 
 
-def a_step_retry(draw: Draw, m: Model) -> list[_Payload]:
+def a_step_retry(draw: Draw, m: Model) -> list[Payload]:
     sid = draw(st.sampled_from(retryable(m)))
     v = m.steps[sid]
     if v["status"] == "completed":
@@ -199,7 +199,7 @@ def whole_retryable(m: Model) -> list[str]:
     ]
 
 
-def a_step_whole(draw: Draw, m: Model) -> list[_Payload]:
+def a_step_whole(draw: Draw, m: Model) -> list[Payload]:
     """A whole read/compute attempt in one step_completed: a new step or another attempt."""
     again = whole_retryable(m)
     if again and draw(st.booleans()):
@@ -230,7 +230,7 @@ def settleable(m: Model) -> list[str]:
     return [k for k in m.open_steps() if not m.in_doubt(k)]
 
 
-def a_step_complete(draw: Draw, m: Model) -> list[_Payload]:
+def a_step_complete(draw: Draw, m: Model) -> list[Payload]:
     sid = draw(st.sampled_from(settleable(m)))
     v = m.steps[sid]
     v["status"] = "completed"
@@ -239,13 +239,13 @@ def a_step_complete(draw: Draw, m: Model) -> list[_Payload]:
     ]
 
 
-def a_step_fail(draw: Draw, m: Model) -> list[_Payload]:
+def a_step_fail(draw: Draw, m: Model) -> list[Payload]:
     sid = draw(st.sampled_from(settleable(m)))
     m.steps[sid]["status"] = "failed"
-    return [StepFailed(step_id=sid, error=draw(st.text(max_size=8)), retryable=draw(st.booleans()))]
+    return [StepFailed(step_id=sid, error=draw(st.text(max_size=8)))]
 
 
-def a_effect_intend(draw: Draw, m: Model) -> list[_Payload]:
+def a_effect_intend(draw: Draw, m: Model) -> list[Payload]:
     sid = draw(st.sampled_from(m.open_steps(Policy.EFFECT)))
     again = [
         k for k, e in m.effects.items() if e["step"] == sid and e["status"] in ("absent", "failed")
@@ -265,14 +265,14 @@ def a_effect_intend(draw: Draw, m: Model) -> list[_Payload]:
     ]
 
 
-def a_effect_observe(draw: Draw, m: Model) -> list[_Payload]:
+def a_effect_observe(draw: Draw, m: Model) -> list[Payload]:
     key = draw(st.sampled_from([k for k, e in m.effects.items() if e["status"] == "intended"]))
     m.effects[key]["status"] = "observed"
     m.applied += 1
     return [EffectObserved(key=key, result=draw(json_values))]
 
 
-def a_effect_reconcile(draw: Draw, m: Model) -> list[_Payload]:
+def a_effect_reconcile(draw: Draw, m: Model) -> list[Payload]:
     key = draw(st.sampled_from(m.in_doubt()))
     e = m.effects[key]
     by = "engine" if e["status"] == "intended" and draw(st.booleans()) else "alice"
@@ -283,14 +283,14 @@ def a_effect_reconcile(draw: Draw, m: Model) -> list[_Payload]:
     return [EffectReconciled(key=key, verdict=verdict, by=by, result=draw(json_values))]
 
 
-def a_effect_fail(draw: Draw, m: Model) -> list[_Payload]:
+def a_effect_fail(draw: Draw, m: Model) -> list[Payload]:
     keys = [k for k, e in m.effects.items() if e["status"] == "intended"]
     key = draw(st.sampled_from(keys))
     m.effects[key]["status"] = "failed"
     return [EffectFailed(key=key, error="boom")]
 
 
-def a_artifact(draw: Draw, m: Model) -> list[_Payload]:
+def a_artifact(draw: Draw, m: Model) -> list[Payload]:
     name = draw(st.sampled_from(["patch", "report"]))
     m.artifacts[name] = m.artifacts.get(name, 0) + 1
     sha = draw(hexes)
@@ -302,7 +302,7 @@ def a_artifact(draw: Draw, m: Model) -> list[_Payload]:
     ]
 
 
-def a_approval_request(draw: Draw, m: Model) -> list[_Payload]:
+def a_approval_request(draw: Draw, m: Model) -> list[Payload]:
     aid = m.fresh("appr-")
     pool = st.sampled_from(m.hashes) | hexes if m.hashes else hexes
     hashes = draw(st.lists(pool, min_size=1, max_size=3, unique=True))
@@ -314,7 +314,7 @@ def in_status(m: Model, status: str) -> list[str]:
     return [k for k, a in m.approvals.items() if a["status"] == status]
 
 
-def a_approval_decide(draw: Draw, m: Model) -> list[_Payload]:
+def a_approval_decide(draw: Draw, m: Model) -> list[Payload]:
     aid = draw(st.sampled_from(in_status(m, "requested")))
     a = m.approvals[aid]
     decision = draw(st.sampled_from(["approve", "deny"]))
@@ -331,13 +331,13 @@ def a_approval_decide(draw: Draw, m: Model) -> list[_Payload]:
     ]
 
 
-def a_approval_revoke(draw: Draw, m: Model) -> list[_Payload]:
+def a_approval_revoke(draw: Draw, m: Model) -> list[Payload]:
     aid = draw(st.sampled_from(in_status(m, "approved")))
     m.approvals[aid]["status"] = "revoked"
     return [ApprovalRevoked(approval_id=aid, by="alice")]
 
 
-def a_approval_consume(draw: Draw, m: Model) -> list[_Payload]:
+def a_approval_consume(draw: Draw, m: Model) -> list[Payload]:
     aid = draw(st.sampled_from(in_status(m, "approved")))
     sid = draw(st.sampled_from(m.open_steps()))
     a = m.approvals[aid]
@@ -346,7 +346,7 @@ def a_approval_consume(draw: Draw, m: Model) -> list[_Payload]:
     return [ApprovalConsumed(approval_id=aid, step_id=sid, hashes=hashes)]
 
 
-def a_wait_start(draw: Draw, m: Model) -> list[_Payload]:
+def a_wait_start(draw: Draw, m: Model) -> list[Payload]:
     kinds = ["signal", "timer"] + (["approval"] if m.approvals else [])
     kind = draw(st.sampled_from(kinds))
     deadline = draw(st.none() | st.integers(0, 2**41))
@@ -362,7 +362,7 @@ def a_wait_start(draw: Draw, m: Model) -> list[_Payload]:
     return [WaitStarted(wait_id=m.wait["id"], kind=kind, name=name, deadline_ms=deadline)]
 
 
-def a_signal(draw: Draw, m: Model) -> list[_Payload]:
+def a_signal(draw: Draw, m: Model) -> list[Payload]:
     name = draw(st.sampled_from(SIGNALS))
     sig = m.fresh("sig-")
     m.signals.setdefault(name, []).append(sig)
@@ -385,7 +385,7 @@ def wait_endings(m: Model) -> list[str]:
     return out
 
 
-def a_wait_complete(draw: Draw, m: Model) -> list[_Payload]:
+def a_wait_complete(draw: Draw, m: Model) -> list[Payload]:
     assert m.wait is not None
     via = draw(st.sampled_from(wait_endings(m)))
     sig = None
@@ -397,24 +397,24 @@ def a_wait_complete(draw: Draw, m: Model) -> list[_Payload]:
     return [WaitCompleted(wait_id=wid, via=via, signal_id=sig)]
 
 
-def a_checkpoint(draw: Draw, m: Model) -> list[_Payload]:
+def a_checkpoint(draw: Draw, m: Model) -> list[Payload]:
     counters = draw(st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 9)))
     return [CheckpointSaved(state=draw(json_values), counters=counters)]
 
 
-def a_verify(draw: Draw, m: Model) -> list[_Payload]:
+def a_verify(draw: Draw, m: Model) -> list[Payload]:
     name = draw(st.sampled_from([*m.criteria, "extra"]))
     passed = draw(st.booleans())
     m.verifications[name] = passed
     return [VerificationRecorded(name=name, passed=passed, detail=draw(json_values))]
 
 
-def a_warn(draw: Draw, m: Model) -> list[_Payload]:
+def a_warn(draw: Draw, m: Model) -> list[Payload]:
     m.warnings += 1
     return [WarningRecorded(message=draw(st.text(max_size=8)))]
 
 
-def a_cancel(draw: Draw, m: Model) -> list[_Payload]:
+def a_cancel(draw: Draw, m: Model) -> list[Payload]:
     return [CancelRequested(by="bob")]
 
 
@@ -431,7 +431,7 @@ def legal_outcomes(m: Model) -> list[Outcome]:
     return out
 
 
-def a_finish(draw: Draw, m: Model) -> list[_Payload]:
+def a_finish(draw: Draw, m: Model) -> list[Payload]:
     m.outcome = draw(st.sampled_from(legal_outcomes(m)))
     m.wait = None
     if m.outcome not in REOPENABLE:  # calls never run end with the run
@@ -441,7 +441,7 @@ def a_finish(draw: Draw, m: Model) -> list[_Payload]:
     return [RunFinished(outcome=m.outcome, reason="r", result=draw(json_values))]
 
 
-def a_reopen(draw: Draw, m: Model) -> list[_Payload]:
+def a_reopen(draw: Draw, m: Model) -> list[Payload]:
     m.outcome = None
     return [RunReopened(by="alice", reason="settled")]
 
@@ -449,7 +449,7 @@ def a_reopen(draw: Draw, m: Model) -> list[_Payload]:
 TOOLS = ["fetch", "write"]
 
 
-def a_plan(draw: Draw, m: Model) -> list[_Payload]:
+def a_plan(draw: Draw, m: Model) -> list[Payload]:
     """A plan version: new steps, succeeded ones kept as they are, failed ones planned again;
     each step depends only on earlier steps of the list or on succeeded ones."""
     m.plan_version += 1
@@ -482,7 +482,7 @@ def settleable_calls(m: Model) -> list[str]:
     return [k for k, v in m.plan.items() if v["status"] == "pending"]
 
 
-def a_settle(draw: Draw, m: Model) -> list[_Payload]:
+def a_settle(draw: Draw, m: Model) -> list[Payload]:
     cid = draw(st.sampled_from(settleable_calls(m)))
     v = m.plan[cid]
     ok = all(m.plan[d]["status"] == "succeeded" for d in v["deps"])
@@ -499,7 +499,7 @@ def a_settle(draw: Draw, m: Model) -> list[_Payload]:
     ]
 
 
-def a_model_called(draw: Draw, m: Model) -> list[_Payload]:
+def a_model_called(draw: Draw, m: Model) -> list[Payload]:
     sid = draw(st.sampled_from(m.open_steps(Policy.READ)))
     return [
         ModelCalled(
@@ -513,7 +513,7 @@ def a_model_called(draw: Draw, m: Model) -> list[_Payload]:
     ]
 
 
-def a_budget(draw: Draw, m: Model) -> list[_Payload]:
+def a_budget(draw: Draw, m: Model) -> list[Payload]:
     limits = {
         "tokens": draw(st.none() | st.integers(1, 10**7)),
         "cost_usd": draw(st.none() | st.floats(0.01, 100)),
@@ -590,7 +590,7 @@ WEIGHTS = {
 }
 
 
-def to_events(payloads: list[_Payload], run_id: str = RUN) -> list[Event]:
+def to_events(payloads: list[Payload], run_id: str = RUN) -> list[Event]:
     return [
         Event(run_id=run_id, seq=i, type=type_of(p), payload=p, at_ms=1000 + i, epoch=0)
         for i, p in enumerate(payloads, start=1)
@@ -601,7 +601,7 @@ def to_events(payloads: list[_Payload], run_id: str = RUN) -> list[Event]:
 def histories(draw: Draw, max_len: int = 45) -> list[Event]:
     """A valid history: run_started, then actions the model allows."""
     m = Model(criteria=draw(st.lists(st.sampled_from(CRITERIA), unique=True, max_size=2)))
-    payloads: list[_Payload] = [
+    payloads: list[Payload] = [
         RunStarted(
             workflow="wf", version="1", input=draw(json_values), criteria=m.criteria, goal="g"
         )
@@ -625,7 +625,7 @@ def impossible(s: RunState) -> list[tuple[str, Event]]:
     out: list[tuple[str, Event]] = []
 
     def add(
-        label: str, p: _Payload, *, seq: int = nxt, run_id: str = s.run_id, etype: str = ""
+        label: str, p: Payload, *, seq: int = nxt, run_id: str = s.run_id, etype: str = ""
     ) -> None:
         out.append(
             (
@@ -1151,7 +1151,7 @@ def test_the_generator_reaches_every_event_type() -> None:
 # --------------------------------------------------------------------------- unit tests
 
 
-def ev(s: RunState, p: _Payload) -> RunState:
+def ev(s: RunState, p: Payload) -> RunState:
     return apply(
         s, Event(run_id=s.run_id, seq=s.seq + 1, type=type_of(p), payload=p, at_ms=0, epoch=0)
     )

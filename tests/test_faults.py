@@ -19,7 +19,7 @@ import pytest
 
 import torpor
 from torpor import faults
-from torpor.events import fold
+from torpor.history import fold
 from torpor.testing import FakeClock
 
 

@@ -33,7 +33,7 @@ import torpor
 from runtime_kit import Lab
 from torpor import faults
 from torpor.errors import RunFinishedError
-from torpor.events import fold
+from torpor.history import fold
 from torpor.testing import Target, assert_effects, effect_counts, explore, step_runs
 
 #: Read at import: the autouse fixture clears TORPOR_* variables before each test runs.

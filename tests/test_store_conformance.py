@@ -11,7 +11,7 @@ import pytest
 
 import torpor
 from torpor.errors import LeaseHeldError, LeaseLostError, RunNotFoundError, SchemaVersionError
-from torpor.events import Event, RunStarted, RunState, StepCompleted, StepStarted, apply, fold
+from torpor.history import Event, RunStarted, RunState, StepCompleted, StepStarted, apply, fold
 from torpor.store import SQLStore, open_store
 from torpor.store.base import InboxPending
 
@@ -29,7 +29,7 @@ def _start(store: SQLStore, run_id: str = "r1") -> RunState:
 
 
 def _ev(state: RunState, payload: Any, epoch: int) -> Event:
-    from torpor.events import type_of
+    from torpor.history import type_of
 
     return Event(
         run_id=state.run_id,
@@ -348,7 +348,7 @@ def test_the_run_row_follows_the_state_through_steady_appends(store: SQLStore) -
     """Plain steps of a running run leave the row's status columns alone (the steady short
     path); every append that changes them writes them: the row always says what the folded
     state says, through waits, a wake time, a version change and the outcome."""
-    from torpor.events import (
+    from torpor.history import (
         LeaseAcquired,
         Outcome,
         RunFinished,

@@ -34,13 +34,14 @@ from torpor.errors import (
     StoreError,
     TransitionError,
 )
-from torpor.events import (
+from torpor.history import (
     EVENT_SCHEMA_VERSION,
     CheckpointSaved,
     EffectIntended,
     EffectObserved,
     Event,
     LeaseAcquired,
+    Payload,
     Policy,
     RunStarted,
     RunState,
@@ -48,7 +49,6 @@ from torpor.events import (
     StepStarted,
     WaitStarted,
     WarningRecorded,
-    _Payload,
     apply,
     fold,
     type_of,
@@ -104,7 +104,7 @@ class Writer:
     def __init__(self, store: SQLStore, lease: Lease, state: RunState):
         self.store, self.lease, self.state = store, lease, state
 
-    def events(self, *payloads: _Payload) -> tuple[list[Event], RunState]:
+    def events(self, *payloads: Payload) -> tuple[list[Event], RunState]:
         st = self.state.model_copy(deep=True)
         out = []
         for p in payloads:
@@ -120,7 +120,7 @@ class Writer:
             out.append(e)
         return out, st
 
-    def write(self, *payloads: _Payload, **kw: Any) -> list[Event]:
+    def write(self, *payloads: Payload, **kw: Any) -> list[Event]:
         evs, st = self.events(*payloads)
         self.store.append(self.lease, evs, st, **kw)
         self.state = st
@@ -389,7 +389,7 @@ def test_acquire_after_the_holder_was_killed_succeeds_at_once(db: Path, reaped: 
 RACER = r"""
 import json, random, sys, time
 from torpor.errors import LeaseHeldError, LeaseLostError
-from torpor.events import Event, LeaseAcquired, WarningRecorded, apply, type_of
+from torpor.history import Event, LeaseAcquired, WarningRecorded, apply, type_of
 from torpor.store.base import new_owner_id
 from torpor.store.sqlite import open_sqlite
 
@@ -512,7 +512,7 @@ def test_checkpoint_at_boundaries_and_at_least_every_n_events(store: SQLStore) -
     ],
     ids=lambda ps: ps[-1].__class__.__name__,
 )
-def test_boundary_events_write_the_checkpoint(store: SQLStore, payloads: list[_Payload]) -> None:
+def test_boundary_events_write_the_checkpoint(store: SQLStore, payloads: list[Payload]) -> None:
     assert type_of(payloads[-1]) in CHECKPOINT_EVENTS
     w = new_run(store)
     w.write(WarningRecorded(message="before"))

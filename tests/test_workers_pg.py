@@ -583,7 +583,7 @@ def test_worker_claims_only_what_it_can_run_and_backs_off(store_url: str, runtim
     """A run of an unknown workflow or of a version this code cannot continue is never
     claimed (so it cannot starve the worker, and a worker that has the code can take it); a
     run failing without an outcome is backed off instead of retried in a hot loop."""
-    from torpor.events import RunStarted
+    from torpor.history import RunStarted
     from torpor.worker import Worker
 
     rt = runtime_for(store_url)

@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 import torpor
-from torpor.events import Event
+from torpor.history import Event
 
 from . import codemod, smtp
 from .planner import MODEL_PLANNER, PLANNERS

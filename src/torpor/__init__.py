@@ -52,7 +52,7 @@ from .errors import (
     TransitionError,
     VersionMismatchError,
 )
-from .events import ArtifactRef, Budget, Event, Outcome, Policy, RunState, RunStatus
+from .history import ArtifactRef, Budget, Event, Outcome, Policy, RunState, RunStatus
 from .run import (
     Absent,
     Applied,

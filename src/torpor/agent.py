@@ -53,16 +53,16 @@ from .errors import (
     RunInterrupt,
     TorporError,
 )
-from .events import (
+from .history import (
     Budget,
     BudgetSet,
+    Payload,
     PlannedStep,
     PlanRecorded,
     Policy,
     StepCompleted,
     StepStarted,
     ToolCallSettled,
-    _Payload,
 )
 from .models.base import Message, Model, ModelResponse, ToolCall, ToolSpec
 from .models.record import call_model
@@ -487,7 +487,7 @@ class AgentContext:
     def _record(
         self,
         name: str,
-        payloads: list[_Payload],
+        payloads: list[Payload],
         result: Any,
         purpose: str,
         *,
@@ -598,7 +598,7 @@ class AgentContext:
             for k, v in self.agent.budget.model_dump().items()
             if v is not None and getattr(self.run.state.budget, k) is None
         }
-        payloads: list[_Payload] = [BudgetSet(**want, by="agent", reason="the agent's limits")]
+        payloads: list[Payload] = [BudgetSet(**want, by="agent", reason="the agent's limits")]
         self._record("budget", payloads if want else [], want, "the agent's budget")
 
     def _loop(self) -> None:

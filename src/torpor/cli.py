@@ -41,7 +41,7 @@ from . import __version__
 from .client import Client
 from .config import Settings
 from .errors import LeaseHeldError, TorporError
-from .events import Event, Outcome, RunStatus
+from .history import Event, Outcome, RunStatus
 from .runtime import RunResult, Runtime
 from .store.base import owner_is_dead
 from .workflows import import_modules

@@ -10,22 +10,25 @@ requested, revoking one already consumed).
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from . import serde, signing
 from .artifacts import ArtifactStore
 from .config import Settings
 from .errors import InboxError, RunFinishedError, TorporError
-from .events import (
+from .history import (
     REOPENABLE,
     ArtifactRef,
+    EffectView,
     Event,
     Outcome,
     RunState,
     RunStatus,
+    StepView,
     Verdict,
     checkpoint_answers,
+    effect_views,
+    step_views,
 )
 from .store import SQLStore, open_store
 from .store.base import InboxMessage, RunRecord
@@ -33,25 +36,6 @@ from .store.base import InboxMessage, RunRecord
 
 class ArtifactNotFoundError(TorporError):
     """No artifact of the run matches the name or hash asked for."""
-
-
-@dataclass(frozen=True)
-class StepView:
-    step_id: str
-    policy: str
-    status: str
-    attempts: int
-    purpose: str
-
-
-@dataclass(frozen=True)
-class EffectView:
-    key: str
-    step_id: str
-    operation: str
-    status: str
-    attempt: int
-    reason: str
 
 
 class Client:
@@ -96,51 +80,11 @@ class Client:
 
     def steps(self, run_id: str) -> list[StepView]:
         """Every step with its latest status and number of attempts (reads the history)."""
-        out: dict[str, dict[str, Any]] = {}
-        for ev in self.store.iter_events(run_id):
-            p: Any = ev.payload
-            if ev.type == "step_started":
-                d = out.setdefault(
-                    p.step_id, {"policy": p.policy.value, "attempts": 0, "purpose": p.purpose}
-                )
-                d["attempts"] += 1
-                d["status"] = "started"
-            elif ev.type == "step_completed" and p.attempt:  # a whole read/compute attempt
-                d = out.setdefault(
-                    p.step_id, {"policy": p.policy.value, "attempts": 0, "purpose": p.purpose}
-                )
-                d["attempts"] += 1
-                d["status"] = "completed"
-            elif ev.type in ("step_completed", "step_failed"):
-                d = out.setdefault(p.step_id, {"policy": "?", "attempts": 1, "purpose": ""})
-                d["status"] = "completed" if ev.type == "step_completed" else "failed"
-        return [
-            StepView(k, v["policy"], v["status"], v["attempts"], v["purpose"])
-            for k, v in out.items()
-        ]
+        return step_views(self.store.iter_events(run_id))
 
     def effects(self, run_id: str) -> list[EffectView]:
         """Every effect with its latest status (reads the history)."""
-        out: dict[str, dict[str, Any]] = {}
-        for ev in self.store.iter_events(run_id):
-            p: Any = ev.payload
-            if ev.type == "effect_intended":
-                out[p.key] = {
-                    "step_id": p.step_id,
-                    "operation": p.operation,
-                    "status": "intended",
-                    "attempt": p.attempt,
-                    "reason": "",
-                }
-            elif ev.type == "effect_observed" and p.key in out:
-                out[p.key]["status"] = "observed"
-            elif ev.type == "effect_reconciled" and p.key in out:
-                out[p.key]["status"] = p.verdict.value
-                out[p.key]["reason"] = p.reason + (f" (by {p.by})" if p.by != "engine" else "")
-            elif ev.type == "effect_failed" and p.key in out:
-                out[p.key]["status"] = "failed"
-                out[p.key]["reason"] = p.error
-        return [EffectView(k, **v) for k, v in out.items()]
+        return effect_views(self.store.iter_events(run_id))
 
     def inbox(self, run_id: str) -> list[InboxMessage]:
         """Messages (signals, decisions, cancels, resolutions) the run has not applied yet."""

@@ -34,7 +34,7 @@ from .errors import (
     Suspended,
     TorporError,
 )
-from .events import (
+from .history import (
     ApprovalConsumed,
     ApprovalRequested,
     ArtifactCreated,
@@ -46,6 +46,7 @@ from .events import (
     EffectReconciled,
     Event,
     Outcome,
+    Payload,
     Policy,
     RunState,
     StepCompleted,
@@ -56,7 +57,6 @@ from .events import (
     WaitCompleted,
     WaitStarted,
     WarningRecorded,
-    _Payload,
 )
 from .store.base import Completion, InboxPending
 
@@ -225,7 +225,7 @@ class Run:
         self._asked = sid
         return sid
 
-    def _append(self, *payloads: _Payload, **kw: Any) -> list[Event]:
+    def _append(self, *payloads: Payload, **kw: Any) -> list[Event]:
         ex = self._ex
         # The first new write of this execution: has the replay caught up with the history?
         # (A compute step rerun for a changed input is no new step: its id is recorded.)
@@ -572,7 +572,7 @@ class Run:
             raise NonDeterminismError(f"effect {key!r} applied but its step {sid!r} has no result")
         if info is not None:
             attempt = info.attempt + 1
-        payloads: list[_Payload] = []
+        payloads: list[Payload] = []
         if self.state.steps.get(sid) is None or self.state.steps[sid].status != "started":
             payloads.append(
                 StepStarted(
@@ -753,7 +753,7 @@ class Run:
                 deadline = (
                     self._ex.now_ms() + int(timeout.total_seconds() * 1000) if timeout else None
                 )
-                payloads: list[_Payload] = [
+                payloads: list[Payload] = [
                     StepStarted(step_id=wid, policy=Policy.DECISION, purpose=summary or name),
                     ApprovalRequested(
                         approval_id=aid, name=name, hashes=hashes, step_id=wid, summary=summary

@@ -37,7 +37,7 @@ from .errors import (
     UnknownWorkflowError,
     VersionMismatchError,
 )
-from .events import (
+from .history import (
     ApprovalDecided,
     ApprovalRevoked,
     BudgetSet,
@@ -46,6 +46,7 @@ from .events import (
     Event,
     LeaseAcquired,
     Outcome,
+    Payload,
     Policy,
     RunFinished,
     RunReopened,
@@ -57,7 +58,6 @@ from .events import (
     Verdict,
     VersionAccepted,
     WarningRecorded,
-    _Payload,
     apply,
     starts_step,
     type_of,
@@ -163,7 +163,7 @@ class Execution:
 
     def append(
         self,
-        payloads: list[_Payload],
+        payloads: list[Payload],
         *,
         wake_at_ms: int | None = None,
         guard_inbox: bool = False,
@@ -282,7 +282,7 @@ class Execution:
         msgs = self.store.pending_inbox(self.state.run_id)
         if not msgs:
             return
-        payloads: list[_Payload] = []
+        payloads: list[Payload] = []
         consumed: list[tuple[str, int]] = []
         trial = self.state.model_copy(deep=True)
         for m in msgs:
@@ -334,7 +334,7 @@ class Execution:
         if payloads:
             self.append(payloads, consumed=consumed)
 
-    def _convert(self, m: InboxMessage, state: RunState) -> list[_Payload]:
+    def _convert(self, m: InboxMessage, state: RunState) -> list[Payload]:
         b = m.body
         if m.kind == "signal":
             return [
@@ -347,7 +347,7 @@ class Execution:
         if m.kind == "cancel":
             return [CancelRequested(**b)]
         if m.kind == "resolve":
-            out: list[_Payload] = []
+            out: list[Payload] = []
             if state.status is RunStatus.FINISHED:
                 out.append(RunReopened(by=b["by"], reason=f"effect {b['key']} resolved"))
             verdict = Verdict(b["verdict"])
@@ -372,7 +372,7 @@ class Execution:
         if m.kind == "reopen":
             # A person reopens a blocked run, optionally with new budget limits (which a
             # running run also takes, without reopening).
-            reopen: list[_Payload] = []
+            reopen: list[Payload] = []
             if state.status is RunStatus.FINISHED or not b.get("budget"):
                 reopen.append(RunReopened(by=b["by"], reason=b.get("reason", "")))
             if b.get("budget"):
@@ -491,7 +491,7 @@ class Execution:
             "around the new code. Nothing was recorded."
         )
 
-    def gate_new_write(self, asked: str | None) -> list[_Payload]:
+    def gate_new_write(self, asked: str | None) -> list[Payload]:
         """Before the code's first new write in this execution: refuse it while recorded steps
         lie ahead (NonDeterminismError, nothing written), else return what must go first (the
         version change)."""
@@ -514,8 +514,7 @@ class Execution:
         except serde.NotSerializable as exc:
             return self.finish(Outcome.FAILED, f"workflow result is not serializable: {exc}")
         s = self.state
-        missing = [c for c in s.criteria if c not in s.verifications]
-        failing = [c for c in s.criteria if c in s.verifications and not s.verifications[c].passed]
+        missing, failing = s.unmet_criteria()
         if missing or failing:
             parts = []
             if failing:

@@ -36,7 +36,7 @@ import tenacity
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from .errors import TorporError
-from .events import Policy
+from .history import Policy
 from .models.base import ToolSpec
 from .run import EffectCall, EffectNotApplied, Reconciliation
 

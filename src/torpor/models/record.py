@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from .. import faults, serde
 from ..errors import NonDeterminismError
-from ..events import ModelCalled, Policy, StepCompleted, StepStarted
+from ..history import ModelCalled, Policy, StepCompleted, StepStarted
 from ..run import Run
 from .base import Message, Model, ModelResponse, ToolSpec
 

@@ -39,13 +39,13 @@ from ..errors import (
     StoreError,
     TransitionError,
 )
-from ..events import (
+from ..history import (
     EVENT_SCHEMA_VERSION,
     EVENT_TYPES,
     Event,
+    Payload,
     RunStarted,
     RunState,
-    _Payload,
     apply,
     starts_step,
 )
@@ -57,7 +57,7 @@ _REQUIRED = object()
 _FIELD_PLANS: dict[type, tuple[tuple[str, Any], ...]] = {}
 
 
-def _field_plan(model: type[_Payload]) -> tuple[tuple[str, Any], ...]:
+def _field_plan(model: type[Payload]) -> tuple[tuple[str, Any], ...]:
     """``(field name, default)`` of a payload model, in declaration order (cached)."""
     plan = _FIELD_PLANS.get(model)
     if plan is None:
@@ -809,7 +809,7 @@ class SQLStore:
     def _check_batch(lease: Lease, events: Sequence[Event], state: RunState) -> None:
         """Cheap checks that ``events`` are what the caller folded into ``state``: this run,
         dense seqs ending at ``state.seq``, written under the lease's epoch. (The transitions
-        themselves were checked by :func:`~torpor.events.apply` when the caller folded them;
+        themselves were checked by :func:`~torpor.history.apply` when the caller folded them;
         the store adds what the compact state cannot know, see :meth:`_refuse_rerun`.)"""
         first = events[0].seq
         for i, e in enumerate(events):

@@ -15,7 +15,7 @@ Given a registered workflow (its name and the module that registers it) and an i
 3. **invariants** of every case, against the baseline:
 
    - the run finished with the baseline's outcome and result (minus ``ignore_result_keys``);
-   - its history folds (:func:`torpor.events.fold`) and loads;
+   - its history folds (:func:`torpor.history.fold`) and loads;
    - every effect key was performed at most once — and exactly once when the run succeeded —
      both by torpor's record and by the effect's own **ledger** (a callable you supply that
      counts what the outside world received per idempotency key);
@@ -55,7 +55,7 @@ from typing import Any
 import torpor
 
 from .. import faults
-from ..events import Event, fold
+from ..history import Event, fold
 
 #: ``ledger(world, run_id) -> {idempotency key: times the outside world received it}``.
 Ledger = Callable[[Path, str], Mapping[str, int]]

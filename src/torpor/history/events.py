@@ -1,0 +1,424 @@
+"""Event payloads: what a run's append-only history is made of (DESIGN.md §1, event).
+
+Pure data, no I/O. Each event type is a frozen pydantic model (:class:`Payload`) named in
+:data:`EVENT_TYPES`; an :class:`Event` is one history entry: ``(run_id, seq, type, payload,
+at_ms, epoch)``. The rules that say which event may follow which live in :mod:`.fold`.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SHA256_RE = re.compile(r"[0-9a-f]{64}")
+
+#: Version of the event payload schema. A stored event with a higher version is refused.
+#: 2: ``step_completed`` may record a whole read/compute step attempt (``attempt`` >= 1).
+EVENT_SCHEMA_VERSION = 2
+
+
+class Policy(StrEnum):
+    """Recovery policy of a step (DESIGN.md §1)."""
+
+    #: Safe to repeat: re-executed on resume if it did not complete.
+    READ = "read"
+    #: Deterministic: the recorded result is reused while its input hash is unchanged.
+    COMPUTE = "compute"
+    #: Changes the outside world: idempotency key, intent before the call, reconcile on recovery.
+    EFFECT = "effect"
+    #: A person's decision, bound to the content decided on.
+    DECISION = "decision"
+
+
+class Outcome(StrEnum):
+    """Terminal state of a run (DESIGN.md §1)."""
+
+    SUCCEEDED = "succeeded"
+    SUCCEEDED_WITH_WARNINGS = "succeeded_with_warnings"
+    STOPPED_SAFE = "stopped_safe"
+    BLOCKED = "blocked"
+    UNRESOLVED = "unresolved"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+#: Outcomes a person can reopen (resolve the effect in doubt, raise the limit, re-approve).
+REOPENABLE = frozenset({Outcome.UNRESOLVED, Outcome.BLOCKED})
+
+
+class RunStatus(StrEnum):
+    """Where a run is in its life. ``finished`` runs carry an :class:`Outcome`."""
+
+    PENDING = "pending"  # created or woken, runnable
+    RUNNING = "running"  # has executed under a lease (may have crashed since)
+    WAITING = "waiting"  # durable wait: holds no lease, no process
+    FINISHED = "finished"
+
+
+class Verdict(StrEnum):
+    """What reconciling an intended-but-unobserved effect found (DESIGN.md §1, effect)."""
+
+    APPLIED = "applied"
+    ABSENT = "absent"
+    UNKNOWN = "unknown"
+
+
+# --------------------------------------------------------------------------- payloads
+
+
+class Payload(BaseModel):
+    """Base of every event payload: frozen, and strict about fields (an unknown field in a
+    stored row is a corrupt record, not something to drop silently)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunStarted(Payload):
+    workflow: str
+    version: str
+    input: Any = None
+    criteria: list[str] = Field(default_factory=list)
+    goal: str = ""
+    #: The module that defines the workflow, imported on resume if the name is not registered.
+    module: str = ""
+
+
+class LeaseAcquired(Payload):
+    owner: str
+    epoch: int
+
+
+class VersionAccepted(Payload):
+    from_version: str
+    to_version: str
+
+
+class StepStarted(Payload):
+    step_id: str
+    policy: Policy
+    attempt: int = 1
+    input_hash: str | None = None
+    purpose: str = ""
+
+
+class StepCompleted(Payload):
+    """A step's result.
+
+    ``attempt`` 0 closes the step's open attempt (recorded by ``step_started``). ``attempt``
+    N >= 1 records a whole attempt N of a ``read`` or ``compute`` step, started and completed
+    in this one event (then ``purpose`` is the step's purpose): such a step does nothing outside
+    the process that a record of its start could help recover, so the engine writes its start
+    and end together, and one event halves what each plain step costs to fold, encode, store
+    and index. Effects, decisions and waits keep their ``step_started``: their start is itself a
+    fact recovery needs.
+    """
+
+    step_id: str
+    result: Any = None
+    policy: Policy | None = None
+    input_hash: str | None = None
+    attempt: int = 0
+    purpose: str = ""
+
+
+class StepFailed(Payload):
+    step_id: str
+    error: str
+
+
+class EffectIntended(Payload):
+    step_id: str
+    key: str
+    operation: str
+    attempt: int = 1
+    approval_id: str | None = None
+
+
+class EffectObserved(Payload):
+    key: str
+    result: Any = None
+
+
+class EffectReconciled(Payload):
+    key: str
+    verdict: Verdict
+    result: Any = None
+    reason: str = ""
+    by: str = "engine"
+
+
+class EffectFailed(Payload):
+    """The effect call raised and reconcile confirmed nothing happened."""
+
+    key: str
+    error: str
+
+
+class ArtifactCreated(Payload):
+    name: str
+    sha256: str
+    version: int
+    size: int
+    media_type: str = "application/octet-stream"
+    step_id: str | None = None
+
+
+class ApprovalRequested(Payload):
+    approval_id: str
+    name: str
+    hashes: list[str]
+    step_id: str | None = None
+    summary: str = ""
+
+
+class ApprovalDecided(Payload):
+    approval_id: str
+    decision: Literal["approve", "deny"]
+    approver: str
+    hashes: list[str]
+    signature: str
+    comment: str = ""
+    decided_at_ms: int = 0
+
+
+class ApprovalRevoked(Payload):
+    approval_id: str
+    by: str
+    reason: str = ""
+
+
+class ApprovalConsumed(Payload):
+    approval_id: str
+    step_id: str
+    hashes: list[str]
+
+
+class WaitStarted(Payload):
+    wait_id: str
+    kind: Literal["signal", "timer", "approval", "resolution"]
+    name: str
+    deadline_ms: int | None = None
+    reason: str = ""
+
+
+class SignalReceived(Payload):
+    signal_id: str
+    name: str
+    payload: Any = None
+
+
+class WaitCompleted(Payload):
+    wait_id: str
+    via: Literal["signal", "timer", "decision", "deadline"]
+    signal_id: str | None = None
+    payload: Any = None
+
+
+class CheckpointSaved(Payload):
+    """A user checkpoint: ``run.checkpoint(state)``; resume restarts from it."""
+
+    state: Any = None
+    counters: dict[str, int] = Field(default_factory=dict)
+
+
+class VerificationRecorded(Payload):
+    name: str
+    passed: bool
+    detail: Any = None
+
+
+class WarningRecorded(Payload):
+    message: str
+    step_id: str | None = None
+
+
+class CancelRequested(Payload):
+    by: str = "user"
+    reason: str = ""
+
+
+class RunFinished(Payload):
+    outcome: Outcome
+    reason: str = ""
+    result: Any = None
+
+
+class RunReopened(Payload):
+    by: str
+    reason: str = ""
+
+
+# --- agents (issue 4): plans, tool-call outcomes, model calls, budgets
+
+
+class PlannedStep(Payload):
+    """One step of a plan: a call of ``tool`` with ``args`` (secrets redacted) after
+    ``depends_on`` succeeded. ``args_hash`` is the hash of the exact validated arguments."""
+
+    call_id: str = Field(min_length=1)
+    tool: str = Field(min_length=1)
+    args: Any = None
+    args_hash: str = ""
+    depends_on: list[str] = Field(default_factory=list)
+    why: str = ""
+
+
+class PlanRecorded(Payload):
+    """Plan version ``version`` (1, 2, …): replaces every step not yet settled; steps that
+    succeeded under an earlier version stay succeeded and may not be changed."""
+
+    version: int
+    planner: str
+    steps: list[PlannedStep] = Field(default_factory=list)
+    reason: str = ""
+
+
+#: How a planned tool call ended. ``succeeded``/``failed``: the tool ran; ``invalid``: its
+#: arguments were refused before anything ran; ``denied``: a person refused it; ``skipped``:
+#: never run (the run ended first).
+ToolOutcome = Literal["succeeded", "failed", "invalid", "denied", "skipped"]
+
+
+class ToolCallSettled(Payload):
+    """The recorded outcome of a planned tool call (never a dangling call)."""
+
+    call_id: str
+    outcome: ToolOutcome
+    observation: Any = None
+    #: The torpor step that executed it, if it ran.
+    executed_by: str | None = None
+
+
+class ModelCalled(Payload):
+    """A model call that returned, inside its (read) step: what the budget counts."""
+
+    step_id: str
+    model: str
+    prompt_hash: str
+    input_tokens: int = Field(ge=0)
+    output_tokens: int = Field(ge=0)
+    cost_usd: float | None = Field(default=None, ge=0)
+
+
+class BudgetSet(Payload):
+    """Limits for the run (``None`` leaves a limit as it is): set by the agent at its start,
+    raised (or lowered) by a person."""
+
+    tokens: int | None = Field(default=None, gt=0)
+    cost_usd: float | None = Field(default=None, gt=0)
+    steps: int | None = Field(default=None, gt=0)
+    wall_clock_s: float | None = Field(default=None, gt=0)
+    by: str = "agent"
+    reason: str = ""
+
+
+EVENT_TYPES: dict[str, type[Payload]] = {
+    "run_started": RunStarted,
+    "lease_acquired": LeaseAcquired,
+    "version_accepted": VersionAccepted,
+    "step_started": StepStarted,
+    "step_completed": StepCompleted,
+    "step_failed": StepFailed,
+    "effect_intended": EffectIntended,
+    "effect_observed": EffectObserved,
+    "effect_reconciled": EffectReconciled,
+    "effect_failed": EffectFailed,
+    "artifact_created": ArtifactCreated,
+    "approval_requested": ApprovalRequested,
+    "approval_decided": ApprovalDecided,
+    "approval_revoked": ApprovalRevoked,
+    "approval_consumed": ApprovalConsumed,
+    "wait_started": WaitStarted,
+    "signal_received": SignalReceived,
+    "wait_completed": WaitCompleted,
+    "checkpoint_saved": CheckpointSaved,
+    "verification_recorded": VerificationRecorded,
+    "warning_recorded": WarningRecorded,
+    "cancel_requested": CancelRequested,
+    "run_finished": RunFinished,
+    "run_reopened": RunReopened,
+    "plan_recorded": PlanRecorded,
+    "tool_call_settled": ToolCallSettled,
+    "model_called": ModelCalled,
+    "budget_set": BudgetSet,
+}
+_TYPE_OF: dict[type[Payload], str] = {v: k for k, v in EVENT_TYPES.items()}
+
+
+def type_of(payload: Payload) -> str:
+    """The event type name of a payload instance."""
+    return _TYPE_OF[type(payload)]
+
+
+class Event(BaseModel):
+    """One history entry. ``seq`` is dense per run starting at 1; ``at_ms`` is epoch ms."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    seq: int
+    type: str
+    payload: Payload
+    at_ms: int
+    epoch: int
+
+    @property
+    def step_id(self) -> str | None:
+        """The step this event belongs to, when it belongs to one (indexed in the store)."""
+        return getattr(self.payload, "step_id", None)
+
+
+def starts_step(event: Event) -> bool:
+    """Whether ``event`` starts an attempt of a step: a ``step_started``, or a whole read/compute
+    attempt recorded by one ``step_completed`` (see :class:`StepCompleted`). The store refuses
+    such an event for a step that already completed (a completed step never reruns)."""
+    p = event.payload
+    return p.__class__ is StepStarted or (p.__class__ is StepCompleted and p.attempt > 0)
+
+
+__all__ = [
+    "EVENT_SCHEMA_VERSION",
+    "EVENT_TYPES",
+    "REOPENABLE",
+    "SHA256_RE",
+    "ApprovalConsumed",
+    "ApprovalDecided",
+    "ApprovalRequested",
+    "ApprovalRevoked",
+    "ArtifactCreated",
+    "BudgetSet",
+    "CancelRequested",
+    "CheckpointSaved",
+    "EffectFailed",
+    "EffectIntended",
+    "EffectObserved",
+    "EffectReconciled",
+    "Event",
+    "LeaseAcquired",
+    "ModelCalled",
+    "Outcome",
+    "Payload",
+    "PlanRecorded",
+    "PlannedStep",
+    "Policy",
+    "RunFinished",
+    "RunReopened",
+    "RunStarted",
+    "RunStatus",
+    "SignalReceived",
+    "StepCompleted",
+    "StepFailed",
+    "StepStarted",
+    "ToolCallSettled",
+    "Verdict",
+    "VerificationRecorded",
+    "VersionAccepted",
+    "WaitCompleted",
+    "WaitStarted",
+    "WarningRecorded",
+    "starts_step",
+    "type_of",
+]

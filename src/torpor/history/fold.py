@@ -1,0 +1,607 @@
+"""The fold: ``events -> RunState``, and the only home of the transition rules (guarantee G4).
+
+No I/O happens here. :func:`apply` checks that an event is a possible transition *before*
+changing anything, and raises :class:`~torpor.errors.TransitionError` naming the run, the seq and
+the rule broken otherwise. The engine folds every event before it asks the store to append it,
+so impossible histories are never written; the store adds the two rules this compact state
+cannot see (a completed step never reruns, a performed effect key is never intended again),
+checked against its indexes at append time.
+
+Each rule is a function of ``(state, payload, event, refuse)`` registered for its payload type
+with ``@_on(PayloadType)``; it validates first and mutates only once nothing can be refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import TransitionError
+from .events import (
+    EVENT_TYPES,
+    REOPENABLE,
+    SHA256_RE,
+    ApprovalConsumed,
+    ApprovalDecided,
+    ApprovalRequested,
+    ApprovalRevoked,
+    ArtifactCreated,
+    BudgetSet,
+    CancelRequested,
+    CheckpointSaved,
+    EffectFailed,
+    EffectIntended,
+    EffectObserved,
+    EffectReconciled,
+    Event,
+    LeaseAcquired,
+    ModelCalled,
+    Outcome,
+    Payload,
+    PlanRecorded,
+    Policy,
+    RunFinished,
+    RunReopened,
+    RunStarted,
+    RunStatus,
+    SignalReceived,
+    StepCompleted,
+    StepFailed,
+    StepStarted,
+    ToolCallSettled,
+    Verdict,
+    VerificationRecorded,
+    VersionAccepted,
+    WaitCompleted,
+    WaitStarted,
+    WarningRecorded,
+)
+from .state import (
+    ApprovalInfo,
+    ArtifactRef,
+    Budget,
+    EffectInfo,
+    PendingSignal,
+    PlanStepInfo,
+    RunState,
+    StepInfo,
+    WaitInfo,
+)
+
+#: ``refuse(rule)``: the TransitionError naming the run, the seq, the event type and ``rule``.
+Refuse = Callable[[str], TransitionError]
+_Rule = Callable[[RunState, Any, Event, Refuse], None]
+_HANDLERS: dict[type[Payload], _Rule] = {}
+
+
+def _on(payload_type: type[Payload]) -> Callable[[_Rule], _Rule]:
+    """Register the rule of one payload type."""
+
+    def deco(fn: _Rule) -> _Rule:
+        _HANDLERS[payload_type] = fn
+        return fn
+
+    return deco
+
+
+def _refuse(state: RunState, seq: int, etype: str, rule: str) -> TransitionError:
+    return TransitionError(state.run_id, seq, etype, rule)
+
+
+def apply(state: RunState, event: Event) -> RunState:
+    """Apply one event to ``state`` in place and return it.
+
+    Raises :class:`TransitionError` — leaving ``state`` untouched — when the event is not the
+    next dense ``seq``, belongs to another run, or is an impossible transition.
+    """
+    p = event.payload
+    et = event.type
+    seq = event.seq
+
+    def refuse(rule: str) -> TransitionError:
+        return _refuse(state, seq, et, rule)
+
+    if event.run_id != state.run_id:
+        raise refuse(f"event belongs to run {event.run_id!r}")
+    if seq != state.seq + 1:
+        raise refuse(f"seq must be {state.seq + 1} (dense, append-only)")
+    if EVENT_TYPES.get(et) is not type(p):
+        raise refuse("payload does not match the event type")
+    if state.seq == 0 and et != "run_started":
+        raise refuse("the first event of a run must be run_started")
+    if state.seq > 0 and et == "run_started":
+        raise refuse("run already started")
+    if state.status is RunStatus.FINISHED and et != "run_reopened":
+        raise refuse(f"run already finished with outcome {state.outcome}")
+
+    _HANDLERS[p.__class__](state, p, event, refuse)  # validates first, then mutates
+    state.seq = seq
+    return state
+
+
+def fold(events: list[Event] | tuple[Event, ...], state: RunState | None = None) -> RunState:
+    """Fold events onto a copy of ``state`` (or a fresh state for the first event's run)."""
+    if state is None:
+        if not events:
+            raise ValueError("fold() of no events needs an initial state")
+        state = RunState(run_id=events[0].run_id)
+    else:
+        state = state.model_copy(deep=True)
+    for ev in events:
+        apply(state, ev)
+    return state
+
+
+@_on(RunStarted)
+def _run_started(s: RunState, p: RunStarted, e: Event, refuse: Refuse) -> None:
+    s.workflow, s.version, s.input = p.workflow, p.version, p.input
+    s.criteria, s.goal = list(p.criteria), p.goal
+    s.module = p.module
+    s.status = RunStatus.PENDING
+    s.started_at_ms = e.at_ms
+
+
+@_on(LeaseAcquired)
+def _lease_acquired(s: RunState, p: LeaseAcquired, e: Event, refuse: Refuse) -> None:
+    if p.epoch <= s.epoch:
+        raise refuse(f"lease epoch {p.epoch} is not above the current epoch {s.epoch}")
+    s.epoch, s.owner = p.epoch, p.owner
+    if s.status is RunStatus.PENDING:
+        s.status = RunStatus.RUNNING
+
+
+@_on(VersionAccepted)
+def _version_accepted(s: RunState, p: VersionAccepted, e: Event, refuse: Refuse) -> None:
+    if p.from_version != s.version:
+        raise refuse(f"run is at version {s.version!r}, not {p.from_version!r}")
+    s.version = p.to_version
+
+
+@_on(StepStarted)
+def _step_started(s: RunState, p: StepStarted, e: Event, refuse: Refuse) -> None:
+    cur = s.steps.get(p.step_id)
+    if cur is not None:
+        if p.policy is not cur.policy:
+            raise refuse(
+                f"step {p.step_id!r} was started with policy {cur.policy}, not {p.policy}; "
+                "a step id keeps its recovery policy"
+            )
+        # A crash may leave a step open; a new attempt supersedes it, except for an effect.
+        if cur.status == "started" and p.policy is Policy.EFFECT:
+            raise refuse(f"effect step {p.step_id!r} is open; reconcile it, never restart it")
+        if p.attempt <= cur.attempt:
+            raise refuse(f"attempt {p.attempt} of step {p.step_id!r} is not above {cur.attempt}")
+    if s.wait is not None:
+        raise refuse(f"run is waiting on {s.wait.kind} {s.wait.name!r}")
+    s.steps[p.step_id] = StepInfo(
+        status="started",
+        policy=p.policy,
+        attempt=p.attempt,
+        input_hash=p.input_hash,
+        purpose=p.purpose,
+    )
+    s.last_step = p.step_id
+    s.last_purpose = p.purpose
+    s.status = RunStatus.RUNNING
+
+
+def _open_step(s: RunState, step_id: str, refuse: Refuse) -> StepInfo:
+    cur = s.steps.get(step_id)
+    if cur is None:
+        raise refuse(f"step {step_id!r} was never started")
+    if cur.status != "started":
+        raise refuse(f"step {step_id!r} is not open (it is {cur.status})")
+    return cur
+
+
+_DOUBT = ("intended", "unknown")
+
+
+def _refuse_if_in_doubt(s: RunState, step_id: str, verb: str, refuse: Refuse) -> None:
+    """A step whose effect may have happened is neither done nor failed until it is settled."""
+    doubt = [k for k, x in s.effects.items() if x.step_id == step_id and x.status in _DOUBT]
+    if doubt:
+        raise refuse(f"step {step_id!r} {verb} while its effect(s) {doubt} are in doubt")
+
+
+@_on(StepCompleted)
+def _step_completed(s: RunState, p: StepCompleted, e: Event, refuse: Refuse) -> None:
+    if p.attempt:
+        _whole_step(s, p, refuse)
+        return
+    _open_step(s, p.step_id, refuse)
+    _refuse_if_in_doubt(s, p.step_id, "completed", refuse)
+    # A completed step leaves the state at once, so the state (and every checkpoint) stays
+    # the size of what is *open*, however long the history. Its result stays in the history,
+    # read back by an indexed lookup; the store refuses to start it again (SQLStore checks the
+    # indexed history at append time), which is the rule this compact fold cannot see.
+    del s.steps[p.step_id]
+    s.steps_completed += 1
+
+
+def _whole_step(s: RunState, p: StepCompleted, refuse: Refuse) -> None:
+    """A whole read/compute attempt in one ``step_completed`` (see :class:`StepCompleted`):
+    the rules of ``step_started`` and of a completion, checked together."""
+    if p.policy is not Policy.READ and p.policy is not Policy.COMPUTE:
+        raise refuse(
+            f"step {p.step_id!r}: a whole-step record (attempt {p.attempt}) is for read or "
+            f"compute steps, not {p.policy}"
+        )
+    if p.attempt < 0:
+        raise refuse(f"attempt {p.attempt} of step {p.step_id!r} is negative")
+    cur = s.steps.get(p.step_id)
+    if cur is not None:
+        if cur.status == "started":
+            raise refuse(
+                f"step {p.step_id!r} is open: its completion closes the open attempt "
+                "(attempt 0), it does not record another"
+            )
+        if p.policy is not cur.policy:
+            raise refuse(
+                f"step {p.step_id!r} was started with policy {cur.policy}, not {p.policy}; "
+                "a step id keeps its recovery policy"
+            )
+        if p.attempt <= cur.attempt:
+            raise refuse(f"attempt {p.attempt} of step {p.step_id!r} is not above {cur.attempt}")
+    if s.wait is not None:
+        raise refuse(f"run is waiting on {s.wait.kind} {s.wait.name!r}")
+    if cur is not None:
+        del s.steps[p.step_id]
+    s.last_step = p.step_id
+    # (Per step: each assignment to a pydantic model costs; skip the ones that change nothing.)
+    if s.last_purpose != p.purpose:
+        s.last_purpose = p.purpose
+    if s.status is not RunStatus.RUNNING:
+        s.status = RunStatus.RUNNING
+    s.steps_completed += 1
+
+
+@_on(StepFailed)
+def _step_failed(s: RunState, p: StepFailed, e: Event, refuse: Refuse) -> None:
+    cur = _open_step(s, p.step_id, refuse)
+    _refuse_if_in_doubt(s, p.step_id, "failed", refuse)
+    cur.status = "failed"
+
+
+@_on(EffectIntended)
+def _effect_intended(s: RunState, p: EffectIntended, e: Event, refuse: Refuse) -> None:
+    step = _open_step(s, p.step_id, refuse)
+    if step.policy is not Policy.EFFECT:
+        raise refuse(f"step {p.step_id!r} has policy {step.policy}, not effect")
+    cur = s.effects.get(p.key)
+    if cur is not None and cur.status not in ("absent", "failed"):
+        raise refuse(f"effect {p.key!r} is already {cur.status}; it is never performed blindly")
+    if cur is not None and p.attempt <= cur.attempt:
+        raise refuse(f"effect {p.key!r} attempt {p.attempt} is not above {cur.attempt}")
+    if p.approval_id is not None:
+        appr = s.approvals.get(p.approval_id)
+        if appr is None or appr.status != "consumed" or appr.consumed_by != p.step_id:
+            raise refuse(
+                f"effect {p.key!r} cites approval {p.approval_id!r} that step {p.step_id!r} "
+                "has not consumed"
+            )
+    s.effects[p.key] = EffectInfo(
+        step_id=p.step_id,
+        operation=p.operation,
+        attempt=p.attempt,
+        status="intended",
+        approval_id=p.approval_id,
+    )
+
+
+@_on(EffectObserved)
+def _effect_observed(s: RunState, p: EffectObserved, e: Event, refuse: Refuse) -> None:
+    cur = s.effects.get(p.key)
+    if cur is None or cur.status != "intended":
+        status = cur.status if cur else "never intended"
+        raise refuse(f"effect {p.key!r} cannot be observed: it is {status}")
+    cur.status = "observed"
+    s.effects_applied += 1
+
+
+@_on(EffectReconciled)
+def _effect_reconciled(s: RunState, p: EffectReconciled, e: Event, refuse: Refuse) -> None:
+    cur = s.effects.get(p.key)
+    if cur is None or cur.status not in ("intended", "unknown"):
+        status = cur.status if cur else "never intended"
+        raise refuse(f"effect {p.key!r} is not in doubt (it is {status})")
+    if p.by == "engine" and cur.status == "unknown":
+        raise refuse(f"effect {p.key!r} was found unknown; only a person can settle it now")
+    cur.status = p.verdict.value
+    cur.reason = p.reason
+    if p.verdict is Verdict.APPLIED:
+        s.effects_applied += 1
+
+
+@_on(EffectFailed)
+def _effect_failed(s: RunState, p: EffectFailed, e: Event, refuse: Refuse) -> None:
+    cur = s.effects.get(p.key)
+    # Only an intended effect fails (the call raised and nothing happened). An absent one is
+    # performed again or left alone; allowing absent -> failed also made the rule depend on
+    # whether a user checkpoint had pruned the absent effect in between.
+    if cur is None or cur.status != "intended":
+        status = cur.status if cur else "never intended"
+        raise refuse(f"effect {p.key!r} cannot fail: it is {status}, not intended")
+    cur.status = "failed"
+    cur.reason = p.error
+
+
+@_on(ArtifactCreated)
+def _artifact_created(s: RunState, p: ArtifactCreated, e: Event, refuse: Refuse) -> None:
+    prev = s.artifacts.get(p.name)
+    want = (prev.version + 1) if prev else 1
+    if p.version != want:
+        raise refuse(f"artifact {p.name!r} version must be {want}")
+    if not SHA256_RE.fullmatch(p.sha256):
+        raise refuse("artifact sha256 must be 64 lowercase hex digits")
+    s.artifacts[p.name] = ArtifactRef(**p.model_dump())
+
+
+@_on(ApprovalRequested)
+def _approval_requested(s: RunState, p: ApprovalRequested, e: Event, refuse: Refuse) -> None:
+    if p.approval_id in s.approvals:
+        raise refuse(f"approval {p.approval_id!r} already requested")
+    if not p.hashes:
+        raise refuse("an approval must bind at least one content hash")
+    s.approvals[p.approval_id] = ApprovalInfo(
+        name=p.name, hashes=list(p.hashes), status="requested"
+    )
+
+
+@_on(ApprovalDecided)
+def _approval_decided(s: RunState, p: ApprovalDecided, e: Event, refuse: Refuse) -> None:
+    cur = s.approvals.get(p.approval_id)
+    if cur is None:
+        raise refuse(f"approval {p.approval_id!r} was never requested")
+    if cur.status != "requested":
+        raise refuse(f"approval {p.approval_id!r} is already {cur.status}")
+    if sorted(p.hashes) != sorted(cur.hashes):
+        raise refuse(f"decision on approval {p.approval_id!r} names different content hashes")
+    cur.status = "approved" if p.decision == "approve" else "denied"
+    cur.approver, cur.signature = p.approver, p.signature
+    cur.decided_at_ms, cur.comment = p.decided_at_ms, p.comment
+
+
+@_on(ApprovalRevoked)
+def _approval_revoked(s: RunState, p: ApprovalRevoked, e: Event, refuse: Refuse) -> None:
+    cur = s.approvals.get(p.approval_id)
+    if cur is None or cur.status != "approved":
+        raise refuse(
+            f"approval {p.approval_id!r} cannot be revoked: it is "
+            f"{cur.status if cur else 'unknown'} (only an approved, unconsumed approval can)"
+        )
+    cur.status = "revoked"
+
+
+@_on(ApprovalConsumed)
+def _approval_consumed(s: RunState, p: ApprovalConsumed, e: Event, refuse: Refuse) -> None:
+    cur = s.approvals.get(p.approval_id)
+    if cur is None or cur.status != "approved":
+        raise refuse(
+            f"approval {p.approval_id!r} cannot be consumed: it is "
+            f"{cur.status if cur else 'unknown'}"
+        )
+    if not p.hashes:
+        raise refuse(f"consumption of approval {p.approval_id!r} names no content")
+    if not set(p.hashes) <= set(cur.hashes):
+        raise refuse(f"approval {p.approval_id!r} does not cover the content being consumed")
+    step = s.steps.get(p.step_id)
+    if step is None or step.status != "started":
+        raise refuse(
+            f"approval {p.approval_id!r} consumed by step {p.step_id!r}, which is not running"
+        )
+    cur.status = "consumed"
+    cur.consumed_by = p.step_id
+
+
+@_on(WaitStarted)
+def _wait_started(s: RunState, p: WaitStarted, e: Event, refuse: Refuse) -> None:
+    if s.wait is not None:
+        raise refuse(f"run already waits on {s.wait.kind} {s.wait.name!r}")
+    if p.kind == "timer" and p.deadline_ms is None:
+        raise refuse("a timer wait needs a deadline")
+    s.wait = WaitInfo(
+        wait_id=p.wait_id,
+        kind=p.kind,
+        name=p.name,
+        deadline_ms=p.deadline_ms,
+        reason=p.reason,
+    )
+    s.status = RunStatus.WAITING
+
+
+@_on(SignalReceived)
+def _signal_received(s: RunState, p: SignalReceived, e: Event, refuse: Refuse) -> None:
+    pending = s.signals.setdefault(p.name, [])
+    if any(x.signal_id == p.signal_id for x in pending):
+        raise refuse(f"signal {p.signal_id!r} already received")
+    pending.append(PendingSignal(signal_id=p.signal_id, payload=p.payload))
+
+
+@_on(WaitCompleted)
+def _wait_completed(s: RunState, p: WaitCompleted, e: Event, refuse: Refuse) -> None:
+    if s.wait is None or s.wait.wait_id != p.wait_id:
+        raise refuse(f"wait {p.wait_id!r} is not the open wait")
+    w = s.wait
+    if p.via == "timer" and w.kind != "timer":
+        raise refuse(f"a {w.kind} wait is not completed by a timer")
+    if p.via == "deadline" and w.deadline_ms is None:
+        raise refuse(f"wait {p.wait_id!r} has no deadline")
+    if p.via == "signal" and w.kind != "signal":
+        raise refuse(f"a {w.kind} wait is not completed by a signal")
+    if p.via == "decision" and w.kind != "approval":
+        raise refuse(f"a {w.kind} wait is not completed by a decision")
+    if p.via == "signal":
+        pending = s.signals.get(s.wait.name, [])
+        idx = next((i for i, x in enumerate(pending) if x.signal_id == p.signal_id), None)
+        if idx is None:
+            raise refuse(f"signal {p.signal_id!r} for {s.wait.name!r} was not received")
+        pending.pop(idx)
+        if not pending:
+            s.signals.pop(s.wait.name, None)
+    if p.via == "decision":
+        appr = s.approvals.get(s.wait.name)
+        if appr is None or appr.status == "requested":
+            raise refuse(f"approval {s.wait.name!r} has no decision yet")
+    s.wait = None
+    s.status = RunStatus.RUNNING
+
+
+@_on(CheckpointSaved)
+def _checkpoint_saved(s: RunState, p: CheckpointSaved, e: Event, refuse: Refuse) -> None:
+    s.user_state = p.state
+    s.user_checkpoint_seq = e.seq
+    s.counters = dict(p.counters)
+    # Steps need no pruning: a completed one left the state when it completed, and a failed
+    # one stays, so that replay raises its recorded failure instead of running it again (G1).
+    # Effects are kept unless they certainly did not happen (absent, failed): the checkpoint
+    # must answer "what effects may have occurred", and an observed key must stay known so it
+    # is never performed again (G2).
+    s.effects = {k: v for k, v in s.effects.items() if v.status not in ("absent", "failed")}
+
+
+@_on(VerificationRecorded)
+def _verification_recorded(s: RunState, p: VerificationRecorded, e: Event, refuse: Refuse) -> None:
+    s.verifications[p.name] = p
+
+
+@_on(WarningRecorded)
+def _warning_recorded(s: RunState, p: WarningRecorded, e: Event, refuse: Refuse) -> None:
+    s.warnings.append(p.message)
+
+
+@_on(CancelRequested)
+def _cancel_requested(s: RunState, p: CancelRequested, e: Event, refuse: Refuse) -> None:
+    s.cancel_requested = True
+    s.cancel_reason = f"cancelled by {p.by}" + (f": {p.reason}" if p.reason else "")
+
+
+@_on(RunFinished)
+def _run_finished(s: RunState, p: RunFinished, e: Event, refuse: Refuse) -> None:
+    doubt = s.effects_in_doubt()
+    if doubt and p.outcome is not Outcome.UNRESOLVED:
+        # Whatever else happened, an effect that may have happened makes the run unresolved
+        # (G2): it is neither failed nor stopped, cancelled or blocked "before any effect".
+        raise refuse(f"effects {doubt} are in doubt: the only honest outcome is unresolved")
+    if p.outcome in (Outcome.SUCCEEDED, Outcome.SUCCEEDED_WITH_WARNINGS):
+        missing, failing = s.unmet_criteria()
+        if missing or failing:
+            raise refuse(
+                "success needs a passing verification of every criterion "
+                f"(missing {missing}, failing {failing})"
+            )
+        if p.outcome is Outcome.SUCCEEDED and s.warnings:
+            raise refuse("run recorded warnings: the outcome is succeeded_with_warnings")
+    if p.outcome is Outcome.STOPPED_SAFE and s.effects_applied:
+        raise refuse("stopped_safe means no effect happened, but effects were applied")
+    s.status = RunStatus.FINISHED
+    s.outcome = p.outcome
+    s.outcome_reason = p.reason
+    s.result = p.result
+    s.wait = None
+    if p.outcome not in REOPENABLE:
+        # Planned tool calls never run get their outcome with the run's (never dangling);
+        # a blocked or unresolved run may be reopened, and its calls then continue.
+        for call in s.plan.values():
+            if call.status == "pending":
+                call.status = "skipped"
+
+
+@_on(RunReopened)
+def _run_reopened(s: RunState, p: RunReopened, e: Event, refuse: Refuse) -> None:
+    if s.status is not RunStatus.FINISHED or s.outcome not in REOPENABLE:
+        raise refuse(f"only an unresolved or blocked run can be reopened (it is {s.outcome})")
+    s.status = RunStatus.PENDING
+    s.outcome = None
+    s.outcome_reason = ""
+
+
+@_on(PlanRecorded)
+def _plan_recorded(s: RunState, p: PlanRecorded, e: Event, refuse: Refuse) -> None:
+    if p.version != s.plan_version + 1:
+        raise refuse(f"plan version must be {s.plan_version + 1}, not {p.version}")
+    seen: set[str] = set()
+    for st in p.steps:
+        if st.call_id in seen:
+            raise refuse(f"plan v{p.version} lists step {st.call_id!r} twice")
+        cur = s.plan.get(st.call_id)
+        if (
+            cur is not None
+            and cur.status == "succeeded"
+            and (cur.tool, cur.args_hash) != (st.tool, st.args_hash)
+        ):
+            raise refuse(
+                f"step {st.call_id!r} succeeded under plan v{cur.version}; a revised plan "
+                "cannot change it (finished steps stay finished)"
+            )
+        for dep in st.depends_on:
+            done = s.plan.get(dep)
+            if dep not in seen and (done is None or done.status != "succeeded"):
+                raise refuse(
+                    f"step {st.call_id!r} depends on {dep!r}, which is neither an earlier step "
+                    f"of plan v{p.version} nor a succeeded one"
+                )
+        seen.add(st.call_id)
+    for info in s.plan.values():  # what the new version does not keep is superseded
+        if info.status == "pending":
+            info.status = "superseded"
+    for st in p.steps:
+        cur = s.plan.get(st.call_id)
+        if cur is not None and cur.status == "succeeded":
+            cur.version = p.version
+            continue
+        s.plan[st.call_id] = PlanStepInfo(
+            tool=st.tool,
+            args_hash=st.args_hash,
+            depends_on=list(st.depends_on),
+            status="pending",
+            version=p.version,
+        )
+    s.plan_version = p.version
+
+
+@_on(ToolCallSettled)
+def _tool_call_settled(s: RunState, p: ToolCallSettled, e: Event, refuse: Refuse) -> None:
+    cur = s.plan.get(p.call_id)
+    if cur is None:
+        raise refuse(f"tool call {p.call_id!r} is in no plan")
+    if cur.status != "pending":
+        raise refuse(f"tool call {p.call_id!r} is {cur.status}, not pending")
+    if p.outcome == "succeeded":
+        unmet = [d for d in cur.depends_on if s.plan[d].status != "succeeded"]
+        if unmet:
+            raise refuse(f"tool call {p.call_id!r} succeeded before its dependencies {unmet}")
+    if p.outcome in ("succeeded", "failed"):
+        if p.executed_by is None:
+            raise refuse(f"tool call {p.call_id!r} {p.outcome} without naming the step that ran")
+        s.usage.tool_calls += 1
+    cur.status = p.outcome
+
+
+@_on(ModelCalled)
+def _model_called(s: RunState, p: ModelCalled, e: Event, refuse: Refuse) -> None:
+    step = _open_step(s, p.step_id, refuse)
+    if step.policy is not Policy.READ:
+        raise refuse(f"a model call is a read step, not {step.policy}")
+    if not SHA256_RE.fullmatch(p.prompt_hash):
+        raise refuse("prompt_hash must be 64 lowercase hex digits")
+    u = s.usage
+    u.model_calls += 1
+    u.input_tokens += p.input_tokens
+    u.output_tokens += p.output_tokens
+    if p.cost_usd is None:
+        u.cost_unknown += 1
+    else:
+        u.cost_usd += p.cost_usd
+
+
+@_on(BudgetSet)
+def _budget_set(s: RunState, p: BudgetSet, e: Event, refuse: Refuse) -> None:
+    limits = {k: getattr(p, k) for k in Budget.model_fields if getattr(p, k) is not None}
+    if not limits:
+        raise refuse("a budget_set names no limit")
+    for k, v in limits.items():
+        setattr(s.budget, k, v)
+
+
+assert set(_HANDLERS) == set(EVENT_TYPES.values()), "every event type has its rule"

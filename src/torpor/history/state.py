@@ -1,0 +1,182 @@
+"""The run state: what folding a run's events yields (:func:`torpor.history.fold`).
+
+The state is deliberately *compact* so that a checkpoint stays small however long the run has
+been going (guarantee G8): ``RunState.steps`` holds only open and failed steps — a completed
+step leaves it at once (its result stays in the event history, read back by an indexed lookup,
+and the store refuses to start it again); failed steps stay (replay raises their failure);
+effects that certainly did not happen (absent, failed) are dropped at every user checkpoint,
+and per-name maps (artifacts, verifications) keep the latest entry only. Effects that did or may
+have happened are kept: they are what a checkpoint must answer about, and what prevents a key
+from being performed twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .events import Outcome, Policy, RunStatus, VerificationRecorded
+
+
+class StepInfo(BaseModel):
+    status: Literal["started", "completed", "failed"]
+    policy: Policy
+    attempt: int
+    input_hash: str | None = None
+    purpose: str = ""
+
+
+class EffectInfo(BaseModel):
+    step_id: str
+    operation: str
+    attempt: int
+    status: Literal["intended", "observed", "applied", "absent", "unknown", "failed"]
+    approval_id: str | None = None
+    reason: str = ""
+
+
+class ArtifactRef(BaseModel):
+    """A reference to an artifact by content: checkpoints never hold temp paths."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    sha256: str
+    version: int
+    size: int
+    media_type: str = "application/octet-stream"
+    step_id: str | None = None
+
+
+class ApprovalInfo(BaseModel):
+    name: str
+    hashes: list[str]
+    status: Literal["requested", "approved", "denied", "revoked", "consumed"]
+    approver: str | None = None
+    signature: str | None = None
+    decided_at_ms: int = 0
+    comment: str = ""
+    #: The step that consumed the approval: only that step's effects may cite it (G6).
+    consumed_by: str | None = None
+
+
+class WaitInfo(BaseModel):
+    wait_id: str
+    kind: str
+    name: str
+    deadline_ms: int | None = None
+    reason: str = ""
+
+
+class PendingSignal(BaseModel):
+    signal_id: str
+    payload: Any = None
+
+
+class PlanStepInfo(BaseModel):
+    """A step of the current plan (or one settled under an earlier version)."""
+
+    tool: str
+    args_hash: str = ""
+    depends_on: list[str] = Field(default_factory=list)
+    status: Literal["pending", "succeeded", "failed", "invalid", "denied", "skipped", "superseded"]
+    #: The plan version that last listed it.
+    version: int
+
+
+class Usage(BaseModel):
+    """What the run has consumed, summed from ``model_called`` and ``tool_call_settled``."""
+
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    #: Model calls whose cost is unknown (not in ``cost_usd``).
+    cost_unknown: int = 0
+    #: Tool calls that ran (settled succeeded or failed).
+    tool_calls: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def steps(self) -> int:
+        """Agent steps: model calls plus tool calls that ran."""
+        return self.model_calls + self.tool_calls
+
+
+class Budget(BaseModel):
+    """Limits of a run; ``None`` is no limit."""
+
+    tokens: int | None = None
+    cost_usd: float | None = None
+    steps: int | None = None
+    wall_clock_s: float | None = None
+
+
+class RunState(BaseModel):
+    """The fold of a run's events. Compact by construction; see the module docstring."""
+
+    run_id: str
+    seq: int = 0
+    workflow: str = ""
+    version: str = ""
+    input: Any = None
+    goal: str = ""
+    module: str = ""
+    criteria: list[str] = Field(default_factory=list)
+    status: RunStatus = RunStatus.PENDING
+    outcome: Outcome | None = None
+    outcome_reason: str = ""
+    result: Any = None
+    epoch: int = 0
+    owner: str | None = None
+    steps: dict[str, StepInfo] = Field(default_factory=dict)
+    steps_completed: int = 0
+    last_step: str | None = None
+    last_purpose: str = ""
+    effects: dict[str, EffectInfo] = Field(default_factory=dict)
+    effects_applied: int = 0
+    artifacts: dict[str, ArtifactRef] = Field(default_factory=dict)
+    approvals: dict[str, ApprovalInfo] = Field(default_factory=dict)
+    wait: WaitInfo | None = None
+    signals: dict[str, list[PendingSignal]] = Field(default_factory=dict)
+    user_state: Any = None
+    user_checkpoint_seq: int = 0
+    counters: dict[str, int] = Field(default_factory=dict)
+    verifications: dict[str, VerificationRecorded] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+    cancel_requested: bool = False
+    cancel_reason: str = ""
+    #: When run_started was recorded (epoch ms): the wall-clock budget counts from it.
+    started_at_ms: int = 0
+    plan_version: int = 0
+    plan: dict[str, PlanStepInfo] = Field(default_factory=dict)
+    usage: Usage = Field(default_factory=Usage)
+    budget: Budget = Field(default_factory=Budget)
+
+    def unmet_criteria(self) -> tuple[list[str], list[str]]:
+        """Completion criteria not yet met (G5): ``(never verified, failing)``."""
+        missing = [c for c in self.criteria if c not in self.verifications]
+        failing = [c for c in self.criteria if c in self.verifications]
+        return missing, [c for c in failing if not self.verifications[c].passed]
+
+    def effects_in_doubt(self) -> list[str]:
+        """Keys of effects that may have happened without a recorded observation."""
+        return [k for k, e in self.effects.items() if e.status in ("intended", "unknown")]
+
+
+__all__ = [
+    "ApprovalInfo",
+    "ArtifactRef",
+    "Budget",
+    "EffectInfo",
+    "PendingSignal",
+    "PlanStepInfo",
+    "RunState",
+    "StepInfo",
+    "Usage",
+    "WaitInfo",
+]
