@@ -13,7 +13,7 @@ import torpor
 from torpor.errors import LeaseHeldError, LeaseLostError, RunNotFoundError, SchemaVersionError
 from torpor.history import Event, RunStarted, RunState, StepCompleted, StepStarted, apply, fold
 from torpor.store import SQLStore, open_store
-from torpor.store.base import InboxPending
+from torpor.store.base import InboxPendingError
 
 
 @pytest.fixture
@@ -137,7 +137,7 @@ def test_inbox_dedupe_wake_and_guard(store: SQLStore) -> None:
     state = store.load("r1")
     lease = store.acquire_lease("r1", "o:1:x", ttl_s=30)
     ev = _ev(state, StepStarted(step_id="s", policy="read"), lease.epoch)
-    with pytest.raises(InboxPending):
+    with pytest.raises(InboxPendingError):
         store.append(lease, [ev], apply(state.model_copy(deep=True), ev), guard_inbox=True)
     with pytest.raises(RunNotFoundError):
         store.post_inbox("nope", "signal", {"name": "go"})

@@ -53,7 +53,7 @@ from torpor.history import (
     fold,
     type_of,
 )
-from torpor.store.base import CHECKPOINT_EVENTS, InboxPending, Lease, SQLStore, owner_is_dead
+from torpor.store.base import CHECKPOINT_EVENTS, InboxPendingError, Lease, SQLStore, owner_is_dead
 from torpor.store.sqlite import SCHEMA_VERSION, open_sqlite
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -748,7 +748,7 @@ def test_guarded_append_refuses_while_messages_are_pending(store: SQLStore, db: 
     w = new_run(store)
     store.post_inbox(RUN, "revoke", {"approval_id": "a", "by": "x"}, message_id="rv")
     before = all_rows(db)
-    with pytest.raises(InboxPending):
+    with pytest.raises(InboxPendingError):
         w.write(WarningRecorded(message="consume"), guard_inbox=True)
     assert all_rows(db) == before
 

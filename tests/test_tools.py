@@ -11,7 +11,7 @@ import pytest
 
 from torpor import ArtifactHash, EffectNotApplied, Retry, Secret, Tools, TransientError
 from torpor.errors import TorporError
-from torpor.tools import ToolArgsError, ToolTimeout, Vault
+from torpor.tools import ToolArgsError, ToolTimeoutError, Vault
 
 FAST = Retry(attempts=3, initial=0.01, max_wait=0.02)
 
@@ -136,10 +136,10 @@ def test_timeouts_sync_and_async() -> None:
         return x * 2
 
     t0 = time.monotonic()
-    with pytest.raises(ToolTimeout) as info:
+    with pytest.raises(ToolTimeoutError) as info:
         tools["slow"].invoke({})
     assert info.value.future is not None and not info.value.future.done()
-    with pytest.raises(ToolTimeout):
+    with pytest.raises(ToolTimeoutError):
         tools["aslow"].invoke({})
     assert time.monotonic() - t0 < 0.9
     assert tools["quick"].invoke({"x": 4}) == 8

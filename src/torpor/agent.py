@@ -50,7 +50,9 @@ from .errors import (
     ApprovalError,
     Cancelled,
     NonDeterminismError,
+    PlannerError,
     RunInterrupt,
+    ToolFailedError,
     TorporError,
 )
 from .history import (
@@ -68,20 +70,11 @@ from .models.base import Message, Model, ModelResponse, ToolCall, ToolSpec
 from .models.record import call_model
 from .run import Approval, EffectCall, EffectNotApplied, Run, StepError, Unknown
 from .runtime import _ENGINE_ERRORS
-from .tools import ToolArgsError, Tools, ToolTimeout, Vault, is_secret_marker
+from .tools import ToolArgsError, Tools, ToolTimeoutError, Vault, is_secret_marker
 from .workflows import workflow
 
 #: Observations shown to a model are cut to this many characters.
 OBSERVATION_CHARS = 20_000
-
-
-class PlannerError(TorporError):
-    """The planner proposed something impossible (a finished step changed, an unknown
-    dependency, too many revisions)."""
-
-
-class ToolFailed(TorporError):
-    """A tool raised; the message is the original error with secrets scrubbed."""
 
 
 # ------------------------------------------------------------------ proposals
@@ -799,7 +792,7 @@ class AgentContext:
                     try:
                         return scrub(serde.to_jsonable(tool.invoke(validated, secrets=provided)))
                     except Exception as exc:
-                        raise ToolFailed(scrub(f"{type(exc).__name__}: {exc}")) from None
+                        raise ToolFailedError(scrub(f"{type(exc).__name__}: {exc}")) from None
 
                 result = run.step(
                     sid, body, canonical, policy=tool.policy, purpose=f"{tool.name} ({c.call_id})"
@@ -820,7 +813,7 @@ class AgentContext:
         hashes: list[str],
     ) -> Any:
         scrub = self.vault.scrub
-        timed_out: list[ToolTimeout] = []
+        timed_out: list[ToolTimeoutError] = []
 
         def body(**kw: Any) -> Any:
             engine = {k: kw[k] for k in ("idempotency_key", "fencing_token") if k in kw}
@@ -828,11 +821,11 @@ class AgentContext:
                 return scrub(serde.to_jsonable(tool.invoke(validated, secrets=provided, **engine)))
             except EffectNotApplied as exc:
                 raise EffectNotApplied(scrub(str(exc))) from None
-            except ToolTimeout as exc:
+            except ToolTimeoutError as exc:
                 timed_out.append(exc)
-                raise ToolFailed(scrub(str(exc))) from None
+                raise ToolFailedError(scrub(str(exc))) from None
             except Exception as exc:
-                raise ToolFailed(scrub(f"{type(exc).__name__}: {exc}")) from None
+                raise ToolFailedError(scrub(f"{type(exc).__name__}: {exc}")) from None
 
         def reconcile(call: EffectCall) -> Any:
             fut = timed_out[-1].future if timed_out else None

@@ -40,7 +40,7 @@ from rich.text import Text
 from . import __version__
 from .client import Client
 from .config import Settings
-from .errors import LeaseHeldError, TorporError
+from .errors import BadInputError, LeaseHeldError, TorporError
 from .history import Event, Outcome, RunStatus
 from .runtime import RunResult, Runtime
 from .store.base import owner_is_dead
@@ -59,10 +59,6 @@ EXIT_OUTCOME = 3
 EXIT_LEASED = 75
 _GOOD_OUTCOMES = frozenset({None, "succeeded", "succeeded_with_warnings"})
 EXIT_INTERRUPTED = 130
-
-
-class BadInput(Exception):
-    """Input the CLI itself rejects (malformed JSON, contradictory options): exit code 2."""
 
 
 @dataclasses.dataclass
@@ -138,12 +134,12 @@ def _parse_json(option: str, text: str | None) -> Any:
         try:
             source = Path(text[1:]).read_text()
         except OSError as exc:
-            raise BadInput(f"{option}: cannot read {text[1:]!r}: {exc.strerror}") from None
+            raise BadInputError(f"{option}: cannot read {text[1:]!r}: {exc.strerror}") from None
     try:
         return json.loads(source)
     except json.JSONDecodeError as exc:
         shown = text if len(text) <= 60 else text[:57] + "..."
-        raise BadInput(
+        raise BadInputError(
             f"{option} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): "
             f"{shown!r}"
         ) from None
@@ -158,7 +154,7 @@ def _import(modules: Sequence[str]) -> None:
         try:
             import_modules([m])
         except ImportError as exc:
-            raise BadInput(f"cannot import module {m!r} (--import): {exc}") from None
+            raise BadInputError(f"cannot import module {m!r} (--import): {exc}") from None
 
 
 def _env_imports() -> list[str]:
@@ -476,7 +472,7 @@ def resume(
     Example: torpor resume deploy-42 --import myflows
     """
     if (run_id is None) == (not all_runs):
-        raise BadInput("give either a RUN_ID or --all")
+        raise BadInputError("give either a RUN_ID or --all")
     with _runtime(ctx, imports) as rt:
         if run_id is not None:
             with _interruptible(run_id):
@@ -930,7 +926,7 @@ def _decide(
 ) -> None:
     prefix = expect_hash.strip().lower().removeprefix("sha256:") if expect_hash else None
     if expect_hash is not None and not prefix:
-        raise BadInput("--hash needs a prefix of the sha256 you reviewed")
+        raise BadInputError("--hash needs a prefix of the sha256 you reviewed")
     with _client(ctx) as client:
         aid, hashes = client.decide(
             run_id, approval_id, decision, approver, expect_hash=prefix, comment=comment
@@ -1131,9 +1127,9 @@ def resolve(
     Example: torpor resolve deploy-42 deploy-42/push --applied --result '{"sha": "9f1c"}' --as bob
     """
     if applied == absent:
-        raise BadInput("give exactly one of --applied or --absent")
+        raise BadInputError("give exactly one of --applied or --absent")
     if result is not None and not applied:
-        raise BadInput("--result goes with --applied")
+        raise BadInputError("--result goes with --applied")
     data = _parse_json("--result", result)
     verdict = "applied" if applied else "absent"
     with _client(ctx) as client:
@@ -1172,9 +1168,9 @@ def budget(
     Example: torpor budget triage-7 --tokens 200000 --as alice
     """
     if cost is not None and cost <= 0:
-        raise BadInput("--cost must be positive")
+        raise BadInputError("--cost must be positive")
     if wall_clock is not None and wall_clock <= 0:
-        raise BadInput("--wall-clock must be positive")
+        raise BadInputError("--wall-clock must be positive")
     with _client(ctx) as client:
         info = client.reopen(
             run_id,
@@ -1250,7 +1246,7 @@ def artifacts(
     try:
         out_file.write_bytes(data)
     except OSError as exc:
-        raise BadInput(f"cannot write {str(out_file)!r}: {exc.strerror}") from None
+        raise BadInputError(f"cannot write {str(out_file)!r}: {exc.strerror}") from None
     what = f"{art.name} v{art.version} ({len(data)} bytes, sha256:{art.sha256})"
     _console().print(Text(f"wrote {what} to {out_file}"))
 
@@ -1340,10 +1336,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         _fail("aborted", EXIT_ERROR)
     except LeaseHeldError as exc:
         _fail(_lease_message(exc), EXIT_LEASED)
+    except (BadInputError, ValidationError) as exc:
+        _fail(_error_message(exc), EXIT_USAGE)
     except TorporError as exc:
         _fail(_error_message(exc), EXIT_ERROR)
-    except (BadInput, ValidationError) as exc:
-        _fail(_error_message(exc), EXIT_USAGE)
     except KeyboardInterrupt:
         _fail("interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:

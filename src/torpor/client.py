@@ -15,7 +15,7 @@ from typing import Any
 from . import serde, signing
 from .artifacts import ArtifactStore
 from .config import Settings
-from .errors import InboxError, RunFinishedError, TorporError
+from .errors import ArtifactNotFoundError, InboxError, RunFinishedError
 from .history import (
     REOPENABLE,
     ArtifactRef,
@@ -32,10 +32,6 @@ from .history import (
 )
 from .store import SQLStore, open_store
 from .store.base import InboxMessage, RunRecord
-
-
-class ArtifactNotFoundError(TorporError):
-    """No artifact of the run matches the name or hash asked for."""
 
 
 class Client:

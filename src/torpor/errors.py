@@ -1,43 +1,72 @@
-"""The torpor exception tree.
+"""The torpor exception tree: every exception torpor raises is defined here.
 
-Every error torpor raises derives from :class:`TorporError`, so ``except TorporError`` catches
-all of them. Control flow that user code must never swallow — a run suspending to wait, a run
-being cancelled, a crash injected on purpose — derives from :class:`BaseException` instead, so a
-bare ``except Exception`` in a workflow cannot catch it (the rule DBOS follows with
-``DBOSWorkflowCancelledError``; Absurd's ``SuspendTask`` is the counter-example).
+Every error derives from :class:`TorporError`, so ``except TorporError`` catches all of them.
+Control flow that user code must never swallow — a run suspending to wait, a run being
+cancelled or stopped, an effect found in doubt — derives from :class:`RunInterrupt`, a
+:class:`BaseException`, so a bare ``except Exception`` in a workflow cannot catch it (the rule
+DBOS follows with ``DBOSWorkflowCancelledError``; Absurd's ``SuspendTask`` is the
+counter-example). Each class's docstring is the meaning of its default message; the ids
+involved are attributes (after procrastinate's and httpx's exception modules).
 
 ::
 
     TorporError
-    ├── ConfigError                   bad URL, bad setting
+    ├── ConfigError                   bad URL, bad setting, bad run id
+    ├── BadInputError                 malformed input given to the CLI (usage)
     ├── StoreError                    the store refused or failed
     │   ├── SchemaVersionError        database written by a newer torpor
     │   ├── CorruptRecordError        a row that cannot be decoded
     │   ├── LeaseError
     │   │   ├── LeaseHeldError        another owner holds the run
     │   │   └── LeaseLostError        our epoch was fenced off
-    │   └── RunNotFoundError
+    │   ├── RunNotFoundError
+    │   ├── InboxPendingError         a guarded append found unapplied messages
+    │   └── ConnectionBroken          (injected by a fault plan) the connection died here
     ├── TransitionError               an impossible event (G4)
     ├── PayloadError                  non-serializable or oversized payload (G10)
+    ├── NotSerializable               (also a ValueError) a value that is not JSON data
     ├── WorkflowError
     │   ├── UnknownWorkflowError
     │   ├── VersionMismatchError      resumed under incompatible code
-    │   └── NonDeterminismError       replayed code asks for a different step
+    │   ├── NonDeterminismError       replayed code asks for a different step
+    │   └── AsyncMisuseError          an async function given to the sync API in a loop
+    ├── StepError                     a step failed (raised again on replay)
+    ├── EffectNotApplied              raised by an effect that knows nothing happened
+    ├── WaitTimeout                   a wait reached its deadline
     ├── ApprovalError
     │   ├── ApprovalDeniedError
     │   └── ApprovalInvalidError      revoked, changed content, bad signature
     ├── RunFinishedError              the run already has an outcome
-    └── InboxError                    a signal/decision the run cannot accept
+    ├── InboxError                    a signal/decision the run cannot accept
+    ├── ArtifactNotFoundError         no artifact matches a name or hash
+    ├── PlannerError                  a planner proposed something impossible
+    ├── ToolError
+    │   ├── ToolArgsError             arguments refused by a tool's schema
+    │   ├── ToolFailedError           a tool raised (message scrubbed of secrets)
+    │   ├── ToolTimeoutError          (also a TimeoutError) no return within the timeout
+    │   └── TransientError            raised by a tool: worth retrying
+    ├── ModelError                    a model call failed
+    │   ├── ModelRateLimitedError     429 after the adapter's retries
+    │   ├── ModelTimeoutError
+    │   ├── ModelUnavailableError     connection refused/reset, 5xx
+    │   └── ModelRequestError         4xx other than 429
+    └── InjectedFault                 raised by a fault plan (testing)
+        ├── AcknowledgementLost       (also a ConnectionError) an effect's reply was lost
+        └── ConnectionBroken
 
     BaseException
     └── RunInterrupt                  never catch in user code
         ├── Suspended                 the run waits (signal, timer, approval, person)
-        └── Cancelled                 the run was cancelled
+        ├── Cancelled                 the run was cancelled
+        ├── RunStopped                run.stop_safe() / run.block(): end with that outcome
+        ├── EffectUnresolved          an effect in doubt that only a person can settle
+        └── ReleaseRun                give the run back at this boundary (worker shutdown)
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 
 class TorporError(Exception):
@@ -45,7 +74,11 @@ class TorporError(Exception):
 
 
 class ConfigError(TorporError):
-    """A configuration value (URL, setting) is invalid."""
+    """A configuration value (URL, setting, run id) is invalid."""
+
+
+class BadInputError(TorporError):
+    """Input given on the command line is malformed (exit code 2, a usage error)."""
 
 
 class StoreError(TorporError):
@@ -99,6 +132,10 @@ class LeaseLostError(LeaseError):
         self.epoch = epoch
 
 
+class InboxPendingError(StoreError):
+    """An append guarded against unapplied inbox messages found some (apply them, retry)."""
+
+
 class TransitionError(TorporError):
     """An event is an impossible transition for the run's current state (guarantee G4)."""
 
@@ -120,6 +157,10 @@ class PayloadError(TorporError):
         self.step_id = step_id
 
 
+class NotSerializable(TorporError, ValueError):
+    """A value is not JSON data; the message names the path to the offending part."""
+
+
 class WorkflowError(TorporError):
     """A problem with workflow code or its registration."""
 
@@ -134,6 +175,35 @@ class VersionMismatchError(WorkflowError):
 
 class NonDeterminismError(WorkflowError):
     """Replayed workflow code asked for something that contradicts the recorded history."""
+
+
+class AsyncMisuseError(WorkflowError):
+    """An async function was given to the sync API inside a running event loop: a mistake in
+    the workflow code, never recorded as the step's failure (fixed code must be able to
+    replay)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "an async step function was called with run.step()/run.effect() inside an async "
+            "workflow; use `await run.astep(...)` / `await run.aeffect(...)` there"
+        )
+
+
+class StepError(TorporError):
+    """A step failed; on replay the recorded failure is raised again (determinism)."""
+
+    def __init__(self, run_id: str, step_id: str, error: str):
+        super().__init__(f"run {run_id!r} step {step_id!r} failed: {error}")
+        self.run_id, self.step_id, self.error = run_id, step_id, error
+
+
+class EffectNotApplied(TorporError):
+    """Raise from an effect function when it *knows* nothing happened (e.g. refused before
+    sending). The engine records the effect as absent instead of asking ``reconcile``."""
+
+
+class WaitTimeout(TorporError):
+    """A wait reached its deadline before its wake condition."""
 
 
 class ApprovalError(TorporError):
@@ -156,6 +226,100 @@ class InboxError(TorporError):
     """A signal or decision cannot be accepted (unknown approval, already consumed)."""
 
 
+class ArtifactNotFoundError(TorporError):
+    """No artifact of the run matches the name or hash asked for."""
+
+
+class PlannerError(TorporError):
+    """The planner proposed something impossible (a finished step changed, an unknown
+    dependency, too many revisions)."""
+
+
+class ToolError(TorporError):
+    """A tool call could not be made or did not return a result."""
+
+
+class ToolArgsError(ToolError):
+    """Arguments refused by the tool's schema; ``details`` is what the planner is shown."""
+
+    def __init__(self, tool: str, message: str, details: list[dict[str, Any]] | None = None):
+        super().__init__(f"tool {tool!r}: {message}")
+        self.tool, self.message, self.details = tool, message, details or []
+
+    def observation(self) -> dict[str, Any]:
+        """What a planner is shown: the refusal and pydantic's error details."""
+        return {
+            "error": f"invalid arguments for tool {self.tool!r}: {self.message}",
+            "details": self.details,
+        }
+
+
+class ToolFailedError(ToolError):
+    """A tool raised; the message is the original error with secrets scrubbed."""
+
+
+class ToolTimeoutError(ToolError, TimeoutError):
+    """The tool did not return within its timeout. ``future`` is the call still running in
+    its thread (a thread cannot be killed), or None."""
+
+    def __init__(self, tool: str, timeout_s: float, future: Any = None):
+        super().__init__(f"tool {tool!r} did not return within {timeout_s:g} s")
+        self.future = future
+
+
+class TransientError(ToolError):
+    """Raise from a tool for a failure worth retrying (a 503, a dropped connection)."""
+
+
+class ModelError(TorporError):
+    """A model call failed. ``transient``: trying again later may succeed."""
+
+    transient = False
+
+    def __init__(self, model: str, message: str, *, status: int | None = None):
+        super().__init__(f"model {model!r}: {message}")
+        self.model, self.status = model, status
+
+
+class ModelRateLimitedError(ModelError):
+    """HTTP 429 after the adapter's own retries. ``retry_after`` (seconds) when the server
+    said so."""
+
+    transient = True
+
+    def __init__(self, model: str, message: str, *, retry_after: float | None = None):
+        super().__init__(model, message, status=429)
+        self.retry_after = retry_after
+
+
+class ModelTimeoutError(ModelError):
+    """No answer within the adapter's timeout (after its retries)."""
+
+    transient = True
+
+
+class ModelUnavailableError(ModelError):
+    """Connection refused or reset, or a 5xx/overloaded answer (after retries)."""
+
+    transient = True
+
+
+class ModelRequestError(ModelError):
+    """The provider refused the request (4xx other than 429): bad request, auth, not found."""
+
+
+class InjectedFault(TorporError):
+    """Base of the exceptions a fault plan raises at a point (:mod:`torpor.faults`)."""
+
+
+class AcknowledgementLost(InjectedFault, ConnectionError):
+    """The effect's acknowledgement was lost (injected): it may well have happened."""
+
+
+class ConnectionBroken(InjectedFault, StoreError):
+    """The database connection broke here (injected)."""
+
+
 class RunInterrupt(BaseException):
     """Control flow that unwinds a workflow. Derives from BaseException: never catch it."""
 
@@ -170,3 +334,25 @@ class Suspended(RunInterrupt):
 
 class Cancelled(RunInterrupt):
     """The run was cancelled; raised at the next durable boundary."""
+
+
+class RunStopped(RunInterrupt):
+    """``run.stop_safe()`` / ``run.block()``: the run ends with ``outcome`` (an Outcome value)
+    and ``reason``."""
+
+    def __init__(self, outcome: str, reason: str):
+        super().__init__(reason)
+        self.outcome, self.reason = outcome, reason
+
+
+class EffectUnresolved(RunInterrupt):
+    """An effect's outcome is unknown and only a person can settle it: the run ends
+    ``unresolved`` naming ``key``."""
+
+    def __init__(self, key: str, reason: str):
+        super().__init__(f"effect {key!r}: {reason}")
+        self.key, self.reason = key, reason
+
+
+class ReleaseRun(RunInterrupt):
+    """Give the run back at this boundary without an outcome (a worker shutting down)."""

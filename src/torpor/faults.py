@@ -43,7 +43,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .errors import StoreError
+from .errors import AcknowledgementLost, ConnectionBroken
 
 #: Every fault point: where it is and what the state is when a process dies there.
 POINTS: dict[str, str] = {
@@ -96,18 +96,6 @@ CRASH_POINTS: tuple[str, ...] = (
 )
 
 ACTIONS = ("crash", "ack", "break", "delay", "twice")
-
-
-class InjectedFault(Exception):
-    """Base of the exceptions a fault plan raises at a point."""
-
-
-class AcknowledgementLost(InjectedFault, ConnectionError):
-    """The effect's acknowledgement was lost (injected): it may well have happened."""
-
-
-class ConnectionBroken(InjectedFault, StoreError):
-    """The database connection broke here (injected)."""
 
 
 @dataclass

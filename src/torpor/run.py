@@ -28,11 +28,16 @@ from . import faults, serde, signing
 from .errors import (
     ApprovalDeniedError,
     ApprovalInvalidError,
+    AsyncMisuseError,
+    EffectNotApplied,
+    EffectUnresolved,
     NonDeterminismError,
     PayloadError,
-    RunInterrupt,
+    RunStopped,
+    StepError,
     Suspended,
     TorporError,
+    WaitTimeout,
 )
 from .history import (
     ApprovalConsumed,
@@ -58,7 +63,7 @@ from .history import (
     WaitStarted,
     WarningRecorded,
 )
-from .store.base import Completion, InboxPending
+from .store.base import Completion, InboxPendingError
 
 if TYPE_CHECKING:
     from .runtime import Execution
@@ -66,35 +71,6 @@ if TYPE_CHECKING:
 
 #: How often a consuming append refused for pending inbox messages is re-checked and retried.
 _GUARD_RETRIES = 20
-
-
-class StepError(TorporError):
-    """A step failed; on replay the recorded failure is raised again (determinism)."""
-
-    def __init__(self, run_id: str, step_id: str, error: str):
-        super().__init__(f"run {run_id!r} step {step_id!r} failed: {error}")
-        self.run_id, self.step_id, self.error = run_id, step_id, error
-
-
-class EffectNotApplied(TorporError):
-    """Raise from an effect function when it *knows* nothing happened (e.g. refused before
-    sending). The engine records the effect as absent instead of asking ``reconcile``."""
-
-
-class WaitTimeout(TorporError):
-    """A wait reached its deadline before its wake condition."""
-
-
-class _Unresolved(RunInterrupt):
-    def __init__(self, key: str, reason: str):
-        super().__init__(f"effect {key!r}: {reason}")
-        self.key, self.reason = key, reason
-
-
-class _Stop(RunInterrupt):
-    def __init__(self, outcome: Outcome, reason: str):
-        super().__init__(reason)
-        self.outcome, self.reason = outcome, reason
 
 
 # ------------------------------------------------------------------ reconcile verdicts
@@ -155,17 +131,6 @@ def _accepts_kw(fn: Callable[..., Any], name: str) -> bool:
     )
 
 
-class _AsyncMisuse(TorporError):
-    """An async function given to the sync API inside a running event loop: a mistake in the
-    workflow code, never recorded as the step's failure (fixed code must be able to replay)."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "an async step function was called with run.step()/run.effect() inside an async "
-            "workflow; use `await run.astep(...)` / `await run.aeffect(...)` there"
-        )
-
-
 def _in_loop() -> bool:
     try:
         asyncio.get_running_loop()
@@ -178,7 +143,7 @@ def _refuse_async_in_loop(fn: Callable[..., Any]) -> None:
     """Refuse, before anything is recorded or called, an async function given to the sync API
     inside a running event loop."""
     if inspect.iscoroutinefunction(fn) and _in_loop():
-        raise _AsyncMisuse()
+        raise AsyncMisuseError()
 
 
 def _run_sync(value: Any) -> Any:
@@ -188,7 +153,7 @@ def _run_sync(value: Any) -> Any:
             return asyncio.run(_await(value))
         if inspect.iscoroutine(value):
             value.close()  # never started: nothing ran, and no "never awaited" warning
-        raise _AsyncMisuse()
+        raise AsyncMisuseError()
     return value
 
 
@@ -330,7 +295,7 @@ class Run:
             # (An async ``fn`` inside a running loop: calling it runs none of its body, and
             # _run_sync refuses the coroutine, so no check is needed before the call.)
             value = _run_sync(fn(*args, **kwargs))
-        except _AsyncMisuse:
+        except AsyncMisuseError:
             raise
         except Exception as exc:
             self._step_fail(sid, pol, ih, purpose, exc)
@@ -560,13 +525,13 @@ class Run:
                 self._append(
                     EffectReconciled(key=key, verdict=Verdict.UNKNOWN, reason=verdict.reason)
                 )
-                raise _Unresolved(key, verdict.reason)
+                raise EffectUnresolved(key, verdict.reason)
             self._append(
                 EffectReconciled(key=key, verdict=Verdict.ABSENT, reason="reconcile found no trace")
             )
             info = self.state.effects[key]
         if info is not None and info.status == "unknown":
-            raise _Unresolved(key, info.reason or "outcome unknown; awaiting a person")
+            raise EffectUnresolved(key, info.reason or "outcome unknown; awaiting a person")
         if info is not None and info.status == "applied":
             # A person settled it as applied; the completion is recorded with the resolution.
             raise NonDeterminismError(f"effect {key!r} applied but its step {sid!r} has no result")
@@ -604,7 +569,7 @@ class Run:
             try:
                 self._append(*payloads, guard_inbox=consume)
                 break
-            except InboxPending:
+            except InboxPendingError:
                 # A message (a revocation?) landed between the check and the consuming append:
                 # move it into the history and check the approval again before consuming it.
                 assert approval is not None
@@ -662,7 +627,7 @@ class Run:
                     key=key, verdict=Verdict.UNKNOWN, reason=f"{err}; {verdict.reason}"
                 )
             )
-            raise _Unresolved(key, f"{err}; {verdict.reason}")
+            raise EffectUnresolved(key, f"{err}; {verdict.reason}")
         self._append(EffectFailed(key=key, error=err), StepFailed(step_id=sid, error=err))
         raise StepError(self.run_id, sid, err) from exc
 
@@ -1035,11 +1000,11 @@ class Run:
 
     def stop_safe(self, reason: str) -> None:
         """End the run ``stopped_safe``: stopped before any effect (refused if one happened)."""
-        raise _Stop(Outcome.STOPPED_SAFE, reason)
+        raise RunStopped(Outcome.STOPPED_SAFE, reason)
 
     def block(self, reason: str) -> None:
         """End the run ``blocked`` (missing authority, budget); a person may reopen it."""
-        raise _Stop(Outcome.BLOCKED, reason)
+        raise RunStopped(Outcome.BLOCKED, reason)
 
     def now(self) -> float:
         """The store clock, in epoch seconds (use instead of time.time() in workflows)."""

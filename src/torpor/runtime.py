@@ -30,7 +30,7 @@ from .errors import (
     LeaseLostError,
     NonDeterminismError,
     PayloadError,
-    RunInterrupt,
+    ReleaseRun,
     StoreError,
     Suspended,
     TransitionError,
@@ -62,7 +62,7 @@ from .history import (
     starts_step,
     type_of,
 )
-from .run import Run, _Stop, _Unresolved
+from .run import EffectUnresolved, Run, RunStopped
 from .store import SQLStore, new_owner_id, open_store
 from .store.base import Completion, InboxMessage, Lease
 from .workflows import WorkflowDef, get_workflow
@@ -91,10 +91,6 @@ _ENGINE_ERRORS = (
     PayloadError,
     TransitionError,
 )
-
-
-class _Release(RunInterrupt):
-    """Internal: give the run back at this boundary without an outcome (worker shutdown)."""
 
 
 #: Longest outcome reason recorded (a longer one, e.g. from a huge exception message, is cut).
@@ -269,7 +265,7 @@ class Execution:
         if self.state.cancel_requested:
             raise Cancelled(self.state.cancel_reason or "cancelled")
         if self.runtime.stopping.is_set():
-            raise _Release("worker shutting down")
+            raise ReleaseRun("worker shutting down")
 
     # ------------------------------------------------------------ inbox
 
@@ -439,19 +435,19 @@ class Execution:
                 value = fn(handle, self.state.input)
         except Suspended as s:
             return self.result(reason=s.reason)
-        except _Release as r:
+        except ReleaseRun as r:
             return self.result(reason=f"released: {r}")
         except Cancelled as c:
             return self.finish(Outcome.CANCELLED, str(c))
-        except _Unresolved as u:
+        except EffectUnresolved as u:
             return self.finish(
                 Outcome.UNRESOLVED,
                 f"{u}; a person must settle it: torpor resolve {st.run_id} {u.key} "
                 "--applied/--absent",
             )
-        except _Stop as s:
-            self.check_replayed(f"stopped ({s.outcome.value}: {s.reason})")
-            return self.finish(s.outcome, s.reason)
+        except RunStopped as s:
+            self.check_replayed(f"stopped ({s.outcome}: {s.reason})")
+            return self.finish(Outcome(s.outcome), s.reason)
         except (ApprovalDeniedError, ApprovalInvalidError) as exc:
             return self.finish(Outcome.BLOCKED, str(exc))
         except _ENGINE_ERRORS:

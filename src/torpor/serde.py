@@ -16,12 +16,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .errors import NotSerializable
+
 #: Largest encoded payload of one event, in bytes. Larger values belong in an artifact.
 MAX_PAYLOAD_BYTES = 1 << 20
-
-
-class NotSerializable(ValueError):
-    """Raised by :func:`to_jsonable` with a path to the offending value."""
 
 
 #: Deepest nesting of lists/dicts accepted in a recorded value (a self-referencing value hits it).

@@ -35,7 +35,7 @@ from typing import Annotated, Any
 import tenacity
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from .errors import TorporError
+from .errors import ToolArgsError, ToolTimeoutError, TorporError, TransientError
 from .history import Policy
 from .models.base import ToolSpec
 from .run import EffectCall, EffectNotApplied, Reconciliation
@@ -69,32 +69,6 @@ ArtifactHash = Annotated[
 
 #: Parameters the engine fills; never part of the schema.
 ENGINE_PARAMS = ("idempotency_key", "fencing_token")
-
-
-class TransientError(TorporError):
-    """Raise from a tool for a failure worth retrying (a 503, a dropped connection)."""
-
-
-class ToolTimeout(TimeoutError):
-    """The tool did not return within its timeout."""
-
-    def __init__(self, tool: str, timeout: float, future: concurrent.futures.Future[Any] | None):
-        super().__init__(f"tool {tool!r} did not return within {timeout:g} s")
-        self.future = future
-
-
-class ToolArgsError(TorporError):
-    """Arguments refused by the tool's schema; ``details`` is what the planner is shown."""
-
-    def __init__(self, tool: str, message: str, details: list[dict[str, Any]] | None = None):
-        super().__init__(f"tool {tool!r}: {message}")
-        self.tool, self.message, self.details = tool, message, details or []
-
-    def observation(self) -> dict[str, Any]:
-        return {
-            "error": f"invalid arguments for tool {self.tool!r}: {self.message}",
-            "details": self.details,
-        }
 
 
 @dataclass(frozen=True)
@@ -271,7 +245,7 @@ class Tool:
                 try:
                     return await asyncio.wait_for(fn(**kwargs), timeout)
                 except TimeoutError:
-                    raise ToolTimeout(self.name, timeout, None) from None
+                    raise ToolTimeoutError(self.name, timeout, None) from None
 
             return asyncio.run(bounded())
         if timeout is None:
@@ -282,7 +256,7 @@ class Tool:
         try:
             return fut.result(timeout)
         except concurrent.futures.TimeoutError:
-            raise ToolTimeout(self.name, timeout, fut) from None
+            raise ToolTimeoutError(self.name, timeout, fut) from None
 
 
 class Tools:

@@ -9,7 +9,13 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import TorporError
+from ..errors import (
+    ModelError,
+    ModelRateLimitedError,
+    ModelRequestError,
+    ModelTimeoutError,
+    ModelUnavailableError,
+)
 
 
 class ToolCall(BaseModel):
@@ -106,43 +112,6 @@ class Model(Protocol):
 
 
 # ------------------------------------------------------------------ errors
-
-
-class ModelError(TorporError):
-    """A model call failed. ``transient``: trying again later may succeed."""
-
-    transient = False
-
-    def __init__(self, model: str, message: str, *, status: int | None = None):
-        super().__init__(f"model {model!r}: {message}")
-        self.model, self.status = model, status
-
-
-class ModelRateLimitedError(ModelError):
-    """HTTP 429 after the adapter's own retries. ``retry_after`` (seconds) when the server
-    said so."""
-
-    transient = True
-
-    def __init__(self, model: str, message: str, *, retry_after: float | None = None):
-        super().__init__(model, message, status=429)
-        self.retry_after = retry_after
-
-
-class ModelTimeoutError(ModelError):
-    """No answer within the adapter's timeout (after its retries)."""
-
-    transient = True
-
-
-class ModelUnavailableError(ModelError):
-    """Connection refused or reset, or a 5xx/overloaded answer (after retries)."""
-
-    transient = True
-
-
-class ModelRequestError(ModelError):
-    """The provider refused the request (4xx other than 429): bad request, auth, not found."""
 
 
 def retry_after_s(headers: Any) -> float | None:

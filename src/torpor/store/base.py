@@ -31,6 +31,7 @@ from .. import faults, serde
 from ..errors import (
     CorruptRecordError,
     InboxError,
+    InboxPendingError,
     LeaseHeldError,
     LeaseLostError,
     PayloadError,
@@ -579,7 +580,7 @@ class SQLStore:
         ``state`` is the run state *after* the events; it is written as the engine checkpoint
         when an event is a boundary (:data:`CHECKPOINT_EVENTS`) or the tail grew past
         ``checkpoint_every``. ``consumed`` marks inbox messages as moved into the history at the
-        given seq. With ``guard_inbox`` the append is refused with :class:`InboxPending` if any
+        given seq. With ``guard_inbox`` the append is refused with :class:`InboxPendingError` if any
         inbox message is pending (an approval must not be consumed past a revocation). A run
         that goes to wait while messages are pending is woken at once. Raises LeaseLostError
         (nothing written) when fenced off, PayloadError when an event cannot be encoded.
@@ -609,7 +610,7 @@ class SQLStore:
                 return
             except (
                 LeaseLostError,
-                InboxPending,
+                InboxPendingError,
                 TransitionError,
                 PayloadError,
                 CorruptRecordError,  # a bad stored row is not an ambiguous commit
@@ -775,7 +776,7 @@ class SQLStore:
                 row = self.driver.fetchone(cur, self.q["count_pending_inbox"], {"run_id": run_id})
                 if row and int(row[0]):
                     if guard_inbox:
-                        raise InboxPending(f"run {run_id!r} has inbox messages to apply")
+                        raise InboxPendingError(f"run {run_id!r} has inbox messages to apply")
                     self.driver.execute(cur, self.q["wake_run"], self._p(run_id=run_id))
                     self.driver.fetchone(cur, self.q["notify_wake"], {"run_id": run_id})
         self._ckpt_seqs[run_id] = (lease.epoch, state.seq, ckpt_seq, columns)
@@ -1103,10 +1104,6 @@ def _accept_json(accept: Mapping[str, Sequence[str]] | None) -> str | None:
 REOPENING_KINDS = frozenset({"resolve", "reopen"})
 
 
-class InboxPending(StoreError):
-    """An append guarded against pending inbox messages found some (sync, then retry)."""
-
-
 def check_schema(found: int | None, known: int, url: str) -> None:
     """Refuse a database written by a newer schema (nothing is changed)."""
     if found is not None and found > known:
@@ -1120,7 +1117,7 @@ __all__ = [
     "Completion",
     "Driver",
     "InboxMessage",
-    "InboxPending",
+    "InboxPendingError",
     "Lease",
     "RunRecord",
     "SQLStore",
