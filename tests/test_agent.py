@@ -26,8 +26,8 @@ from torpor import (
     Tools,
     step,
 )
+from torpor.agents.models import Message, ScriptedModel, TokenUsage, say, use
 from torpor.cli import app
-from torpor.models import Message, ScriptedModel, TokenUsage, say, use
 
 _n = 0
 
@@ -380,7 +380,7 @@ def test_code_verifiers_first_and_a_model_judge_only_where_declared(
     )
     order: list[str] = []
 
-    def has_answer(ctx: torpor.AgentContext) -> bool:
+    def has_answer(ctx: torpor.agents.AgentContext) -> bool:
         order.append("code")
         return bool(ctx.final)
 

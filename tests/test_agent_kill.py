@@ -28,7 +28,7 @@ MODULE = '''
 import json, os
 
 import torpor
-from torpor.models import OpenAIChatModel
+from torpor.agents.models import OpenAIChatModel
 
 LEDGER = os.environ["AGENT_LEDGER"]
 

@@ -21,7 +21,7 @@ import typer
 import torpor
 from torpor.cli import app
 from torpor.history import RunStarted
-from torpor.store import new_owner_id
+from torpor.owners import new_owner_id
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -342,7 +342,7 @@ def test_help_for_every_command(flows: Path) -> None:
 def test_ls_tells_a_dead_holder_from_a_live_one(flows: Path) -> None:
     """After kill -9 the lease is still unexpired, but `ls` says its holder is dead (a local
     resume takes it over at once) instead of implying someone is still working on it."""
-    from torpor.store.base import new_owner_id
+    from torpor.owners import new_owner_id
 
     env = {"TORPOR_IMPORT": "cli_flows"}
     js(flows, "start", "cli.ship", "-i", '{"diff": "patch"}', "--run-id", "d1", env=env)

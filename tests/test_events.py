@@ -1214,9 +1214,11 @@ def test_consumed_approval_authorizes_only_its_step() -> None:
     ev(s, EffectIntended(step_id="push", key="k1", operation="push", attempt=2, approval_id="ap"))
 
 
-def test_observed_effect_survives_a_user_checkpoint() -> None:
-    """An effect that happened stays in the state after pruning: the checkpoint still answers
-    "what effects may have occurred", and the key can never be performed again (G2)."""
+def test_a_performed_effect_leaves_the_state_and_is_counted() -> None:
+    """An effect that happened leaves the state like a completed step (the state stays the size
+    of what is in doubt) and is counted; the checkpoint answers it as performed. That its key is
+    never performed again is the store's rule, checked against its effect index
+    (test_store_conformance: test_a_performed_key_is_never_intended_again)."""
     s = started()
     ev(s, StepStarted(step_id="push", policy=Policy.EFFECT))
     ev(s, EffectIntended(step_id="push", key="k", operation="push"))
@@ -1226,14 +1228,13 @@ def test_observed_effect_survives_a_user_checkpoint() -> None:
     ev(s, EffectIntended(step_id="mail", key="m", operation="mail"))
     ev(s, EffectFailed(key="m", error="refused"))
     ev(s, StepFailed(step_id="mail", error="refused"))
+    assert set(s.effects) == {"m"} and s.effects_applied == 1
     ev(s, CheckpointSaved(state={"i": 1}))
     # The failed step stays (replay raises its failure again instead of running it).
     assert {k: v.status for k, v in s.steps.items()} == {"mail": "failed"}
-    assert set(s.effects) == {"k"}  # the failed one certainly did not happen: pruned
-    assert checkpoint_answers(s)["effects"] == {"k": "observed"}
-    ev(s, StepStarted(step_id="push-again", policy=Policy.EFFECT))
-    with pytest.raises(TransitionError, match="never performed blindly"):
-        ev(s, EffectIntended(step_id="push-again", key="k", operation="push"))
+    assert s.effects == {}  # the failed one certainly did not happen: pruned
+    assert checkpoint_answers(s)["effects"] == {}
+    assert checkpoint_answers(s)["effects_performed"] == 1
 
 
 def test_cancel_with_an_effect_in_doubt_must_be_unresolved() -> None:
@@ -1269,6 +1270,7 @@ def test_answers_of_a_fresh_run() -> None:
         "establishing": "ship it",
         "evidence": {"verifications": {}, "artifacts": {}},
         "effects": {},
+        "effects_performed": 0,
         "next": "runnable: the next step may start",
     }
 
@@ -1307,7 +1309,7 @@ def test_answers_of_effects_in_doubt_and_settled() -> None:
     ev(s, EffectIntended(step_id="push", key="k1", operation="push", attempt=2))
     ev(s, EffectObserved(key="k1"))
     a = checkpoint_answers(s)
-    assert a["effects"] == {"k1": "observed"}
+    assert a["effects"] == {} and a["effects_performed"] == 1
     assert a["next"] == "runnable: the next step may start"
 
 

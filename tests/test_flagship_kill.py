@@ -84,7 +84,7 @@ class SeqWatch:
             self.client = self.agent.client()
         try:
             return self.client.get(self.agent.run_id).last_seq
-        except torpor.RunNotFoundError:
+        except torpor.errors.RunNotFoundError:
             return 0
 
     def close(self) -> None:

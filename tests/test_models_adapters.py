@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agent_kit import Err, Slow, anthropic_reply, loopback, openai_reply, turn_of
-from torpor.models import (
+from torpor.agents.models import (
     AnthropicModel,
     Message,
     ModelRateLimitedError,

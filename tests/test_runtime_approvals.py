@@ -135,7 +135,7 @@ def test_revoke_racing_the_consumption_wins(
     real_append = store.append
 
     def append_with_a_revocation_landing_first(*a: Any, **kw: Any) -> None:
-        if kw.get("guard_inbox") and client.state("race").approvals[aid].status == "approved":
+        if kw.get("if_inbox_empty") and client.state("race").approvals[aid].status == "approved":
             client.revoke("race", aid, "carol", reason="stop")
         real_append(*a, **kw)
 

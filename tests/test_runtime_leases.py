@@ -119,7 +119,7 @@ def test_heartbeat_keeps_the_lease_through_a_long_step(db_url: str) -> None:
         time.sleep(0.9)  # well past the first lease's ttl
         try:
             other.execute(rid)
-        except torpor.LeaseHeldError as exc:
+        except torpor.errors.LeaseHeldError as exc:
             refused.append(exc)
 
     t = threading.Thread(target=intrude)

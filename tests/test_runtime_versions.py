@@ -177,7 +177,7 @@ def test_unserializable_input_or_compute_arguments_are_refused(
     with pytest.raises(torpor.PayloadError) as info:
         runtime.start(bad_result, Opaque(), run_id="bad-input")
     assert "bad-input" in str(info.value) and "input" in str(info.value)
-    with pytest.raises(torpor.RunNotFoundError):
+    with pytest.raises(torpor.errors.RunNotFoundError):
         client.get("bad-input")
 
     @torpor.workflow(name="g10.bad_args", version="1")

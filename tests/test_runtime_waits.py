@@ -56,7 +56,7 @@ def test_timer_straddling_a_sigkill_fires_once_at_the_original_deadline(lab: Lab
             try:
                 if lab.state("t1").status == "waiting":
                     break
-            except torpor.StoreError:
+            except torpor.errors.StoreError:
                 pass
         time.sleep(0.01)
     a.send_signal(signal.SIGKILL)
@@ -84,9 +84,9 @@ def test_timer_straddling_a_sigkill_fires_once_at_the_original_deadline(lab: Lab
 
 
 def test_cancel_cannot_be_swallowed_by_except_exception(lab: Lab) -> None:
-    assert issubclass(torpor.Cancelled, BaseException)
-    assert not issubclass(torpor.Cancelled, Exception)
-    assert not issubclass(torpor.Suspended, Exception)
+    assert issubclass(torpor.errors.Cancelled, BaseException)
+    assert not issubclass(torpor.errors.Cancelled, Exception)
+    assert not issubclass(torpor.errors.Suspended, Exception)
     proc = lab.spawn(
         "wwf", "c1", workflow="w.busy", input=300, runtime={"lease_ttl_s": 1.0, "heartbeat_s": 0.1}
     )

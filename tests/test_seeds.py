@@ -259,7 +259,7 @@ def test_lease_expires_during_a_slow_tool_call(
         ta.join(30)
         res = res_box[0]
         assert res.outcome == "succeeded", res
-        assert len(a_error) == 1 and isinstance(a_error[0], torpor.LeaseLostError), a_error
+        assert len(a_error) == 1 and isinstance(a_error[0], torpor.errors.LeaseLostError), a_error
         assert step_runs(client, "slow") == {"fetch": 1, "analyse": 1, "report": 1}
         assert SLOW_CALLS == {"worker-a": 1, "worker-b": 1}  # never completed by A: B redoes it
         assert_effects(
@@ -322,7 +322,7 @@ def test_the_same_wake_event_delivered_twice(
         time.sleep(pause)
         try:
             results.append(rt.resume("wake"))
-        except torpor.LeaseHeldError as exc:
+        except torpor.errors.LeaseHeldError as exc:
             errors.append(exc)  # the other executor has it: the right answer
 
     pauses = [rng.uniform(0, 0.01), rng.uniform(0, 0.01)]

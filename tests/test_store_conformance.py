@@ -10,10 +10,15 @@ from typing import Any
 import pytest
 
 import torpor
-from torpor.errors import LeaseHeldError, LeaseLostError, RunNotFoundError, SchemaVersionError
+from torpor.errors import (
+    InboxPendingError,
+    LeaseHeldError,
+    LeaseLostError,
+    RunNotFoundError,
+    SchemaVersionError,
+)
 from torpor.history import Event, RunStarted, RunState, StepCompleted, StepStarted, apply, fold
 from torpor.store import SQLStore, open_store
-from torpor.store.base import InboxPendingError
 
 
 @pytest.fixture
@@ -122,7 +127,7 @@ def test_completed_step_never_restarts(store: SQLStore) -> None:
     lease = store.acquire_lease("r1", "o:1:x", ttl_s=30)
     _append_step(store, lease, state, "s1", 1)
     ev = _ev(state, StepStarted(step_id="s1", policy="read"), lease.epoch)
-    with pytest.raises(torpor.TransitionError):
+    with pytest.raises(torpor.errors.TransitionError):
         store.append(lease, [ev], apply(state.model_copy(deep=True), ev))
     assert store.get_run("r1").last_seq == 3
 
@@ -138,7 +143,7 @@ def test_inbox_dedupe_wake_and_guard(store: SQLStore) -> None:
     lease = store.acquire_lease("r1", "o:1:x", ttl_s=30)
     ev = _ev(state, StepStarted(step_id="s", policy="read"), lease.epoch)
     with pytest.raises(InboxPendingError):
-        store.append(lease, [ev], apply(state.model_copy(deep=True), ev), guard_inbox=True)
+        store.append(lease, [ev], apply(state.model_copy(deep=True), ev), if_inbox_empty=True)
     with pytest.raises(RunNotFoundError):
         store.post_inbox("nope", "signal", {"name": "go"})
 
@@ -291,7 +296,7 @@ def test_a_settled_unresolved_run_is_picked_up_by_a_worker(store_url: str) -> No
 
 
 def test_unreachable_postgres_is_one_clear_store_error() -> None:
-    with pytest.raises(torpor.StoreError, match=r"unreachable.*refused") as err:
+    with pytest.raises(torpor.errors.StoreError, match=r"unreachable.*refused") as err:
         open_store("postgresql://postgres:hunter2@127.0.0.1:1/nowhere")
     assert "hunter2" not in str(err.value)
 
@@ -333,7 +338,7 @@ def test_self_referencing_value_is_a_payload_error(store_url: str) -> None:
 
 
 def test_owner_in_another_pid_namespace_is_never_judged_dead() -> None:
-    from torpor.store.base import new_owner_id, owner_is_dead
+    from torpor.owners import new_owner_id, owner_is_dead
 
     host, _pid, rest = new_owner_id().split(":", 2)
     rand, boot, ns, start = rest.split("~")
@@ -361,16 +366,13 @@ def test_the_run_row_follows_the_state_through_steady_appends(store: SQLStore) -
     lease = store.acquire_lease("r1", "host-a:1:x", ttl_s=30)
     n = [0]
     seen: list[str] = []
-    for name in ("append_plain", "execute_one"):  # which path each append takes
-        real = getattr(store.driver, name)
+    real = store.driver.write_one  # the plain path: one fenced insert, the row left alone
 
-        def spy(*a: Any, _real: Any = real, _name: str = name) -> Any:
-            seen.append(
-                "steady" if "steady" in str(a[0]) or "status = :status" not in str(a[0]) else "full"
-            )
-            return _real(*a)
+    def spy(*a: Any) -> Any:
+        seen.append("steady")
+        return real(*a)
 
-        setattr(store.driver, name, spy)
+    store.driver.write_one = spy  # type: ignore[method-assign]
 
     def write(*payloads: Any, wake_at_ms: int | None = None, new: str = "") -> None:
         evs = []
@@ -378,7 +380,7 @@ def test_the_run_row_follows_the_state_through_steady_appends(store: SQLStore) -
             ev = _ev(state, p, lease.epoch)
             apply(state, ev)
             evs.append(ev)
-        store.append(lease, evs, state, wake_at_ms=wake_at_ms, proven_new={new})
+        store.append(lease, evs, state, wake_at_ms=wake_at_ms, new_steps={new})
 
     def step() -> None:
         n[0] += 1
@@ -411,3 +413,67 @@ def test_the_run_row_follows_the_state_through_steady_appends(store: SQLStore) -
     assert row() == ("finished", "succeeded", None, "2", state.seq)
     assert store.load("r1") == state
     assert seen.count("steady") >= 70, seen  # the steady path was taken for plain steps
+
+
+def test_a_performed_key_is_never_intended_again(store: SQLStore) -> None:
+    """G2 at the store: a performed effect leaves the run state (it stays the size of what is
+    in doubt), and its key stays in the effect index: intending it again — by the same step or
+    another, after a user checkpoint, or after a reload — is refused and writes nothing, and a
+    key a person settled as applied counts as performed too. A key settled absent may be
+    intended again."""
+    from torpor.history import (
+        CheckpointSaved,
+        EffectIntended,
+        EffectObserved,
+        EffectReconciled,
+        Verdict,
+    )
+
+    state = _start(store)
+    lease = store.acquire_lease("r1", "o:1:x", ttl_s=30)
+
+    def write(*payloads: Any) -> None:
+        evs = []
+        for p in payloads:
+            ev = _ev(state, p, lease.epoch)
+            apply(state, ev)
+            evs.append(ev)
+        store.append(lease, evs, state)
+
+    write(
+        StepStarted(step_id="push", policy="effect"),
+        EffectIntended(step_id="push", key="k", operation="push"),
+    )
+    write(EffectObserved(key="k", result="sha"), StepCompleted(step_id="push", policy="effect"))
+    write(
+        StepStarted(step_id="pay", policy="effect"),
+        EffectIntended(step_id="pay", key="p", operation="pay"),
+    )
+    write(EffectReconciled(key="p", verdict=Verdict.APPLIED, by="alice"))
+    write(StepCompleted(step_id="pay", policy="effect"))
+    write(
+        StepStarted(step_id="mail", policy="effect"),
+        EffectIntended(step_id="mail", key="m", operation="mail"),
+    )
+    write(EffectReconciled(key="m", verdict=Verdict.ABSENT))
+    write(CheckpointSaved(state={"i": 1}))
+    assert state.effects == {} and state.effects_applied == 2
+    assert store.load("r1") == state
+    before = [e.seq for e in store.read_events("r1")]
+    for key, step in (("k", "push-again"), ("k", "other"), ("p", "pay-again")):
+        trial = store.load("r1")
+        evs = []
+        for p in (
+            StepStarted(step_id=step, policy="effect"),
+            EffectIntended(step_id=step, key=key, operation="op"),
+        ):
+            ev = _ev(trial, p, lease.epoch)
+            apply(trial, ev)  # the compact fold no longer knows the key: the store must
+            evs.append(ev)
+        with pytest.raises(torpor.errors.TransitionError, match=f"effect '{key}' was performed"):
+            store.append(lease, evs, trial)
+        assert [e.seq for e in store.read_events("r1")] == before
+    write(
+        StepStarted(step_id="mail-again", policy="effect"),
+        EffectIntended(step_id="mail-again", key="m", operation="mail", attempt=2),
+    )

@@ -26,6 +26,7 @@ from test_events import histories
 from torpor import serde
 from torpor.errors import (
     CorruptRecordError,
+    InboxPendingError,
     LeaseHeldError,
     LeaseLostError,
     PayloadError,
@@ -53,7 +54,9 @@ from torpor.history import (
     fold,
     type_of,
 )
-from torpor.store.base import CHECKPOINT_EVENTS, InboxPendingError, Lease, SQLStore, owner_is_dead
+from torpor.owners import owner_is_dead
+from torpor.store import SQLStore
+from torpor.store.base import CHECKPOINT_EVENTS, Lease
 from torpor.store.sqlite import SCHEMA_VERSION, open_sqlite
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -328,14 +331,14 @@ def test_owner_is_dead_only_for_a_gone_local_process() -> None:
     assert not owner_is_dead(f"elsewhere.example:{os.getpid() + 1}:x")  # another host: unknown
     assert not owner_is_dead("not an owner id")
     assert not owner_is_dead(f"{host}:{os.getpid() + 1}:x")  # no identity suffix: expiry decides
-    p = spawn("from torpor.store.base import new_owner_id; print(new_owner_id())")
+    p = spawn("from torpor.owners import new_owner_id; print(new_owner_id())")
     owner = p.communicate()[0].strip()
     assert owner_is_dead(owner)
 
 
 HOLDER = r"""
 import sys, time
-from torpor.store.base import new_owner_id
+from torpor.owners import new_owner_id
 from torpor.store.sqlite import open_sqlite
 store = open_sqlite(sys.argv[1])
 lease = store.acquire_lease(sys.argv[2], new_owner_id(), 3600)
@@ -390,7 +393,7 @@ RACER = r"""
 import json, random, sys, time
 from torpor.errors import LeaseHeldError, LeaseLostError
 from torpor.history import Event, LeaseAcquired, WarningRecorded, apply, type_of
-from torpor.store.base import new_owner_id
+from torpor.owners import new_owner_id
 from torpor.store.sqlite import open_sqlite
 
 url, run_id, seed, duration = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
@@ -727,7 +730,7 @@ def test_inbox_dedupes_and_wakes_a_waiting_run(store: SQLStore, clock: FakeClock
     assert store.count_pending_inbox(RUN) == 1
     # The holder moves it into the history: consumed, and deduplicated forever.
     w = hold(store, owner="host:2:w2")
-    w.write(WarningRecorded(message="got m1"), consumed=[("m1", w.state.seq + 1)])
+    w.write(WarningRecorded(message="got m1"), consumes=[("m1", w.state.seq + 1)])
     assert store.pending_inbox(RUN) == [] and store.count_pending_inbox(RUN) == 0
     assert not store.post_inbox(RUN, "signal", {"name": "go"}, message_id="m1")
     with pytest.raises(RunNotFoundError):
@@ -749,7 +752,7 @@ def test_guarded_append_refuses_while_messages_are_pending(store: SQLStore, db: 
     store.post_inbox(RUN, "revoke", {"approval_id": "a", "by": "x"}, message_id="rv")
     before = all_rows(db)
     with pytest.raises(InboxPendingError):
-        w.write(WarningRecorded(message="consume"), guard_inbox=True)
+        w.write(WarningRecorded(message="consume"), if_inbox_empty=True)
     assert all_rows(db) == before
 
 

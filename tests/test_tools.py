@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from torpor import ArtifactHash, EffectNotApplied, Retry, Secret, Tools, TransientError
-from torpor.errors import TorporError
-from torpor.tools import ToolArgsError, ToolTimeoutError, Vault
+from torpor.agents.tools import Vault
+from torpor.errors import ToolArgsError, ToolTimeoutError, TorporError
 
 FAST = Retry(attempts=3, initial=0.01, max_wait=0.02)
 

@@ -135,7 +135,7 @@ SUBMIT_PLAN = {
 def make_model(spec: dict[str, Any]) -> Any:
     """The OpenAI-compatible model the run's input names (the API key comes from the
     environment: ``$TORPOR_MODEL_API_KEY`` or ``$OPENAI_API_KEY``, never from the record)."""
-    from torpor.models import OpenAIChatModel
+    from torpor.agents.models import OpenAIChatModel
 
     return OpenAIChatModel(
         spec["name"], base_url=spec.get("base_url"), timeout=float(spec.get("timeout", 120))
@@ -214,7 +214,7 @@ def model_plan(run: Any, request: dict[str, Any], model: Any) -> dict[str, Any] 
     the model gave no usable plan (the caller falls back to the code planner)."""
     import json
 
-    from torpor.models import Message, ToolSpec, call_model
+    from torpor.agents.models import Message, ToolSpec, call_model
 
     survey = {
         path: {rule: counts for rule, counts in info["findings"].items()}
@@ -248,7 +248,7 @@ def model_commit_message(run: Any, model: Any, facts: dict[str, Any]) -> tuple[s
     """``(subject, body)`` written by the model from ``facts`` (recorded), or ``None``."""
     import json
 
-    from torpor.models import Message, call_model
+    from torpor.agents.models import Message, call_model
 
     messages = [
         Message.system(

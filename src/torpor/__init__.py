@@ -14,59 +14,44 @@ work or repeating an external effect::
         return "ok"
 
     torpor.Runtime().run(notify, "ops@example.org")
+
+The names here are the public API (pinned by ``tests/test_public_api.py``); every exception is
+in :mod:`torpor.errors`, the history's vocabulary in :mod:`torpor.history`, agents' parts in
+:mod:`torpor.agents`, the testing kit in :mod:`torpor.testing`.
 """
 
-from .agent import (
+from .agents import (
     Agent,
-    AgentContext,
+    ArtifactHash,
     CodePlanner,
     ModelJudge,
-    Planner,
-    PlannerError,
     PlanView,
     Proposal,
-    ProposedStep,
     ReActPlanner,
+    Retry,
+    Secret,
+    Tools,
     step,
 )
 from .artifacts import ArtifactStore
 from .client import Client
 from .config import Settings
+from .engine.approvals import Approval
+from .engine.effects import Absent, Applied, EffectCall, Unknown, effect
+from .engine.execution import RunResult
 from .errors import (
-    ApprovalDeniedError,
-    ApprovalError,
-    ApprovalInvalidError,
-    Cancelled,
-    ConfigError,
-    CorruptRecordError,
-    LeaseHeldError,
-    LeaseLostError,
+    EffectNotApplied,
     NonDeterminismError,
     PayloadError,
-    RunInterrupt,
-    RunNotFoundError,
-    SchemaVersionError,
-    StoreError,
-    Suspended,
-    TorporError,
-    TransitionError,
-    VersionMismatchError,
-)
-from .history import ArtifactRef, Budget, Event, Outcome, Policy, RunState, RunStatus
-from .run import (
-    Absent,
-    Applied,
-    Approval,
-    EffectCall,
-    EffectNotApplied,
-    Run,
     StepError,
-    Unknown,
+    TorporError,
+    TransientError,
     WaitTimeout,
 )
-from .runtime import RunResult, Runtime
+from .history import ArtifactRef, Budget, Event, Outcome, Policy, RunState, RunStatus
+from .run import Run
+from .runtime import Runtime
 from .store import open_store
-from .tools import ArtifactHash, Retry, Secret, Tool, Tools, TransientError
 from .workflows import workflow
 
 __version__ = "0.1.0"
@@ -74,59 +59,40 @@ __version__ = "0.1.0"
 __all__ = [
     "Absent",
     "Agent",
-    "AgentContext",
     "Applied",
     "Approval",
-    "ApprovalDeniedError",
-    "ApprovalError",
-    "ApprovalInvalidError",
     "ArtifactHash",
     "ArtifactRef",
     "ArtifactStore",
     "Budget",
-    "Cancelled",
     "Client",
     "CodePlanner",
-    "ConfigError",
-    "CorruptRecordError",
     "EffectCall",
     "EffectNotApplied",
     "Event",
-    "LeaseHeldError",
-    "LeaseLostError",
     "ModelJudge",
     "NonDeterminismError",
     "Outcome",
     "PayloadError",
     "PlanView",
-    "Planner",
-    "PlannerError",
     "Policy",
     "Proposal",
-    "ProposedStep",
     "ReActPlanner",
     "Retry",
     "Run",
-    "RunInterrupt",
-    "RunNotFoundError",
     "RunResult",
     "RunState",
     "RunStatus",
     "Runtime",
-    "SchemaVersionError",
     "Secret",
     "Settings",
     "StepError",
-    "StoreError",
-    "Suspended",
-    "Tool",
     "Tools",
     "TorporError",
     "TransientError",
-    "TransitionError",
     "Unknown",
-    "VersionMismatchError",
     "WaitTimeout",
+    "effect",
     "open_store",
     "step",
     "workflow",

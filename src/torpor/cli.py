@@ -42,8 +42,8 @@ from .client import Client
 from .config import Settings
 from .errors import BadInputError, LeaseHeldError, TorporError
 from .history import Event, Outcome, RunStatus
+from .owners import owner_is_dead
 from .runtime import RunResult, Runtime
-from .store.base import owner_is_dead
 from .workflows import import_modules
 
 app = typer.Typer(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -28,6 +28,9 @@ class WorkflowDef:
     compatible: frozenset[str] = field(default_factory=frozenset)
     criteria: tuple[str, ...] = ()
     goal: str = ""
+    #: Reconciles known by operation name, asked at takeover before the code runs again
+    #: (an agent registers its tools'); see :func:`torpor.engine.effects.reconcile_at_takeover`.
+    reconcilers: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
 
     def accepts(self, recorded_version: str) -> bool:
         return recorded_version == self.version or recorded_version in self.compatible
@@ -55,6 +58,7 @@ def workflow(
     compatible: Iterable[str] = (),
     criteria: Iterable[str] = (),
     goal: str = "",
+    reconcilers: Mapping[str, Callable[[Any], Any]] | None = None,
 ) -> Callable[[F], F]:
     """Register ``fn(run, input)`` (sync or async) as a workflow.
 
@@ -73,6 +77,7 @@ def workflow(
             compatible=frozenset(compatible),
             criteria=tuple(criteria),
             goal=goal or (fn.__doc__ or "").strip().split("\n")[0],
+            reconcilers=dict(reconcilers or {}),
         )
         fn.__torpor_workflow__ = wname  # type: ignore[attr-defined]
         return fn

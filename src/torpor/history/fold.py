@@ -295,7 +295,10 @@ def _effect_observed(s: RunState, p: EffectObserved, e: Event, refuse: Refuse) -
     if cur is None or cur.status != "intended":
         status = cur.status if cur else "never intended"
         raise refuse(f"effect {p.key!r} cannot be observed: it is {status}")
-    cur.status = "observed"
+    # A performed effect leaves the state (like a completed step): the state stays the size of
+    # what is in doubt, however many effects the run performed. Its key stays known to the
+    # store's effect index, which refuses to intend it again (G2).
+    del s.effects[p.key]
     s.effects_applied += 1
 
 
@@ -307,10 +310,12 @@ def _effect_reconciled(s: RunState, p: EffectReconciled, e: Event, refuse: Refus
         raise refuse(f"effect {p.key!r} is not in doubt (it is {status})")
     if p.by == "engine" and cur.status == "unknown":
         raise refuse(f"effect {p.key!r} was found unknown; only a person can settle it now")
-    cur.status = p.verdict.value
-    cur.reason = p.reason
     if p.verdict is Verdict.APPLIED:
+        del s.effects[p.key]  # performed: it leaves the state, as an observed effect does
         s.effects_applied += 1
+        return
+    cur.status = "absent" if p.verdict is Verdict.ABSENT else "unknown"
+    cur.reason = p.reason
 
 
 @_on(EffectFailed)

@@ -3,11 +3,13 @@
 The state is deliberately *compact* so that a checkpoint stays small however long the run has
 been going (guarantee G8): ``RunState.steps`` holds only open and failed steps — a completed
 step leaves it at once (its result stays in the event history, read back by an indexed lookup,
-and the store refuses to start it again); failed steps stay (replay raises their failure);
-effects that certainly did not happen (absent, failed) are dropped at every user checkpoint,
-and per-name maps (artifacts, verifications) keep the latest entry only. Effects that did or may
-have happened are kept: they are what a checkpoint must answer about, and what prevents a key
-from being performed twice.
+and the store refuses to start it again); failed steps stay (replay raises their failure).
+``RunState.effects`` holds the effects still in doubt (intended, unknown) and those that
+certainly did not happen (absent, failed: a retry's attempt number follows them; they are
+dropped at every user checkpoint); a performed effect (observed, or reconciled applied) leaves
+it at once and is counted in ``effects_applied`` — its key stays in the store's effect index,
+which refuses to perform it again (G2). Per-name maps (artifacts, verifications) keep the latest
+entry only.
 """
 
 from __future__ import annotations

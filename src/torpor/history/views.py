@@ -34,14 +34,16 @@ def utc_text(ms: int) -> str:
 def checkpoint_answers(s: RunState) -> dict[str, Any]:
     """The four questions a checkpoint answers (DESIGN.md §1), derived from the state.
 
-    Returns a dict with keys ``establishing``, ``evidence``, ``effects``, ``next``.
+    Returns a dict with keys ``establishing``, ``evidence``, ``effects`` (the effects that may
+    have occurred without a record of their outcome, key -> ``intended``/``unknown``),
+    ``effects_performed`` (how many did occur, as recorded) and ``next``.
     """
     establishing = f"{s.last_step}: {s.last_purpose}" if s.last_purpose else (s.last_step or s.goal)
     evidence = {
         "verifications": {k: {"passed": v.passed} for k, v in s.verifications.items()},
         "artifacts": {k: f"sha256:{v.sha256} v{v.version}" for k, v in s.artifacts.items()},
     }
-    effects = {k: v.status for k, v in s.effects.items() if v.status not in ("absent", "failed")}
+    effects = {k: v.status for k, v in s.effects.items() if v.status in ("intended", "unknown")}
     if s.status is RunStatus.FINISHED:
         nxt = f"finished: {s.outcome}" + (f" ({s.outcome_reason})" if s.outcome_reason else "")
     elif s.wait is not None:
@@ -52,7 +54,13 @@ def checkpoint_answers(s: RunState) -> dict[str, Any]:
         nxt = f"reconcile effects in doubt: {', '.join(s.effects_in_doubt())}"
     else:
         nxt = "runnable: the next step may start"
-    return {"establishing": establishing, "evidence": evidence, "effects": effects, "next": nxt}
+    return {
+        "establishing": establishing,
+        "evidence": evidence,
+        "effects": effects,
+        "effects_performed": s.effects_applied,
+        "next": nxt,
+    }
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,8 @@ import time
 from collections.abc import Callable
 
 from ..errors import ConfigError
-from .base import Completion, InboxMessage, Lease, RunRecord, SQLStore, new_owner_id
-
-Store = SQLStore
+from .base import Completion, InboxMessage, Lease, RunRecord, Store
+from .sqlstore import SQLStore
 
 
 def open_store(url: str, *, clock: Callable[[], float] = time.time) -> SQLStore:
@@ -36,6 +35,5 @@ __all__ = [
     "RunRecord",
     "SQLStore",
     "Store",
-    "new_owner_id",
     "open_store",
 ]

@@ -1,9 +1,11 @@
 """The PostgreSQL backend (psycopg 3 + psycopg-pool): many workers on many machines.
 
-Same domain operations as SQLite (they live in :class:`~torpor.store.base.SQLStore`); this
+Same domain operations as SQLite (they live in :class:`~torpor.store.sqlstore.SQLStore`); this
 module is only the driver: a connection pool, ``READ COMMITTED`` transactions, ``:name``
 parameters rewritten to psycopg's ``%(name)s``, migrations, and ``LISTEN/NOTIFY`` wakeups.
-Fencing holds because the fenced ``UPDATE`` of the run row takes its row lock; dispatch uses
+Fencing (see :mod:`torpor.store.base`) holds under ``READ COMMITTED``: a plain append's insert
+reads the run row's lease in its own statement and the events' primary key settles two writers
+of one seq; an append that updates the run row takes its row lock first; dispatch uses
 ``FOR UPDATE SKIP LOCKED``; every lease decision uses the database clock (``torpor_now_ms()``).
 """
 
@@ -14,13 +16,14 @@ import select
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, StoreError
-from .base import SQLStore, check_schema
+from .base import check_schema
+from .sqlstore import SQLStore
 
 MIGRATIONS = Path(__file__).parent / "migrations" / "postgres"
 _PARAM = re.compile(r"(?<![:\w]):(\w+)")
@@ -177,9 +180,6 @@ class PostgresDriver:
         cur.execute(self._sql(sql), params)
         return int(cur.rowcount)
 
-    def executemany(self, cur: Any, sql: str, rows: Sequence[dict[str, Any]]) -> None:
-        cur.executemany(self._sql(sql), rows)
-
     def fetchone(self, cur: Any, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
         cur.execute(self._sql(sql), params)
         row = cur.fetchone()
@@ -188,16 +188,6 @@ class PostgresDriver:
     def fetchall(self, cur: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         cur.execute(self._sql(sql), params)
         return [tuple(r) for r in cur.fetchall()]
-
-    def append_plain(
-        self, fence_sql: str, fence: dict[str, Any], insert_sql: str, rows: Sequence[dict[str, Any]]
-    ) -> tuple[Any, ...] | None:
-        """See :meth:`Driver.append_plain` (the store uses ``append_fast`` here instead)."""
-        with self.transaction() as cur:
-            row = self.fetchone(cur, fence_sql, fence)
-            if row is not None:
-                self.executemany(cur, insert_sql, rows)
-            return row
 
     def _appender(self) -> _Appender | None:
         """This thread's autocommit connection, (re)opened when missing or closed; None when
@@ -224,27 +214,29 @@ class PostgresDriver:
         self._appenders.add(app)
         return app
 
-    def execute_one(self, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    def write_one(self, sql: str, params: dict[str, Any]) -> int | None:
         """One statement in a transaction of its own, on the calling thread's autocommit
         connection: no ``BEGIN``/``COMMIT`` round trips, no pool checkout, and the statement
         is prepared on that connection after its first uses (psycopg's ``prepare_threshold``).
-        It is durable (the WAL flushed, as for any commit) when this returns. A connection
-        error raises StoreError (the statement may or may not have committed: the caller reads
-        back) and the connection is replaced on the next call. A thread beyond the first
-        ``max_size`` uses a pooled connection in autocommit for the statement instead."""
+        It is durable (the WAL flushed, as for any commit) when this returns. Returns the row
+        count, or None for a unique violation (nothing written). A connection error raises
+        StoreError (the statement may or may not have committed: the caller reads back) and
+        the connection is replaced on the next call. A thread beyond the first ``max_size``
+        uses a pooled connection in autocommit for the statement instead."""
         app = self._appender()
         if app is None:
-            return self._execute_one_pooled(sql, params)
+            return self._write_one_pooled(sql, params)
         try:
             app.cur.execute(self._sql(sql), params)
-            row = app.cur.fetchone()
+            return int(app.cur.rowcount)
+        except self._errors.UniqueViolation:
+            return None
         except (self._errors.OperationalError, self._errors.InterfaceError) as exc:
             app.close()
             self._local.appender = None
             raise StoreError(f"postgres: {exc}".strip()) from exc
-        return tuple(row) if row is not None else None
 
-    def _execute_one_pooled(self, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    def _write_one_pooled(self, sql: str, params: dict[str, Any]) -> int | None:
         try:
             conn = self._getconn()
         except self._errors.OperationalError as exc:  # includes PoolTimeout / PoolClosed
@@ -256,18 +248,22 @@ class PostgresDriver:
             try:
                 with conn.cursor() as cur:
                     cur.execute(self._sql(sql), params)
-                    row = cur.fetchone()
+                    return int(cur.rowcount)
             finally:
                 if not conn.closed and not conn.broken:
                     conn.autocommit = False
-            return tuple(row) if row is not None else None
+        except self._errors.UniqueViolation:
+            return None
         except (self._errors.OperationalError, self._errors.InterfaceError) as exc:
             raise StoreError(f"postgres: {exc}".strip()) from exc
         finally:
             self.pool.putconn(conn)
 
-    def is_unique_violation(self, exc: BaseException) -> bool:
-        return isinstance(exc, self._errors.UniqueViolation)
+    def unique_violation(self, exc: BaseException) -> str | None:
+        """The violated index or constraint for a unique violation, else None."""
+        if isinstance(exc, self._errors.UniqueViolation):
+            return str(exc.diag.constraint_name or "unique")
+        return None
 
     def close(self) -> None:
         self._closed = True

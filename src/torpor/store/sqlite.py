@@ -10,14 +10,15 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import parse_qs, urlparse
 
 from ..errors import ConfigError, StoreError
-from .base import SQLStore, check_schema
+from .base import check_schema
+from .sqlstore import SQLStore
 
 MIGRATIONS = Path(__file__).parent / "migrations" / "sqlite"
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -103,27 +104,24 @@ class SQLiteDriver:
                     raise StoreError(f"sqlite {self.path}: cannot begin a write: {exc}") from exc
                 time.sleep(0.01)
 
-    def append_plain(
-        self, fence_sql: str, fence: dict[str, Any], insert_sql: str, rows: Sequence[dict[str, Any]]
-    ) -> tuple[Any, ...] | None:
-        """The short path of an append (see :meth:`Driver.append_plain`): the same transaction
-        as :meth:`transaction` gives, without its generator machinery (this runs per step)."""
+    def write_one(self, sql: str, params: dict[str, Any]) -> int | None:
+        """One statement in a ``BEGIN IMMEDIATE`` transaction of its own (see
+        :meth:`~torpor.store.base.Driver.write_one`), without :meth:`transaction`'s generator
+        machinery: this runs once per plain step."""
         c = self.conn()
         cur = c.cursor()
         self._begin(cur)
         try:
-            row = cur.execute(fence_sql, fence).fetchone()
-            if row is None:
-                c.execute("ROLLBACK")
-                return None
-            if len(rows) == 1:
-                cur.execute(insert_sql, rows[0])
-            else:
-                cur.executemany(insert_sql, rows)
+            n = cur.execute(sql, params).rowcount
+        except sqlite3.IntegrityError as exc:
+            c.execute("ROLLBACK")
+            if self.unique_violation(exc) is None:
+                raise
+            return None
         except BaseException as exc:
             self._abort(c, exc)
         self._commit(c)
-        return tuple(row)
+        return n
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Cursor]:
@@ -142,24 +140,20 @@ class SQLiteDriver:
         cur.execute(sql, params)
         return int(cur.rowcount)
 
-    def executemany(self, cur: Any, sql: str, rows: Sequence[dict[str, Any]]) -> None:
-        cur.executemany(sql, rows)
-
     def fetchone(self, cur: Any, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
         cur.execute(sql, params)
         row = cur.fetchone()
         return tuple(row) if row is not None else None
 
-    def execute_one(self, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
-        with self.transaction() as cur:
-            return self.fetchone(cur, sql, params)
-
     def fetchall(self, cur: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         cur.execute(sql, params)
         return [tuple(r) for r in cur.fetchall()]
 
-    def is_unique_violation(self, exc: BaseException) -> bool:
-        return isinstance(exc, sqlite3.IntegrityError) and "UNIQUE" in str(exc)
+    def unique_violation(self, exc: BaseException) -> str | None:
+        """``"events.run_id, events.seq"`` (say) for a unique violation, else None."""
+        if isinstance(exc, sqlite3.IntegrityError) and "UNIQUE constraint failed" in str(exc):
+            return str(exc).split(":", 1)[1].strip()
+        return None
 
     def close(self) -> None:
         with self._lock:

@@ -55,6 +55,7 @@ from typing import Any
 import torpor
 
 from .. import faults
+from ..errors import ConfigError
 from ..history import Event, fold
 
 #: ``ledger(world, run_id) -> {idempotency key: times the outside world received it}``.
@@ -727,7 +728,7 @@ def cli_explore(
     """``torpor explore``: print the boundary count and the violations; 1 if any."""
     module, sep, workflow = spec.partition(":")
     if not sep or not module or not workflow:
-        raise torpor.ConfigError(f"expected MODULE:WORKFLOW, not {spec!r}")
+        raise ConfigError(f"expected MODULE:WORKFLOW, not {spec!r}")
     target = Target(
         module=module,
         workflow=workflow,
@@ -739,7 +740,7 @@ def cli_explore(
     kind_list = [k.strip() for k in kinds.split(",") if k.strip()]
     unknown = [k for k in kind_list if k not in KINDS]
     if unknown:
-        raise torpor.ConfigError(f"unknown fault kind(s) {unknown}; known: {', '.join(KINDS)}")
+        raise ConfigError(f"unknown fault kind(s) {unknown}; known: {', '.join(KINDS)}")
     report = explore(
         target,
         sample=sample,

@@ -12,12 +12,70 @@ VALUES (:run_id, :workflow, :version, 'pending', torpor_now_ms(), torpor_now_ms(
 ON CONFLICT (run_id) DO NOTHING;
 
 -- name: insert_event
-INSERT INTO events (run_id, seq, type, step_id, epoch, at_ms, v, payload)
-VALUES (:run_id, :seq, :type, :step_id, :epoch, :at_ms, :v, :payload);
+-- An insert inside a transaction that already fenced the run (fence_row).
+INSERT INTO events (run_id, seq, type, step_id, epoch, at_ms, v, payload, effect_key)
+VALUES (:run_id, :seq, :type, :step_id, :epoch, :at_ms, :v, :payload,
+        CAST(:effect_key AS text));
+
+-- name: append_event
+-- A plain append of one event, a transaction of its own (one round trip, one WAL flush):
+-- inserted only while the run row names the writer's lease (owner, epoch, unexpired by the
+-- database clock) — a read of the row, which stays untouched — and refused by the primary key
+-- when the seq is taken (another writer got there first).
+INSERT INTO events (run_id, seq, type, step_id, epoch, at_ms, v, payload, effect_key)
+SELECT :run_id, :seq, :type, CAST(:step_id AS text), :epoch, :at_ms, :v, :payload,
+       CAST(:effect_key AS text)
+WHERE EXISTS (
+    SELECT 1 FROM runs
+    WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
+      AND lease_expires_at_ms > torpor_now_ms()
+);
+
+-- name: append_events
+-- append_event for several events, given as one array per column.
+INSERT INTO events (run_id, seq, type, step_id, epoch, at_ms, v, payload, effect_key)
+SELECT :run_id, e.seq, e.type, e.step_id, :epoch, e.at_ms, e.v, e.payload, e.effect_key
+FROM unnest(CAST(:seqs AS bigint[]), CAST(:types AS text[]), CAST(:step_ids AS text[]),
+            CAST(:at_mss AS bigint[]), CAST(:vs AS integer[]), CAST(:payloads AS text[]),
+            CAST(:effect_keys AS text[]))
+     AS e(seq, type, step_id, at_ms, v, payload, effect_key)
+WHERE EXISTS (
+    SELECT 1 FROM runs
+    WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
+      AND lease_expires_at_ms > torpor_now_ms()
+);
+
+-- name: fence_row
+-- The fenced update of the run row that opens an append which changes it (its status columns,
+-- a checkpoint): matches only while the row names the writer's lease, and takes the row's
+-- lock for the rest of the transaction. Writes the checkpoint when one is given; returns the
+-- checkpoint seq.
+UPDATE runs
+SET status = :status, outcome = CAST(:outcome AS text),
+    wake_at_ms = CAST(:wake_at_ms AS bigint), version = :version,
+    last_seq = :last_seq, updated_at_ms = torpor_now_ms(),
+    checkpoint_seq = CASE WHEN CAST(:checkpoint AS text) IS NULL THEN checkpoint_seq
+                          ELSE CAST(:last_seq AS bigint) END,
+    checkpoint = COALESCE(CAST(:checkpoint AS text), checkpoint)
+WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
+  AND lease_expires_at_ms > torpor_now_ms()
+RETURNING checkpoint_seq;
+
+-- name: save_checkpoint
+UPDATE runs SET checkpoint_seq = :checkpoint_seq, checkpoint = :checkpoint
+WHERE run_id = :run_id;
+
+-- name: performed_effect
+-- Whether an idempotency key was ever performed in this run (observed, or reconciled applied).
+SELECT seq FROM events WHERE run_id = :run_id AND effect_key = :key;
 
 -- name: get_run
-SELECT run_id, workflow, version, status, outcome, created_at_ms, updated_at_ms, wake_at_ms,
-       lease_owner, lease_epoch, lease_expires_at_ms, last_seq, checkpoint_seq
+-- last_seq and updated_at_ms are those of the latest event: plain appends leave the row alone.
+SELECT run_id, workflow, version, status, outcome, created_at_ms,
+       GREATEST(updated_at_ms, (SELECT at_ms FROM events e WHERE e.run_id = runs.run_id
+                                ORDER BY seq DESC LIMIT 1)),
+       wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
+       (SELECT seq FROM events e WHERE e.run_id = runs.run_id ORDER BY seq DESC LIMIT 1), checkpoint_seq
 FROM runs WHERE run_id = :run_id;
 
 -- name: lock_run
@@ -25,9 +83,6 @@ SELECT run_id FROM runs WHERE run_id = :run_id FOR UPDATE;
 
 -- name: get_checkpoint
 SELECT checkpoint_seq, checkpoint, last_seq FROM runs WHERE run_id = :run_id;
-
--- name: get_checkpoint_seq
-SELECT checkpoint_seq FROM runs WHERE run_id = :run_id;
 
 -- name: lease_commit_mode
 -- First statement of a transaction that only moves a lease (see SQLStore._lease_transaction).
@@ -41,7 +96,7 @@ WHERE run_id = :run_id
   AND (lease_owner IS NULL OR lease_expires_at_ms <= torpor_now_ms() OR lease_owner = :owner
        OR (lease_owner = CAST(:stale_owner AS text)
            AND lease_epoch = CAST(:stale_epoch AS bigint)))
-RETURNING lease_epoch, lease_expires_at_ms;
+RETURNING lease_epoch;
 
 -- name: claim_next
 -- A waiting run whose lease was never released (its executor died mid-execution, say right
@@ -66,7 +121,7 @@ WHERE run_id = (
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 )
-RETURNING run_id, lease_epoch, lease_expires_at_ms;
+RETURNING run_id, lease_epoch;
 
 -- name: renew_lease
 UPDATE runs SET lease_expires_at_ms = torpor_now_ms() + :ttl_ms
@@ -76,53 +131,6 @@ WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
 -- name: release_lease
 UPDATE runs SET lease_owner = NULL, lease_expires_at_ms = 0, updated_at_ms = torpor_now_ms()
 WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch;
-
--- name: fence_and_update
-UPDATE runs
-SET last_seq = :last_seq, status = :status, outcome = CAST(:outcome AS text),
-    wake_at_ms = CAST(:wake_at_ms AS bigint), version = :version, updated_at_ms = torpor_now_ms()
-WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
-  AND lease_expires_at_ms > torpor_now_ms() AND last_seq = :prev_seq;
-
--- name: status_columns
--- What the store puts for /* columns */ in fence_append and append_fast when the run row's
--- status columns must be written; left out (nothing put there) for a step of a running run
--- whose columns this lease wrote last time and that did not change (a narrower update:
--- ~50 us less per step on PostgreSQL, measured in an interleaved A/B).
-status = :status, outcome = CAST(:outcome AS text), wake_at_ms = CAST(:wake_at_ms AS bigint),
-version = :version,
-
--- name: fence_append
--- The fenced update of an append (see fence_and_update), rewriting the engine checkpoint in
--- the same statement when one is given; returns the checkpoint seq, so the append decides on
--- rewriting the checkpoint without another statement.
-UPDATE runs
-SET /* columns */ last_seq = :last_seq, updated_at_ms = torpor_now_ms(),
-    checkpoint_seq = CASE WHEN CAST(:checkpoint AS text) IS NULL THEN checkpoint_seq
-                          ELSE CAST(:last_seq AS bigint) END,
-    checkpoint = COALESCE(CAST(:checkpoint AS text), checkpoint)
-WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
-  AND lease_expires_at_ms > torpor_now_ms() AND last_seq = :prev_seq
-RETURNING checkpoint_seq;
-
--- name: append_fast
--- A whole plain append in one statement (run in a transaction of its own: one round trip, one
--- WAL flush): fence_append, and the insert of the events, which selects from the fence and so
--- inserts nothing when the fence matched no row. Returns the checkpoint seq, or no row when
--- fenced off. The store replaces /* fence */ with fence_append and /* events */ with one row of
--- scalar parameters per event (:seq0, :type0, ...): cheaper to send and plan than arrays.
-WITH fence AS (
-    /* fence */
-), inserted AS (
-    INSERT INTO events (run_id, seq, type, step_id, epoch, at_ms, v, payload)
-    SELECT :run_id, e.seq, e.type, e.step_id, :epoch, e.at_ms, e.v, e.payload
-    FROM fence, (VALUES /* events */) AS e(seq, type, step_id, at_ms, v, payload)
-)
-SELECT checkpoint_seq FROM fence;
-
--- name: save_checkpoint
-UPDATE runs SET checkpoint_seq = :checkpoint_seq, checkpoint = :checkpoint
-WHERE run_id = :run_id;
 
 -- name: events_after
 SELECT seq, type, epoch, at_ms, v, payload FROM events
@@ -142,8 +150,11 @@ SELECT seq, type, epoch, at_ms, v, payload FROM events
 WHERE run_id = :run_id AND step_id = :step_id ORDER BY seq;
 
 -- name: list_runs
-SELECT run_id, workflow, version, status, outcome, created_at_ms, updated_at_ms, wake_at_ms,
-       lease_owner, lease_epoch, lease_expires_at_ms, last_seq, checkpoint_seq
+SELECT run_id, workflow, version, status, outcome, created_at_ms,
+       GREATEST(updated_at_ms, (SELECT at_ms FROM events e WHERE e.run_id = runs.run_id
+                                ORDER BY seq DESC LIMIT 1)),
+       wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
+       (SELECT seq FROM events e WHERE e.run_id = runs.run_id ORDER BY seq DESC LIMIT 1), checkpoint_seq
 FROM runs
 WHERE (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))
   AND (CAST(:outcome AS text) IS NULL OR outcome = CAST(:outcome AS text))
@@ -193,6 +204,3 @@ WHERE status = 'waiting' AND wake_at_ms IS NOT NULL
        SELECT 1 FROM jsonb_each(CAST(:accept AS jsonb)) AS w(name, versions),
                      jsonb_array_elements_text(w.versions) AS v(version)
        WHERE w.name = runs.workflow AND v.version = runs.version));
-
--- name: db_now_ms
-SELECT torpor_now_ms();

@@ -11,12 +11,64 @@ VALUES (:run_id, :workflow, :version, 'pending', :now_ms, :now_ms, 1)
 ON CONFLICT (run_id) DO NOTHING;
 
 -- name: insert_event
-INSERT INTO events (run_id, seq, type, step_id, epoch, at_ms, v, payload)
-VALUES (:run_id, :seq, :type, :step_id, :epoch, :at_ms, :v, :payload);
+-- An insert inside a transaction that already fenced the run (fence_row).
+INSERT INTO events (run_id, seq, type, step_id, epoch, at_ms, v, payload, effect_key)
+VALUES (:run_id, :seq, :type, :step_id, :epoch, :at_ms, :v, :payload, :effect_key);
+
+-- name: append_event
+-- A plain append of one event, a transaction of its own: inserted only while the run row names
+-- the writer's lease (owner, epoch, unexpired) — a read of the row, which stays untouched — and
+-- refused by the primary key when the seq is taken (another writer got there first).
+INSERT INTO events (run_id, seq, type, step_id, epoch, at_ms, v, payload, effect_key)
+SELECT :run_id, :seq, :type, :step_id, :epoch, :at_ms, :v, :payload, :effect_key
+WHERE EXISTS (
+    SELECT 1 FROM runs
+    WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
+      AND lease_expires_at_ms > :now_ms
+);
+
+-- name: append_events
+-- append_event for several events: :events is a JSON array of
+-- [seq, type, step_id, at_ms, v, payload, effect_key] arrays.
+INSERT INTO events (run_id, seq, type, step_id, epoch, at_ms, v, payload, effect_key)
+SELECT :run_id, e.value ->> 0, e.value ->> 1, e.value ->> 2, :epoch, e.value ->> 3,
+       e.value ->> 4, e.value ->> 5, e.value ->> 6
+FROM json_each(:events) AS e
+WHERE EXISTS (
+    SELECT 1 FROM runs
+    WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
+      AND lease_expires_at_ms > :now_ms
+);
+
+-- name: fence_row
+-- The fenced update of the run row that opens an append which changes it (its status columns,
+-- a checkpoint): matches only while the row names the writer's lease. Writes the checkpoint
+-- when one is given; returns the checkpoint seq.
+UPDATE runs
+SET status = :status, outcome = :outcome, wake_at_ms = :wake_at_ms, version = :version,
+    last_seq = :last_seq, updated_at_ms = :now_ms,
+    checkpoint_seq = CASE WHEN :checkpoint IS NULL THEN checkpoint_seq ELSE :last_seq END,
+    checkpoint = COALESCE(:checkpoint, checkpoint)
+WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
+  AND lease_expires_at_ms > :now_ms
+RETURNING checkpoint_seq;
+
+-- name: save_checkpoint
+UPDATE runs SET checkpoint_seq = :checkpoint_seq, checkpoint = :checkpoint
+WHERE run_id = :run_id;
+
+-- name: performed_effect
+-- Whether an idempotency key was ever performed in this run (observed, or reconciled applied).
+SELECT seq FROM events INDEXED BY events_effect_key
+WHERE run_id = :run_id AND effect_key = :key;
 
 -- name: get_run
-SELECT run_id, workflow, version, status, outcome, created_at_ms, updated_at_ms, wake_at_ms,
-       lease_owner, lease_epoch, lease_expires_at_ms, last_seq, checkpoint_seq
+-- last_seq and updated_at_ms are those of the latest event: plain appends leave the row alone.
+SELECT run_id, workflow, version, status, outcome, created_at_ms,
+       max(updated_at_ms, (SELECT at_ms FROM events e WHERE e.run_id = runs.run_id
+                           ORDER BY seq DESC LIMIT 1)),
+       wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
+       (SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id), checkpoint_seq
 FROM runs WHERE run_id = :run_id;
 
 -- name: get_checkpoint
@@ -34,7 +86,7 @@ SET lease_owner = :owner, lease_epoch = lease_epoch + 1,
 WHERE run_id = :run_id
   AND (lease_owner IS NULL OR lease_expires_at_ms <= :now_ms OR lease_owner = :owner
        OR (lease_owner = :stale_owner AND lease_epoch = :stale_epoch))
-RETURNING lease_epoch, lease_expires_at_ms;
+RETURNING lease_epoch;
 
 -- name: renew_lease
 UPDATE runs SET lease_expires_at_ms = :now_ms + :ttl_ms
@@ -44,35 +96,6 @@ WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
 -- name: release_lease
 UPDATE runs SET lease_owner = NULL, lease_expires_at_ms = 0, updated_at_ms = :now_ms
 WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch;
-
--- name: fence_and_update
-UPDATE runs
-SET last_seq = :last_seq, status = :status, outcome = :outcome, wake_at_ms = :wake_at_ms,
-    version = :version, updated_at_ms = :now_ms
-WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
-  AND lease_expires_at_ms > :now_ms AND last_seq = :prev_seq;
-
--- name: status_columns
--- What the store puts for /* columns */ in fence_append when the run row's status columns
--- must be written; left out for a step of a running run whose columns this lease wrote last
--- time and that did not change (a narrower update of the row).
-status = :status, outcome = :outcome, wake_at_ms = :wake_at_ms, version = :version,
-
--- name: fence_append
--- The fenced update of an append (see fence_and_update), rewriting the engine checkpoint in
--- the same statement when one is given; returns the checkpoint seq, so the append decides on
--- rewriting the checkpoint without another statement.
-UPDATE runs
-SET /* columns */ last_seq = :last_seq, updated_at_ms = :now_ms,
-    checkpoint_seq = CASE WHEN :checkpoint IS NULL THEN checkpoint_seq ELSE :last_seq END,
-    checkpoint = COALESCE(:checkpoint, checkpoint)
-WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
-  AND lease_expires_at_ms > :now_ms AND last_seq = :prev_seq
-RETURNING checkpoint_seq;
-
--- name: save_checkpoint
-UPDATE runs SET checkpoint_seq = :checkpoint_seq, checkpoint = :checkpoint
-WHERE run_id = :run_id;
 
 -- name: events_after
 SELECT seq, type, epoch, at_ms, v, payload FROM events
@@ -94,8 +117,11 @@ SELECT seq, type, epoch, at_ms, v, payload FROM events INDEXED BY events_step
 WHERE run_id = :run_id AND step_id = :step_id ORDER BY seq;
 
 -- name: list_runs
-SELECT run_id, workflow, version, status, outcome, created_at_ms, updated_at_ms, wake_at_ms,
-       lease_owner, lease_epoch, lease_expires_at_ms, last_seq, checkpoint_seq
+SELECT run_id, workflow, version, status, outcome, created_at_ms,
+       max(updated_at_ms, (SELECT at_ms FROM events e WHERE e.run_id = runs.run_id
+                           ORDER BY seq DESC LIMIT 1)),
+       wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
+       (SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id), checkpoint_seq
 FROM runs
 WHERE (:status IS NULL OR status = :status) AND (:outcome IS NULL OR outcome = :outcome)
 ORDER BY created_at_ms DESC, run_id LIMIT :limit;
@@ -133,9 +159,6 @@ UPDATE inbox SET consumed_seq = :seq WHERE message_id = :message_id AND consumed
 -- name: count_pending_inbox
 SELECT count(*) FROM inbox WHERE run_id = :run_id AND consumed_seq IS NULL;
 
--- name: get_checkpoint_seq
-SELECT checkpoint_seq FROM runs WHERE run_id = :run_id;
-
 -- name: lock_run
 SELECT run_id FROM runs WHERE run_id = :run_id;
 
@@ -159,7 +182,7 @@ WHERE run_id = (
     ORDER BY COALESCE(wake_at_ms, created_at_ms)
     LIMIT 1
 )
-RETURNING run_id, lease_epoch, lease_expires_at_ms;
+RETURNING run_id, lease_epoch;
 
 -- name: notify_wake
 SELECT :run_id;
@@ -170,6 +193,3 @@ WHERE status = 'waiting' AND wake_at_ms IS NOT NULL
   AND (:accept IS NULL OR EXISTS (
        SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
        WHERE w.key = runs.workflow AND v.value = runs.version));
-
--- name: db_now_ms
-SELECT :now_ms;

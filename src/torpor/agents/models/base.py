@@ -9,7 +9,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import (
+from ...errors import (
     ModelError,
     ModelRateLimitedError,
     ModelRequestError,

@@ -44,34 +44,38 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from . import faults, serde
-from .errors import (
+from .. import faults, serde
+from ..engine.approvals import Approval
+from ..engine.effects import EffectCall, Unknown
+from ..engine.execution import ENGINE_ERRORS
+from ..errors import (
     ApprovalDeniedError,
     ApprovalError,
     Cancelled,
+    EffectNotApplied,
     NonDeterminismError,
     PlannerError,
     RunInterrupt,
+    StepError,
+    ToolArgsError,
     ToolFailedError,
+    ToolTimeoutError,
     TorporError,
 )
-from .history import (
+from ..history import (
     Budget,
     BudgetSet,
     Payload,
     PlannedStep,
     PlanRecorded,
     Policy,
-    StepCompleted,
-    StepStarted,
     ToolCallSettled,
 )
+from ..run import Run
+from ..workflows import workflow
 from .models.base import Message, Model, ModelResponse, ToolCall, ToolSpec
 from .models.record import call_model
-from .run import Approval, EffectCall, EffectNotApplied, Run, StepError, Unknown
-from .runtime import _ENGINE_ERRORS
-from .tools import ToolArgsError, Tools, ToolTimeoutError, Vault, is_secret_marker
-from .workflows import workflow
+from .tools import Tools, Vault, is_secret_marker
 
 #: Observations shown to a model are cut to this many characters.
 OBSERVATION_CHARS = 20_000
@@ -311,8 +315,17 @@ class Agent:
             return AgentContext(self, run, input).execute()
 
         agent_workflow.__qualname__ = f"agent:{name}"
+        # A new lease owner reconciles an in-flight tool effect before the loop replays.
+        reconcilers = {
+            t.name: t.reconcile for t in tools if t.policy is Policy.EFFECT and t.reconcile
+        }
         workflow(
-            name, version=version, compatible=compatible, criteria=list(self.criteria), goal=goal
+            name,
+            version=version,
+            compatible=compatible,
+            criteria=list(self.criteria),
+            goal=goal,
+            reconcilers=reconcilers,
         )(agent_workflow)
         self.__torpor_workflow__ = name
 
@@ -353,7 +366,7 @@ class AgentContext:
     final: str = ""
 
     def __post_init__(self) -> None:
-        self.vault = Vault(self.run._ex.runtime.signing_key, self.agent.known_secrets())
+        self.vault = Vault(self.run.journal.host.signing_key, self.agent.known_secrets())
 
     # ------------------------------------------------------------ for planners
 
@@ -464,7 +477,7 @@ class AgentContext:
         if b.steps is not None and u.steps >= b.steps:
             hits.append(f"steps: {u.steps} used of {b.steps}")
         if b.wall_clock_s is not None and s.started_at_ms:
-            elapsed = (self.run._ex.now_ms() - s.started_at_ms) / 1000
+            elapsed = (self.run.journal.now_ms() - s.started_at_ms) / 1000
             if elapsed >= b.wall_clock_s:
                 hits.append(f"wall-clock: {elapsed:.1f} s of {b.wall_clock_s:g} s")
         if hits:
@@ -489,20 +502,10 @@ class AgentContext:
         """A step whose whole work is recording ``payloads``: ``(result, newly recorded)``;
         on replay the recorded result. ``boundary=False`` records even while the run is being
         cancelled (the outcomes of calls that will never run)."""
-        run = self.run
-        sid = run._next_id(name)
-        if boundary:
-            run._ex.boundary()
-        comp = run._completion(sid, Policy.READ)
-        if comp is not None:
-            return comp.result, False
-        data = run._jsonable(sid, result)
-        run._append(
-            StepStarted(step_id=sid, policy=Policy.READ, purpose=purpose),
-            *payloads,
-            StepCompleted(step_id=sid, result=data, policy=Policy.READ),
+        rec = self.run.journal.record(
+            name, lambda sid: (result, payloads), purpose=purpose, boundary=boundary
         )
-        return data, True
+        return rec.result, rec.new
 
     def _redact_args(self, tool_name: str, args: Any) -> Any:
         """Secret fields of ``tool_name`` replaced by their keyed hash; known secrets scrubbed."""
@@ -563,7 +566,7 @@ class AgentContext:
         except Cancelled:
             self._skip_pending("not run: the run was cancelled")
             raise
-        except (RunInterrupt, ApprovalError, *_ENGINE_ERRORS):
+        except (RunInterrupt, ApprovalError, *ENGINE_ERRORS):
             # Waiting, blocked, unresolved (a person may reopen the run: its calls stay
             # pending for then), or an engine error that leaves the run resumable as it is.
             raise
@@ -714,7 +717,7 @@ class AgentContext:
     def _execute(self, c: _Call) -> str:
         run = self.run
         base = f"{c.call_id}@v{c.version}"
-        comp = run._completion(f"settle:{base}", Policy.READ)
+        comp = run.journal.recorded(f"settle:{base}", Policy.READ)
         if comp is not None:  # replay: the outcome is recorded
             self._settle(c, comp.result["outcome"], comp.result["observation"], None)
             return c.status
@@ -856,7 +859,7 @@ class AgentContext:
             self.run.verify(name, lambda fn=fn: fn(self))  # type: ignore[misc]
         for name, judge in judged:
             assert isinstance(judge, ModelJudge)
-            if self.run._completion(f"verify:{name}", Policy.READ) is None:
+            if self.run.journal.recorded(f"verify:{name}", Policy.READ) is None:
                 passed, detail = judge.judge(self, name)
             else:
                 passed, detail = False, None  # recorded: run.verify returns the record

@@ -11,11 +11,12 @@ that never returned (a crash, an error) left nothing and is made again.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from .. import faults, serde
-from ..errors import NonDeterminismError
-from ..history import ModelCalled, Policy, StepCompleted, StepStarted
-from ..run import Run
+from ... import faults, serde
+from ...errors import NonDeterminismError
+from ...history import ModelCalled, Payload
+from ...run import Run
 from .base import Message, Model, ModelResponse, ToolSpec
 
 
@@ -45,43 +46,35 @@ def call_model(
 
     ``before_call`` runs only when the model is really about to be called (the budget check);
     ``redact`` rewrites the response before it is recorded (secrets out) — the caller gets the
-    redacted response too, so what it acts on is exactly what a replay will see.
+    redacted response too, so what it acts on is exactly what a replay will see. Raises
+    NonDeterminismError when a replayed call's prompt differs from the recorded one.
     """
-    sid = run._next_id(name)
-    run._ex.boundary()
     ph = prompt_hash(model.model_id, messages, tools)
-    comp = run._completion(sid, Policy.READ)
-    if comp is not None:
-        rec = comp.result or {}
-        if rec.get("prompt_hash") != ph:
-            raise NonDeterminismError(
-                f"run {run.run_id!r} step {sid!r}: the recorded model call had prompt hash "
-                f"{str(rec.get('prompt_hash'))[:12]}, the replay builds {ph[:12]}; the code "
-                "that builds the prompt changed since the call was recorded"
-            )
-        return ModelResponse.model_validate(rec["response"])
-    if before_call is not None:
-        before_call()
-    resp = model.complete(list(messages), list(tools))
-    if redact is not None:
-        resp = redact(resp)
-    data = run._jsonable(sid, {"prompt_hash": ph, "response": resp.model_dump(mode="json")})
-    run._append(
-        StepStarted(
-            step_id=sid,
-            policy=Policy.READ,
-            purpose=purpose or f"model call ({model.model_id})",
-            attempt=run._ex.next_attempt(sid),
-        ),
-        ModelCalled(
+
+    def work(sid: str) -> tuple[Any, list[Payload]]:
+        if before_call is not None:
+            before_call()
+        resp = model.complete(list(messages), list(tools))
+        if redact is not None:
+            resp = redact(resp)
+        called = ModelCalled(
             step_id=sid,
             model=resp.model or model.model_id,
             prompt_hash=ph,
             input_tokens=max(0, resp.usage.input_tokens),
             output_tokens=max(0, resp.usage.output_tokens),
             cost_usd=resp.cost_usd,
-        ),
-        StepCompleted(step_id=sid, result=data, policy=Policy.READ),
-    )
-    faults.point("model.recorded")
-    return resp
+        )
+        return {"prompt_hash": ph, "response": resp.model_dump(mode="json")}, [called]
+
+    rec = run.journal.record(name, work, purpose=purpose or f"model call ({model.model_id})")
+    result = rec.result or {}
+    if rec.new:
+        faults.point("model.recorded")
+    elif result.get("prompt_hash") != ph:
+        raise NonDeterminismError(
+            f"run {run.run_id!r} step {rec.step_id!r}: the recorded model call had prompt hash "
+            f"{str(result.get('prompt_hash'))[:12]}, the replay builds {ph[:12]}; the code "
+            "that builds the prompt changed since the call was recorded"
+        )
+    return ModelResponse.model_validate(result["response"])

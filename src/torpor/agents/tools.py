@@ -35,10 +35,16 @@ from typing import Annotated, Any
 import tenacity
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from .errors import ToolArgsError, ToolTimeoutError, TorporError, TransientError
-from .history import Policy
+from ..engine.effects import EffectCall, Reconciliation
+from ..errors import (
+    EffectNotApplied,
+    ToolArgsError,
+    ToolTimeoutError,
+    TorporError,
+    TransientError,
+)
+from ..history import Policy
 from .models.base import ToolSpec
-from .run import EffectCall, EffectNotApplied, Reconciliation
 
 
 class _SecretMarker:

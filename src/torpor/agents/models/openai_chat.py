@@ -3,7 +3,7 @@ Ollama, most gateways), through the official ``openai`` SDK (``pip install 'torp
 
 The SDK retries connection errors, 408/409/429 and 5xx answers itself (``max_retries``),
 honouring ``retry-after`` / ``retry-after-ms``; what still fails is raised as a
-:class:`~torpor.models.base.ModelError` subclass.
+:class:`~torpor.agents.models.base.ModelError` subclass.
 """
 
 from __future__ import annotations

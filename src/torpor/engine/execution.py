@@ -1,0 +1,232 @@
+"""One execution of one run under one lease: load, take over, replay the workflow, and map
+how it ended to an outcome — or leave the run waiting, holding nothing.
+
+:class:`Execution` is what :meth:`torpor.Runtime.execute` runs once it holds the lease and has
+loaded the state (latest checkpoint + the events after it):
+
+1. a finished run takes only a person's resolution (which reopens it), nothing else;
+2. inbox messages posted meanwhile are moved into the history;
+3. in-flight effects with a registered reconcile are reconciled (a new owner's first duty);
+4. the workflow function runs with a :class:`~torpor.Run` handle, a heartbeat renewing the
+   lease; recorded steps return their results;
+5. how it ended becomes the outcome (G5: ``succeeded`` only with every criterion verified);
+   a wait leaves the run ``waiting``; an engine error (store, code version, replay divergence,
+   an unrecordable payload) leaves the history intact and the run resumable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import serde
+from ..errors import (
+    ApprovalDeniedError,
+    ApprovalInvalidError,
+    Cancelled,
+    EffectUnresolved,
+    NonDeterminismError,
+    NotSerializable,
+    PayloadError,
+    ReleaseRun,
+    RunStopped,
+    StoreError,
+    Suspended,
+    TransitionError,
+    UnknownWorkflowError,
+    VersionMismatchError,
+)
+from ..history import Outcome, RunFinished, RunState, RunStatus
+from ..store.base import Lease
+from . import effects, inbox
+from .journal import Host, Journal
+from .lease import Heartbeat
+from .replay import Replay
+
+if TYPE_CHECKING:
+    from ..workflows import WorkflowDef
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Where an execution left the run. ``status`` is a RunStatus value; ``outcome`` an Outcome
+    value once finished; ``wake_at_ms`` the deadline of the wait it is in (epoch ms)."""
+
+    run_id: str
+    status: str
+    outcome: str | None = None
+    reason: str = ""
+    result: Any = None
+    wake_at_ms: int | None = None
+    wait_kind: str | None = None
+
+
+#: Errors that stop an execution without an outcome: the history is intact and the run can
+#: resume once the cause (store, code version, non-determinism, bad payload) is fixed.
+ENGINE_ERRORS = (
+    StoreError,
+    NonDeterminismError,
+    VersionMismatchError,
+    UnknownWorkflowError,
+    PayloadError,
+    TransitionError,
+)
+
+#: Longest outcome reason recorded (a longer one, e.g. from a huge exception message, is cut).
+MAX_REASON_CHARS = 4000
+
+
+class Execution:
+    """One execution of one run under one lease (internal; the workflow sees :class:`Run`).
+
+    ``make_handle`` builds the workflow's handle from the journal (:class:`torpor.Run`);
+    ``heartbeat_s`` is the lease renewal interval.
+    """
+
+    def __init__(
+        self,
+        host: Host,
+        wf: WorkflowDef,
+        lease: Lease,
+        state: RunState,
+        *,
+        heartbeat_s: float,
+        make_handle: Callable[[Journal], Any],
+    ):
+        self.wf = wf
+        self.heartbeat_s = heartbeat_s
+        self.make_handle = make_handle
+        replay = Replay(host.store, state.run_id, wf.name, wf.version)
+        self.journal = Journal(host, lease, state, replay)
+        self.journal.sync_inbox = inbox.sync
+
+    @property
+    def state(self) -> RunState:
+        return self.journal.state
+
+    def run(self) -> RunResult:
+        """Execute until the run finishes or waits (see the module docstring)."""
+        j = self.journal
+        if j.state.status is RunStatus.FINISHED:
+            # A finished run accepts nothing but a person's resolution, which reopens it; that
+            # must be recorded before the lease (a lease_acquired on a finished run is refused).
+            j.sync()
+            if j.state.status is RunStatus.FINISHED:
+                # A reopening message that did not apply: keep the row's status honest.
+                j.store.restore_status(j.lease, j.state)
+                return self.result()
+        j.sync()
+        if j.state.status is RunStatus.FINISHED:
+            return self.result()
+        recorded_version = j.state.version
+        if j.state.effects_in_doubt():
+            effects.reconcile_at_takeover(j, self.reconcilers)
+        j.replay.load(
+            j.state.user_checkpoint_seq,
+            j.state.steps_completed,
+            # Concurrent steps of an async workflow may replay in another order: checked at
+            # the end only.
+            ordered=not inspect.iscoroutinefunction(self.wf.fn),
+            from_version=recorded_version,
+        )
+        hb = Heartbeat(j, self.heartbeat_s)
+        hb.start()
+        handle = self.make_handle(j)
+        try:
+            if j.state.cancel_requested:
+                raise Cancelled(j.state.cancel_reason or "cancelled before resuming")
+            fn = self.wf.fn
+            if inspect.iscoroutinefunction(fn):
+                value = asyncio.run(fn(handle, j.state.input))
+            else:
+                value = fn(handle, j.state.input)
+        except Suspended as s:
+            return self.result(reason=s.reason)
+        except ReleaseRun as r:
+            return self.result(reason=f"released: {r}")
+        except Cancelled as c:
+            return self.finish(Outcome.CANCELLED, str(c))
+        except EffectUnresolved as u:
+            return self.finish(
+                Outcome.UNRESOLVED,
+                f"{u}; a person must settle it: torpor resolve {j.run_id} {u.key} "
+                "--applied/--absent",
+            )
+        except RunStopped as s:
+            j.replay.check_replayed(f"stopped ({s.outcome}: {s.reason})")
+            return self.finish(Outcome(s.outcome), s.reason)
+        except (ApprovalDeniedError, ApprovalInvalidError) as exc:
+            return self.finish(Outcome.BLOCKED, str(exc))
+        except ENGINE_ERRORS:
+            raise  # the record is intact and the run stays resumable once the cause is fixed
+        except Exception as exc:
+            j.replay.check_replayed(f"raised {type(exc).__name__}: {exc}", exc)
+            return self.finish(Outcome.FAILED, f"{type(exc).__name__}: {exc}")
+        finally:
+            hb.stop()
+        return self.complete(value)
+
+    @property
+    def reconcilers(self) -> Mapping[str, effects.Reconcile]:
+        """Reconciles this workflow registered by operation (an agent's tools)."""
+        return self.wf.reconcilers
+
+    def complete(self, value: Any) -> RunResult:
+        """The workflow returned: the outcome follows the evidence (G5)."""
+        self.journal.replay.check_replayed("returned")
+        try:
+            data = serde.to_jsonable(value)
+        except NotSerializable as exc:
+            return self.finish(Outcome.FAILED, f"workflow result is not serializable: {exc}")
+        s = self.journal.state
+        missing, failing = s.unmet_criteria()
+        if missing or failing:
+            parts = []
+            if failing:
+                parts.append(f"failing: {', '.join(failing)}")
+            if missing:
+                parts.append(f"never verified: {', '.join(missing)}")
+            return self.finish(
+                Outcome.FAILED, "completion criteria not met (" + "; ".join(parts) + ")", data
+            )
+        if s.warnings:
+            return self.finish(Outcome.SUCCEEDED_WITH_WARNINGS, "; ".join(s.warnings[-3:]), data)
+        return self.finish(
+            Outcome.SUCCEEDED, "all completion criteria verified" if s.criteria else "", data
+        )
+
+    def finish(self, outcome: Outcome, reason: str, result: Any = None) -> RunResult:
+        """Record the outcome; if the fold refuses it, record the honest fallback."""
+        j = self.journal
+        if len(reason) > MAX_REASON_CHARS:
+            reason = reason[:MAX_REASON_CHARS] + " …(truncated)"
+        try:
+            j.append(RunFinished(outcome=outcome, reason=reason, result=result), by_code=False)
+        except TransitionError as exc:
+            fallback = Outcome.UNRESOLVED if j.state.effects_in_doubt() else Outcome.FAILED
+            j.append(RunFinished(outcome=fallback, reason=f"{reason} [{exc.rule}]"), by_code=False)
+        except PayloadError as exc:
+            # The workflow's answer (its result, or a reason built from an exception) cannot
+            # be recorded. Like a result that is not JSON, running the code again gives it
+            # again: the run ends failed, not stuck resumable (nothing was written).
+            fallback = Outcome.UNRESOLVED if j.state.effects_in_doubt() else Outcome.FAILED
+            why = f"the outcome {outcome.value} could not be recorded: {exc}"[:2000]
+            j.append(RunFinished(outcome=fallback, reason=why), by_code=False)
+        return self.result()
+
+    def result(self, reason: str = "") -> RunResult:
+        """Where the run is now, as a :class:`RunResult`."""
+        s = self.journal.state
+        wake = s.wait.deadline_ms if s.wait else None
+        return RunResult(
+            s.run_id,
+            s.status.value,
+            s.outcome.value if s.outcome else None,
+            s.outcome_reason or reason,
+            s.result,
+            wake,
+            s.wait.kind if s.wait else None,
+        )

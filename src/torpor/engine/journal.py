@@ -1,0 +1,315 @@
+"""The one recording seam of an execution. Every primitive — a step, an effect, a wait, an
+approval, an artifact, a model call, an agent's plan — records through a :class:`Journal`, in
+the same order:
+
+1. :meth:`Journal.next_id` — a stable id: the primitive's name, ``name#2``, ``name#3`` … when
+   one execution asks for it again (as Absurd does);
+2. :meth:`Journal.boundary` — honour a lost lease, inbox messages, a cancel, a shutdown;
+3. :meth:`Journal.recorded` — the recorded completion, if any: replay returns it (G1);
+4. the work — the caller's;
+5. :meth:`Journal.append` — fold the new facts into the state (G4) and append them in one
+   transaction under the lease's fence.
+
+:meth:`Journal.record` does all five for a step whose work yields a value and facts to record
+(a patch marker, a verification, a warning, a model call, an agent's plan); steps, effects and
+waits build on the same calls.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
+
+from .. import faults, serde
+from ..artifacts import ArtifactStore
+from ..errors import (
+    Cancelled,
+    LeaseLostError,
+    NotSerializable,
+    PayloadError,
+    ReleaseRun,
+    TransitionError,
+)
+from ..history import (
+    Event,
+    LeaseAcquired,
+    Payload,
+    Policy,
+    RunState,
+    RunStatus,
+    StepCompleted,
+    StepStarted,
+    apply,
+    type_of,
+)
+from ..store.base import Completion, Lease, Store
+from .replay import Replay
+
+
+class Host(Protocol):
+    """What an execution needs from the runtime that hosts it (:class:`torpor.Runtime`)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def artifacts(self) -> ArtifactStore: ...
+
+    @property
+    def signing_key(self) -> bytes: ...
+
+    @property
+    def auto_approve(self) -> str | None: ...
+
+    @property
+    def stopping(self) -> threading.Event:
+        """Set to make executions release their run at the next boundary (shutdown)."""
+        ...
+
+    @property
+    def on_event(self) -> Callable[[Event], None] | None: ...
+
+
+class Recorded(NamedTuple):
+    """What :meth:`Journal.record` gives back: the step's id, its (recorded) result, and
+    whether it was recorded just now (False: replayed from the history)."""
+
+    step_id: str
+    result: Any
+    new: bool
+
+
+class Journal:
+    """The recording seam of one execution of one run under one lease (see the module
+    docstring). ``state`` is the folded state after every event appended so far."""
+
+    def __init__(self, host: Host, lease: Lease, state: RunState, replay: Replay):
+        self.host = host
+        self.store = host.store
+        self.lease = lease
+        self.state = state
+        self.replay = replay
+        self.run_id = state.run_id
+        #: Uses of each id base in this execution (``name``, ``name#2`` …).
+        self.counters: dict[str, int] = {}
+        #: The id of the primitive being executed (named by a divergence error).
+        self.asked: str | None = None
+        #: Set by the heartbeat when the lease was lost; raised at the next boundary or write.
+        self.lost: LeaseLostError | None = None
+        #: Set when inbox messages may be pending (at start, and by the heartbeat).
+        self.inbox_dirty = True
+        #: Applies pending inbox messages (:func:`torpor.engine.inbox.sync`, set by the
+        #: execution: the inbox converts messages with the engine's rules).
+        self.sync_inbox: Callable[[Journal], None] = lambda j: None
+        #: The lease goes into the history with this execution's first write, so an execution
+        #: that writes nothing (a wait not yet due, a refused replay) leaves the history as is.
+        self.lease_recorded = False
+
+    # ------------------------------------------------------------------ the seam
+
+    def next_id(self, name: str) -> str:
+        """The step id for this use of ``name`` in this execution."""
+        n = self.counters.get(name, 0) + 1
+        self.counters[name] = n
+        sid = name if n == 1 else f"{name}#{n}"
+        self.asked = sid
+        return sid
+
+    def boundary(self) -> None:
+        """Called before every primitive: honour a lost lease, inbox messages, a cancel
+        (:class:`Cancelled`) and a shutdown (:class:`ReleaseRun`)."""
+        if self.lost is not None:
+            raise self.lost
+        if self.inbox_dirty:
+            self.sync()
+        if self.state.cancel_requested:
+            raise Cancelled(self.state.cancel_reason or "cancelled")
+        if self.host.stopping.is_set():
+            raise ReleaseRun("worker shutting down")
+
+    def sync(self) -> None:
+        """Move pending inbox messages into the history now."""
+        self.inbox_dirty = False
+        self.sync_inbox(self)
+
+    def recorded(self, sid: str, policy: Policy) -> Completion | None:
+        """The recorded completion of step ``sid`` (NonDeterminismError if it was recorded
+        under another policy), or None."""
+        return self.replay.matching(sid, policy)
+
+    def append(
+        self,
+        *payloads: Payload,
+        wake_at_ms: int | None = None,
+        if_inbox_empty: bool = False,
+        consumes: list[tuple[str, int]] | None = None,
+        by_code: bool = True,
+    ) -> list[Event]:
+        """Fold ``payloads`` into the state (TransitionError, state unchanged, for an impossible
+        one) and append them in one transaction under the lease (see
+        :meth:`torpor.store.base.Store.append` for the keyword arguments). The execution's
+        first write also records its lease. A write ``by_code`` (a primitive the workflow asked
+        for, as opposed to the engine's own: inbox messages, a takeover's verdicts, the
+        outcome) passes the replay gate first: after a replay, the code must have caught up
+        with the history, and the first such write carries the version change."""
+        if self.lost is not None:
+            raise self.lost
+        first = self.replay.before_write(self.asked) if by_code else None
+        batch = list(payloads) if not first else [*first, *payloads]
+        record_lease = not self.lease_recorded and self.state.status is not RunStatus.FINISHED
+        if record_lease:
+            # (A finished run takes only its reopening first; the lease follows in the next
+            # write, because the fold refuses a lease record on a finished run.)
+            batch.insert(0, LeaseAcquired(owner=self.lease.owner, epoch=self.lease.epoch))
+            consumes = [(mid, seq + 1) for mid, seq in consumes or ()]
+        events = self._fold(batch)
+        if self.state.status is RunStatus.WAITING and wake_at_ms is None and self.state.wait:
+            wake_at_ms = self.state.wait.deadline_ms
+        faults.point("append.before")
+        try:
+            self.store.append(
+                self.lease,
+                events,
+                self.state,
+                wake_at_ms=wake_at_ms,
+                consumes=consumes or (),
+                if_inbox_empty=if_inbox_empty,
+                new_steps=self.replay.proven_new(events),
+            )
+        except BaseException:
+            self.state = self.store.load(self.run_id) if self.lost is None else self.state
+            raise
+        faults.point("append.after")
+        if first is not None:
+            self.replay.passed()
+        if record_lease:
+            self.lease_recorded = True
+            faults.point("lease.acquired")
+        self.replay.appended(events)
+        on_event = self.host.on_event
+        if on_event is not None:
+            for ev in events:
+                on_event(ev)
+        return events
+
+    def _fold(self, payloads: list[Payload]) -> list[Event]:
+        """The events of ``payloads``, folded into the state; on a refused one the state is
+        reloaded (nothing was written) and the TransitionError raised."""
+        now = self.now_ms()
+        events: list[Event] = []
+        state, epoch = self.state, self.lease.epoch
+        try:
+            for p in payloads:
+                ev = Event(
+                    run_id=self.run_id,
+                    seq=state.seq + 1,
+                    type=type_of(p),
+                    payload=p,
+                    at_ms=now,
+                    epoch=epoch,
+                )
+                apply(state, ev)
+                events.append(ev)
+        except TransitionError:
+            self.state = self.store.load(self.run_id)  # undo the partial application
+            raise
+        return events
+
+    # ------------------------------------------------------------------ recording helpers
+
+    def record(
+        self,
+        name: str,
+        work: Callable[[str], tuple[Any, list[Payload]]],
+        *,
+        policy: Policy = Policy.READ,
+        purpose: str = "",
+        input_hash: str | None = None,
+        boundary: bool = True,
+    ) -> Recorded:
+        """A whole step through the seam: a fresh id for ``name``, the boundary (skipped with
+        ``boundary=False``: the outcome of calls recorded while a run is being cancelled), the
+        recorded result on replay (a compute step's only while its ``input_hash`` matches), or
+        else ``work(step_id) -> (result, facts)`` and one append of the step's start, the facts
+        and its completion with the result (JSON data; PayloadError naming the step)."""
+        sid = self.next_id(name)
+        if boundary:
+            self.boundary()
+        comp = self.recorded(sid, policy)
+        if comp is not None and (policy is not Policy.COMPUTE or comp.input_hash == input_hash):
+            return Recorded(sid, comp.result, False)
+        result, facts = work(sid)
+        data = self.jsonable(sid, result)
+        self.append(*self.step_events(sid, policy, data, facts, purpose, input_hash))
+        return Recorded(sid, data, True)
+
+    def step_events(
+        self,
+        sid: str,
+        policy: Policy,
+        result: Any,
+        facts: Sequence[Payload] = (),
+        purpose: str = "",
+        input_hash: str | None = None,
+    ) -> list[Payload]:
+        """The events of a step that ran here with ``result``: one ``step_completed`` recording
+        the whole attempt (a read/compute step with nothing else to record), else its
+        ``step_started``, the ``facts``, and its completion."""
+        attempt = self.next_attempt(sid)
+        if not facts and policy in (Policy.READ, Policy.COMPUTE):
+            return [
+                StepCompleted(
+                    step_id=sid,
+                    result=result,
+                    policy=policy,
+                    input_hash=input_hash,
+                    attempt=attempt,
+                    purpose=purpose,
+                )
+            ]
+        return [
+            StepStarted(
+                step_id=sid, policy=policy, input_hash=input_hash, purpose=purpose, attempt=attempt
+            ),
+            *facts,
+            StepCompleted(step_id=sid, result=result, policy=policy, input_hash=input_hash),
+        ]
+
+    def jsonable(self, sid: str | None, value: Any, what: str = "result") -> Any:
+        """``value`` as JSON data to record for step ``sid`` (PayloadError naming the step and
+        the path otherwise, or when it is over the payload limit)."""
+        try:
+            out = serde.to_jsonable(value)
+        except NotSerializable as exc:
+            raise PayloadError(self.run_id, sid, f"{what} is not serializable: {exc}") from None
+        kind = type(out)
+        if out is None or kind is int or kind is bool or kind is float:
+            return out  # a scalar is far below the limit: no need to encode it to measure
+        if kind is str and len(out) * 6 < serde.MAX_PAYLOAD_BYTES:
+            return out  # (a JSON string is at most 6 bytes per character)
+        size = len(serde.dumps(out).encode())
+        if size > serde.MAX_PAYLOAD_BYTES:
+            raise PayloadError(
+                self.run_id,
+                sid,
+                f"{what} is {size} bytes, over the {serde.MAX_PAYLOAD_BYTES}-byte limit; "
+                "store it with run.artifact() and return the reference",
+            )
+        return out
+
+    def next_attempt(self, sid: str) -> int:
+        """The attempt number a new start of step ``sid`` gets."""
+        info = self.state.steps.get(sid)
+        return info.attempt + 1 if info is not None else 1
+
+    def failure_of(self, sid: str) -> str:
+        """The recorded error of failed step ``sid``."""
+        for ev in reversed(self.store.step_events(self.run_id, sid)):
+            if ev.type == "step_failed":
+                return str(getattr(ev.payload, "error", "failed"))
+        return "failed"
+
+    def now_ms(self) -> int:
+        """The store clock, epoch milliseconds."""
+        return self.store.now_ms()

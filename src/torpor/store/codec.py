@@ -1,0 +1,216 @@
+"""Rows <-> records: how events, checkpoints, completions and inbox bodies are stored.
+
+Every stored value goes through :func:`torpor.serde.to_jsonable`, the one rule for recorded
+values (bytes, sets, non-string keys, NaN or lone surrogates are refused with their path instead
+of being silently converted). Decoding never repairs anything: a row that cannot be read is a
+:class:`~torpor.errors.CorruptRecordError` naming the run and the seq.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from .. import serde
+from ..errors import CorruptRecordError, NotSerializable, PayloadError
+from ..history import (
+    EVENT_SCHEMA_VERSION,
+    EVENT_TYPES,
+    EffectObserved,
+    EffectReconciled,
+    Event,
+    Payload,
+    RunState,
+    Verdict,
+)
+from .base import INBOX_HEADROOM_BYTES, Completion
+
+#: Stands for "no default": a required field is always written.
+_REQUIRED = object()
+_FIELD_PLANS: dict[type, tuple[tuple[str, Any], ...]] = {}
+
+
+def _field_plan(model: type[Payload]) -> tuple[tuple[str, Any], ...]:
+    """``(field name, default)`` of a payload model, in declaration order (cached)."""
+    plan = _FIELD_PLANS.get(model)
+    if plan is None:
+        out = []
+        for name, f in model.model_fields.items():
+            if f.is_required():
+                default: Any = _REQUIRED
+            elif f.default_factory is not None:
+                default = f.default_factory()  # type: ignore[call-arg]
+            else:
+                default = f.default
+            out.append((name, default))
+        plan = _FIELD_PLANS[model] = tuple(out)
+    return plan
+
+
+def performed_key(payload: Payload) -> str | None:
+    """The idempotency key an event records as performed (an observation, or a verdict that
+    the effect was applied), else None. Stored in the indexed ``effect_key`` column: a key
+    found there is never intended again (G2), whatever the run state still holds."""
+    if isinstance(payload, EffectObserved):
+        return payload.key
+    if isinstance(payload, EffectReconciled) and payload.verdict is Verdict.APPLIED:
+        return payload.key
+    return None
+
+
+def encode(event: Event) -> dict[str, Any]:
+    """The row of one event: ``run_id, seq, type, step_id, epoch, at_ms, v, payload,
+    effect_key``. Raises PayloadError when the payload is too large or not JSON data.
+
+    Fields equal to their default are left out of the stored JSON (decoding fills them back in
+    from the same model), which keeps the history compact: a trivial step's one event carries
+    ``{"attempt":1,"policy":"read","result":1,"step_id":"s1"}``.
+    """
+    p = event.payload
+    values = p.__dict__
+    try:
+        data = {}
+        for name, default in _field_plan(type(p)):
+            v = values[name]
+            if v is default or (type(v) is type(default) and v == default):
+                continue
+            kind = type(v)
+            if kind is int or kind is bool or (kind is str and v.isascii()):
+                data[name] = v  # already JSON data (what to_jsonable would return)
+            else:
+                data[name] = serde.to_jsonable(v, f"{event.type}.{name}")
+        text = serde.dumps(data)
+    except (NotSerializable, ValueError, TypeError) as exc:
+        raise PayloadError(
+            event.run_id, event.step_id, f"{event.type} payload is not serializable: {exc}"
+        ) from None
+    size = len(text) if text.isascii() else len(text.encode())
+    if size > serde.MAX_PAYLOAD_BYTES:
+        raise PayloadError(
+            event.run_id,
+            event.step_id,
+            f"{event.type} payload is {size} bytes, over the "
+            f"{serde.MAX_PAYLOAD_BYTES}-byte limit; store large values as an artifact",
+        )
+    return {
+        "run_id": event.run_id,
+        "seq": event.seq,
+        "type": event.type,
+        "step_id": values.get("step_id"),
+        "epoch": event.epoch,
+        "at_ms": event.at_ms,
+        "v": EVENT_SCHEMA_VERSION,
+        "payload": text,
+        "effect_key": performed_key(p),
+    }
+
+
+def decode(run_id: str, row: tuple[Any, ...]) -> Event:
+    """An event from ``(seq, type, epoch, at_ms, v, payload)``; CorruptRecordError if bad.
+
+    Whatever is wrong with the row (an unknown or newer schema version, an unknown type, a
+    payload that is not JSON or does not match its type, bad column types), the error names
+    the run and the seq; nothing is repaired or rewritten.
+    """
+    seq, etype, epoch, at_ms, v, payload = row
+
+    def corrupt(problem: str) -> CorruptRecordError:
+        return CorruptRecordError(f"run {run_id!r} seq {seq}: {problem}", run_id=run_id, seq=seq)
+
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise corrupt(f"unknown event schema version {v!r}")
+    if v > EVENT_SCHEMA_VERSION:
+        raise corrupt(
+            f"event schema version {v} is newer than this torpor understands "
+            f"({EVENT_SCHEMA_VERSION}); upgrade torpor (nothing was changed)"
+        )
+    model = EVENT_TYPES.get(etype) if isinstance(etype, str) else None
+    if model is None:
+        raise corrupt(f"unknown event type {etype!r}")
+    try:
+        data = serde.loads(payload)
+    except (ValueError, TypeError) as exc:
+        raise corrupt(f"corrupt {etype} payload: not JSON ({exc})") from exc
+    try:
+        body = model.model_validate(data)
+        return Event(run_id=run_id, seq=seq, type=etype, payload=body, at_ms=at_ms, epoch=epoch)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"]) or "payload"
+        raise corrupt(f"corrupt {etype} row: {loc}: {err['msg']}") from exc
+
+
+def checkpoint_text(state: RunState) -> str:
+    """The engine checkpoint as stored: the state's JSON without the fields that hold their
+    defaults (loading validates it back to the same state). A run's checkpoint is rewritten at
+    its boundaries, so its size is paid per boundary: a running trivial run's is ~200 bytes
+    instead of ~750."""
+    return state.model_dump_json(exclude_defaults=True)
+
+
+def checkpoint_state(run_id: str, ckpt_seq: Any, text: Any, last_seq: int) -> RunState | None:
+    """The engine checkpoint, or None when there is none or it cannot be trusted (not JSON,
+    not a state of this run, a seq beyond the history).
+
+    Checkpoints written before performed effects left the state (store schema 1) still list
+    them as ``observed``/``applied``: they are dropped here, which is exactly what today's fold
+    would have kept (their keys stay known through the ``effect_key`` index)."""
+    if not text or not isinstance(ckpt_seq, int) or not 0 < ckpt_seq <= last_seq:
+        return None
+    try:
+        state = RunState.model_validate_json(text)
+    except (ValidationError, ValueError, TypeError):
+        return None
+    if state.run_id != run_id or state.seq != ckpt_seq:
+        return None
+    if any(e.status in ("observed", "applied") for e in state.effects.values()):
+        state.effects = {
+            k: e for k, e in state.effects.items() if e.status not in ("observed", "applied")
+        }
+    return state
+
+
+def completion(run_id: str, step_id: str, payload: str, seq: int) -> Completion:
+    """A step's completion from its ``step_completed`` payload; CorruptRecordError if bad."""
+    try:
+        data = serde.loads(payload)
+        return Completion(
+            step_id, data.get("result"), data.get("policy"), data.get("input_hash"), seq
+        )
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise CorruptRecordError(
+            f"run {run_id!r} seq {seq}: corrupt step_completed payload of step {step_id!r}",
+            run_id=run_id,
+            seq=seq,
+        ) from exc
+
+
+def message_text(run_id: str, kind: str, body: dict[str, Any]) -> str:
+    """An inbox message body as stored. PayloadError when it is not JSON data or too large
+    to be recorded later (the event that records it adds its own fields:
+    :data:`~torpor.store.base.INBOX_HEADROOM_BYTES` are left for them)."""
+    try:
+        text = serde.dumps(serde.to_jsonable(body))
+    except NotSerializable as exc:
+        raise PayloadError(run_id, None, f"{kind} message is not serializable: {exc}") from None
+    size = len(text.encode())
+    limit = serde.MAX_PAYLOAD_BYTES - INBOX_HEADROOM_BYTES
+    if size > limit:
+        raise PayloadError(
+            run_id,
+            None,
+            f"{kind} message is {size} bytes, over the {limit}-byte limit for messages; "
+            "send a reference (an artifact hash)",
+        )
+    return text
+
+
+def message_body(text: str) -> dict[str, Any]:
+    """An inbox body as stored. One that is not a JSON object reads as ``{}``: the executor
+    records it as a warning naming the message, so one bad message never blocks the run."""
+    try:
+        data = serde.loads(text)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
