@@ -185,11 +185,11 @@ def test_ambiguous_commit_is_read_back(store: SQLStore) -> None:
     before = state.model_copy(deep=True)
     _append_step(store, lease, state, "s1", 1)
     evs = store.read_events("r1", 1)
-    assert store._landed(evs) is True
+    assert store.appends.landed(evs) is True
     ghost = [_ev(state, StepStarted(step_id="s2", policy="read"), lease.epoch)]
-    assert store._landed(ghost) is False
+    assert store.appends.landed(ghost) is False
     other = [_ev(before, StepStarted(step_id="x", policy="read"), lease.epoch)]
-    assert store._landed(other) is None
+    assert store.appends.landed(other) is None
 
 
 def test_newer_schema_is_refused(store_url: str) -> None:

@@ -36,30 +36,19 @@ repeated), so the loop reaches the point where it stopped and continues.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from .. import faults, serde
-from ..engine.approvals import Approval
-from ..engine.effects import EffectCall, Unknown
 from ..engine.execution import ENGINE_ERRORS
 from ..errors import (
-    ApprovalDeniedError,
     ApprovalError,
     Cancelled,
-    EffectNotApplied,
     NonDeterminismError,
     PlannerError,
     RunInterrupt,
-    StepError,
-    ToolArgsError,
-    ToolFailedError,
-    ToolTimeoutError,
     TorporError,
 )
 from ..history import (
@@ -70,204 +59,17 @@ from ..history import (
     PlanRecorded,
     Policy,
     ToolCallSettled,
+    plan_problem,
 )
 from ..run import Run
 from ..workflows import workflow
+from .calls import PlannedCall, execute_call
 from .models.base import Message, Model, ModelResponse, ToolCall, ToolSpec
 from .models.record import call_model
-from .tools import Tools, Vault, is_secret_marker
-
-#: Observations shown to a model are cut to this many characters.
-OBSERVATION_CHARS = 20_000
-
-
-# ------------------------------------------------------------------ proposals
-
-
-class ProposedStep(BaseModel):
-    """One step a planner proposes: call ``tool`` with ``args`` after ``depends_on``."""
-
-    call_id: str = Field(min_length=1)
-    tool: str
-    args: Any = Field(default_factory=dict)
-    depends_on: list[str] = Field(default_factory=list)
-    why: str = ""
-
-
-class Proposal(BaseModel):
-    """A planner's answer: the next plan (``steps``), or ``done`` with a ``final`` answer."""
-
-    steps: list[ProposedStep] = Field(default_factory=list)
-    done: bool = False
-    final: str = ""
-    reason: str = ""
-
-    @classmethod
-    def finish(cls, final: str = "", reason: str = "") -> Proposal:
-        return cls(done=True, final=final, reason=reason)
-
-
-def step(
-    call_id: str, tool: str, after: Sequence[str] = (), why: str = "", **args: Any
-) -> ProposedStep:
-    """Shorthand for a code planner: ``step("b", "transform", after=["a"], rows=10)``."""
-    return ProposedStep(call_id=call_id, tool=tool, args=args, depends_on=list(after), why=why)
-
-
-class StepView(BaseModel):
-    """A planned call as a planner sees it."""
-
-    call_id: str
-    tool: str
-    args: Any = None
-    depends_on: list[str] = Field(default_factory=list)
-    why: str = ""
-    status: str = "pending"
-    observation: Any = None
-    version: int = 0
-
-
-class PlanView(BaseModel):
-    """What a code planner is given (JSON data, so its recorded input hash is stable)."""
-
-    goal: str
-    input: Any = None
-    version: int = 0
-    tools: list[str] = Field(default_factory=list)
-    steps: list[StepView] = Field(default_factory=list)
-
-    def get(self, call_id: str) -> StepView | None:
-        return next((s for s in self.steps if s.call_id == call_id), None)
-
-    def status(self, call_id: str) -> str | None:
-        s = self.get(call_id)
-        return s.status if s else None
-
-    def failed(self) -> list[StepView]:
-        return [s for s in self.steps if s.status in ("failed", "invalid", "denied")]
-
-    def succeeded(self) -> list[StepView]:
-        return [s for s in self.steps if s.status == "succeeded"]
-
-
-# ------------------------------------------------------------------ planners
-
-
-class Planner:
-    """Base of planners. ``replan_on_failure``: ask for a new plan as soon as a call fails
-    (plan-and-execute); otherwise only when no call is ready (ReAct)."""
-
-    name = "planner"
-    replan_on_failure = True
-
-    def propose(self, ctx: AgentContext) -> Proposal:
-        raise NotImplementedError
-
-
-class CodePlanner(Planner):
-    """Plain code: ``fn(view: PlanView) -> Proposal`` (or a list of steps; ``None``/``[]`` is
-    done). Run as a recorded ``compute`` step: on resume its plan is read back, not recomputed.
-    """
-
-    def __init__(self, fn: Callable[[PlanView], Any], name: str = "code"):
-        self.fn = fn
-        self.name = name
-
-    def propose(self, ctx: AgentContext) -> Proposal:
-        def plan(view: dict[str, Any]) -> dict[str, Any]:
-            out = self.fn(PlanView.model_validate(view))
-            if out is None:
-                out = Proposal.finish()
-            elif isinstance(out, list | tuple):
-                out = Proposal(steps=list(out), done=not out)
-            return Proposal.model_validate(out).model_dump(mode="json")
-
-        data = ctx.run.compute(
-            "planner", plan, ctx.view().model_dump(mode="json"), purpose=f"{self.name} planner"
-        )
-        return Proposal.model_validate(data)
-
-
-class ReActPlanner(Planner):
-    """A model that proposes one turn at a time: its tool calls are the next steps (run
-    independently), their results go back to it, and a message without tool calls is its
-    final answer."""
-
-    replan_on_failure = False
-
-    def __init__(self, model: Model, *, instructions: str = "", name: str = "react"):
-        self.model = model
-        self.instructions = instructions
-        self.name = name
-
-    def propose(self, ctx: AgentContext) -> Proposal:
-        resp = ctx.call_model(self.model, ctx.conversation(self.instructions), ctx.tool_specs())
-        msg = resp.message
-        if not msg.tool_calls:
-            return Proposal.finish(final=msg.content, reason="the model answered")
-        steps = []
-        for tc in msg.tool_calls:
-            args: Any = tc.arguments if tc.raw_arguments is None else {"$raw": tc.raw_arguments}
-            steps.append(
-                ProposedStep(call_id=ctx.call_id_for(tc.id), tool=tc.name, args=args, why="")
-            )
-        ctx.add_turn(msg, [s.call_id for s in steps])
-        return Proposal(steps=steps, reason=msg.content[:500])
-
-
-# ------------------------------------------------------------------ verifiers
-
-
-class ModelJudge:
-    """A completion criterion judged by a model (use only where the criterion says so). The
-    model must call ``verdict(passed, reason)``; its call is recorded like any other."""
-
-    VERDICT = ToolSpec(
-        name="verdict",
-        description="Give your verdict on the criterion.",
-        parameters={
-            "type": "object",
-            "properties": {"passed": {"type": "boolean"}, "reason": {"type": "string"}},
-            "required": ["passed", "reason"],
-        },
-    )
-
-    def __init__(self, model: Model, question: str):
-        self.model = model
-        self.question = question
-
-    def judge(self, ctx: AgentContext, name: str) -> tuple[bool, dict[str, Any]]:
-        evidence = {
-            "goal": ctx.agent.goal,
-            "final": ctx.final,
-            "results": {k: v for k, v in ctx.results().items()},
-        }
-        messages = [
-            Message.system(
-                "You check whether a completion criterion is met, from the evidence only. "
-                "Answer by calling the verdict tool."
-            ),
-            Message.user(
-                f"Criterion {name!r}: {self.question}\n\nEvidence (JSON):\n"
-                + _clip(json.dumps(evidence, sort_keys=True, default=str))
-            ),
-        ]
-        resp = ctx.call_model(self.model, messages, [self.VERDICT], name=f"judge:{name}")
-        call = next((c for c in resp.message.tool_calls if c.name == "verdict"), None)
-        if call is None or not isinstance(call.arguments.get("passed"), bool):
-            return False, {
-                "judge": self.model.model_id,
-                "error": "no verdict",
-                "said": resp.message.content[:500],
-            }
-        return call.arguments["passed"], {
-            "judge": self.model.model_id,
-            "reason": str(call.arguments.get("reason", ""))[:2000],
-        }
-
-
-Verifier = Callable[["AgentContext"], Any] | ModelJudge
-
+from .planners import Planner
+from .proposals import PlanView, Proposal, StepView, clip
+from .tools import Tools, Vault
+from .verifiers import ModelJudge, Verifier
 
 # ------------------------------------------------------------------ the agent
 
@@ -335,18 +137,6 @@ class Agent:
 
 
 @dataclass
-class _Call:
-    call_id: str
-    tool: str
-    args: Any
-    depends_on: list[str]
-    why: str
-    version: int
-    status: str = "pending"
-    observation: Any = None
-
-
-@dataclass
 class _Turn:
     message: Message
     call_ids: list[str]
@@ -360,7 +150,7 @@ class AgentContext:
     run: Run
     input: Any
     version: int = 0
-    calls: dict[str, _Call] = field(default_factory=dict)
+    calls: dict[str, PlannedCall] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
     turns: list[_Turn] = field(default_factory=list)
     final: str = ""
@@ -445,9 +235,9 @@ class AgentContext:
                 status = c.status if c else "superseded"
                 obs = c.observation if c else None
                 if status == "succeeded":
-                    text = _clip(json.dumps(obs, sort_keys=True, default=str))
+                    text = clip(json.dumps(obs, sort_keys=True, default=str))
                 else:
-                    text = _clip(json.dumps({"status": status, "detail": obs}, default=str))
+                    text = clip(json.dumps({"status": status, "detail": obs}, default=str))
                 msgs.append(Message.tool_result(tc.id, text, is_error=status != "succeeded"))
         return msgs
 
@@ -531,9 +321,9 @@ class AgentContext:
         clean = Message(role=msg.role, content=self.vault.scrub(msg.content), tool_calls=calls)
         return resp.model_copy(update={"message": clean})
 
-    def _settle(
+    def settle(
         self,
-        c: _Call,
+        c: PlannedCall,
         outcome: str,
         observation: Any,
         executed_by: str | None,
@@ -584,7 +374,7 @@ class AgentContext:
         try:
             for c in list(self.calls.values()):
                 if c.status == "pending":
-                    self._settle(c, "skipped", {"reason": why}, None, boundary=False)
+                    self.settle(c, "skipped", {"reason": why}, None, boundary=False)
         except (TorporError, RunInterrupt):
             pass  # the outcome is recorded all the same; the calls stay pending in the record
 
@@ -618,11 +408,11 @@ class AgentContext:
             if c is None:
                 need_plan = True
                 continue
-            outcome = self._execute(c)
+            outcome = execute_call(self, c)
             if outcome != "succeeded" and planner.replan_on_failure:
                 need_plan = True
 
-    def _next_ready(self) -> _Call | None:
+    def _next_ready(self) -> PlannedCall | None:
         for cid in self.order:
             c = self.calls[cid]
             if c.status == "pending" and all(
@@ -634,43 +424,23 @@ class AgentContext:
     def _record_plan(self, proposal: Proposal, planner_name: str) -> None:
         v = self.version + 1
         steps: list[PlannedStep] = []
-        seen: set[str] = set()
         for ps in proposal.steps:
-            prev = self.calls.get(ps.call_id)
             args = self._redact_args(ps.tool, serde.to_jsonable(ps.args))
-            h = serde.hash_value({"tool": ps.tool, "args": args})
-            if (
-                prev is not None
-                and prev.status == "succeeded"
-                and (
-                    prev.tool != ps.tool
-                    or serde.hash_value({"tool": prev.tool, "args": prev.args}) != h
-                )
-            ):
-                raise PlannerError(
-                    f"plan v{v} changes step {ps.call_id!r}, which succeeded under "
-                    f"v{prev.version}: finished steps stay finished"
-                )
-            for d in ps.depends_on:
-                dep = self.calls.get(d)
-                if d not in seen and (dep is None or dep.status != "succeeded"):
-                    raise PlannerError(
-                        f"plan v{v}: step {ps.call_id!r} depends on {d!r}, neither an earlier "
-                        "step of the plan nor a succeeded one"
-                    )
-            if ps.call_id in seen:
-                raise PlannerError(f"plan v{v} lists step {ps.call_id!r} twice")
-            seen.add(ps.call_id)
             steps.append(
                 PlannedStep(
                     call_id=ps.call_id,
                     tool=ps.tool,
                     args=args,
-                    args_hash=h,
+                    args_hash=serde.hash_value({"tool": ps.tool, "args": args}),
                     depends_on=ps.depends_on,
                     why=self.vault.scrub(ps.why),
                 )
             )
+        # The fold's own rule, against this execution's view of the plan (on replay the state
+        # is already at a later version): refused before anything is recorded.
+        problem = plan_problem(self.calls, steps, v)
+        if problem:
+            raise PlannerError(f"plan v{v}: {problem}")
         payload = PlanRecorded(version=v, planner=planner_name, steps=steps, reason=proposal.reason)
         digest = serde.hash_value(payload.model_dump(mode="json"))
         rec, new = self._record(f"plan@v{v}", [payload], {"plan_hash": digest}, f"plan v{v}")
@@ -691,162 +461,10 @@ class AgentContext:
             if prev is not None and prev.status == "succeeded":
                 self.order.append(st.call_id)
                 continue
-            self.calls[st.call_id] = _Call(
-                st.call_id, st.tool, st.args, list(st.depends_on), st.why, v
+            self.calls[st.call_id] = PlannedCall(
+                st.call_id, st.tool, st.args, st.args_hash, list(st.depends_on), st.why, v
             )
             self.order.append(st.call_id)
-
-    # ------------------------------------------------------------ one tool call
-
-    def _reveal(self, args: Any) -> tuple[Any, list[str]]:
-        """Secret markers swapped back for their values (those this process knows)."""
-        missing: list[str] = []
-        if not isinstance(args, dict):
-            return args, missing
-        out = {}
-        for k, v in args.items():
-            if is_secret_marker(v):
-                value = self.vault.reveal(v)
-                if value is None:
-                    missing.append(k)
-                out[k] = value
-            else:
-                out[k] = v
-        return out, missing
-
-    def _execute(self, c: _Call) -> str:
-        run = self.run
-        base = f"{c.call_id}@v{c.version}"
-        comp = run.journal.recorded(f"settle:{base}", Policy.READ)
-        if comp is not None:  # replay: the outcome is recorded
-            self._settle(c, comp.result["outcome"], comp.result["observation"], None)
-            return c.status
-        tool = self.agent.tools.get(c.tool)
-        if tool is None:
-            self._settle(
-                c,
-                "invalid",
-                {"error": f"unknown tool {c.tool!r}", "tools": self.agent.tools.names()},
-                None,
-            )
-            return c.status
-        if isinstance(c.args, dict) and "$raw" in c.args and len(c.args) == 1:
-            self._settle(
-                c, "invalid", {"error": "arguments are not a JSON object", "raw": c.args}, None
-            )
-            return c.status
-        args, missing = self._reveal(c.args)
-        if missing:
-            self._settle(
-                c,
-                "invalid",
-                {
-                    "error": f"secret argument(s) {missing} are not known to this process "
-                    "(only their hash was recorded); provide them again"
-                },
-                None,
-            )
-            return c.status
-        try:
-            validated = tool.validate(args)
-        except ToolArgsError as exc:
-            self._settle(c, "invalid", exc.observation(), None)
-            return c.status
-        self.check_budget()
-        hashes: list[str] = []
-        approval: Approval | None = None
-        if tool.needs_approval(validated):
-            unknown = [
-                h
-                for h in tool.artifact_hashes(validated)
-                if h not in {a.sha256 for a in run.state.artifacts.values()}
-            ]
-            if unknown:
-                self._settle(
-                    c, "invalid", {"error": f"unknown artifact(s) {unknown} in arguments"}, None
-                )
-                return c.status
-            doc = serde.dumps({"tool": tool.name, "args": c.args})
-            ref = run.artifact(f"tool-args/{base}", doc, media_type="application/json")
-            hashes = sorted({ref.sha256, *tool.artifact_hashes(validated)})
-            try:
-                approval = run.approval(
-                    f"tool:{base}",
-                    hashes,
-                    summary=_clip(f"{tool.name}({json.dumps(c.args, sort_keys=True)})", 300),
-                )
-            except ApprovalDeniedError as exc:
-                self._settle(c, "denied", {"error": str(exc)}, None)
-                if self.agent.on_denied == "block":
-                    raise
-                return c.status
-        sid = f"tool:{base}"
-        provided = tool.provided_secrets()
-        for value in provided.values():
-            self.vault.add(value)  # scrubbed from whatever the call returns or raises
-        canonical = self.vault.scrub(serde.to_jsonable(c.args))
-        try:
-            if tool.policy is Policy.EFFECT:
-                result = self._effect(sid, tool, validated, provided, approval, hashes)
-            else:
-                scrub = self.vault.scrub
-
-                def body(_recorded_args: Any) -> Any:
-                    try:
-                        return scrub(serde.to_jsonable(tool.invoke(validated, secrets=provided)))
-                    except Exception as exc:
-                        raise ToolFailedError(scrub(f"{type(exc).__name__}: {exc}")) from None
-
-                result = run.step(
-                    sid, body, canonical, policy=tool.policy, purpose=f"{tool.name} ({c.call_id})"
-                )
-        except StepError as exc:
-            self._settle(c, "failed", {"error": self.vault.scrub(exc.error)}, sid)
-            return c.status
-        self._settle(c, "succeeded", result, sid)
-        return c.status
-
-    def _effect(
-        self,
-        sid: str,
-        tool: Any,
-        validated: dict[str, Any],
-        provided: dict[str, str],
-        approval: Approval | None,
-        hashes: list[str],
-    ) -> Any:
-        scrub = self.vault.scrub
-        timed_out: list[ToolTimeoutError] = []
-
-        def body(**kw: Any) -> Any:
-            engine = {k: kw[k] for k in ("idempotency_key", "fencing_token") if k in kw}
-            try:
-                return scrub(serde.to_jsonable(tool.invoke(validated, secrets=provided, **engine)))
-            except EffectNotApplied as exc:
-                raise EffectNotApplied(scrub(str(exc))) from None
-            except ToolTimeoutError as exc:
-                timed_out.append(exc)
-                raise ToolFailedError(scrub(str(exc))) from None
-            except Exception as exc:
-                raise ToolFailedError(scrub(f"{type(exc).__name__}: {exc}")) from None
-
-        def reconcile(call: EffectCall) -> Any:
-            fut = timed_out[-1].future if timed_out else None
-            if fut is not None and not fut.done():
-                return Unknown("the call timed out and may still complete")
-            if tool.reconcile is None:
-                return Unknown("the tool has no reconcile: whether it happened cannot be checked")
-            return tool.reconcile(dataclasses.replace(call, kwargs={**validated, **call.kwargs}))
-
-        return self.run.effect(
-            sid,
-            body,
-            reconcile=reconcile,
-            approval=approval,
-            artifacts=hashes,
-            operation=tool.name,
-            purpose=f"{tool.name} (effect)",
-        )
 
     # ------------------------------------------------------------ verification
 
@@ -864,7 +482,3 @@ class AgentContext:
             else:
                 passed, detail = False, None  # recorded: run.verify returns the record
             self.run.verify(name, passed, detail)
-
-
-def _clip(text: str, limit: int = OBSERVATION_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -3,7 +3,9 @@ them. Nothing here does I/O; every layer above records through these types.
 
 - :mod:`.events` — what a history is made of (payload models, :class:`Event`);
 - :mod:`.state` — what folding it yields (:class:`RunState` and its parts);
-- :mod:`.fold` — :func:`apply` / :func:`fold`, the only home of the transition rules (G4);
+- :mod:`.fold` — :func:`apply` / :func:`fold` and the transition rules (G4) of runs, steps,
+  effects, waits and approvals; :mod:`.plans` — the rules of an agent's plans, tool calls,
+  model calls and budgets (registered into the same table);
 - :mod:`.views` — the checkpoint's four answers, step and effect views for people.
 """
 
@@ -50,7 +52,8 @@ from .events import (
     starts_step,
     type_of,
 )
-from .fold import apply, fold
+from .fold import RULES, apply, fold
+from .plans import plan_problem
 from .state import (
     ApprovalInfo,
     ArtifactRef,
@@ -71,6 +74,8 @@ from .views import (
     step_views,
     utc_text,
 )
+
+assert set(RULES) == set(EVENT_TYPES.values()), "every event type has its rule"
 
 __all__ = [
     "EVENT_SCHEMA_VERSION",
@@ -128,6 +133,7 @@ __all__ = [
     "checkpoint_answers",
     "effect_views",
     "fold",
+    "plan_problem",
     "starts_step",
     "step_views",
     "type_of",

@@ -8,7 +8,7 @@ cannot see (a completed step never reruns, a performed effect key is never inten
 checked against its indexes at append time.
 
 Each rule is a function of ``(state, payload, event, refuse)`` registered for its payload type
-with ``@_on(PayloadType)``; it validates first and mutates only once nothing can be refused.
+with ``@rule(PayloadType)``; it validates first and mutates only once nothing can be refused.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from .events import (
     ApprovalRequested,
     ApprovalRevoked,
     ArtifactCreated,
-    BudgetSet,
     CancelRequested,
     CheckpointSaved,
     EffectFailed,
@@ -35,10 +34,8 @@ from .events import (
     EffectReconciled,
     Event,
     LeaseAcquired,
-    ModelCalled,
     Outcome,
     Payload,
-    PlanRecorded,
     Policy,
     RunFinished,
     RunReopened,
@@ -48,7 +45,6 @@ from .events import (
     StepCompleted,
     StepFailed,
     StepStarted,
-    ToolCallSettled,
     Verdict,
     VerificationRecorded,
     VersionAccepted,
@@ -59,10 +55,8 @@ from .events import (
 from .state import (
     ApprovalInfo,
     ArtifactRef,
-    Budget,
     EffectInfo,
     PendingSignal,
-    PlanStepInfo,
     RunState,
     StepInfo,
     WaitInfo,
@@ -70,15 +64,17 @@ from .state import (
 
 #: ``refuse(rule)``: the TransitionError naming the run, the seq, the event type and ``rule``.
 Refuse = Callable[[str], TransitionError]
-_Rule = Callable[[RunState, Any, Event, Refuse], None]
-_HANDLERS: dict[type[Payload], _Rule] = {}
+Rule = Callable[[RunState, Any, Event, Refuse], None]
+#: The rule of each payload type (see :func:`rule`); every type has one.
+RULES: dict[type[Payload], Rule] = {}
 
 
-def _on(payload_type: type[Payload]) -> Callable[[_Rule], _Rule]:
-    """Register the rule of one payload type."""
+def rule(payload_type: type[Payload]) -> Callable[[Rule], Rule]:
+    """Register the rule of one payload type: ``fn(state, payload, event, refuse)`` validates
+    first (``raise refuse("why")``), then mutates the state."""
 
-    def deco(fn: _Rule) -> _Rule:
-        _HANDLERS[payload_type] = fn
+    def deco(fn: Rule) -> Rule:
+        RULES[payload_type] = fn
         return fn
 
     return deco
@@ -114,7 +110,7 @@ def apply(state: RunState, event: Event) -> RunState:
     if state.status is RunStatus.FINISHED and et != "run_reopened":
         raise refuse(f"run already finished with outcome {state.outcome}")
 
-    _HANDLERS[p.__class__](state, p, event, refuse)  # validates first, then mutates
+    RULES[p.__class__](state, p, event, refuse)  # validates first, then mutates
     state.seq = seq
     return state
 
@@ -132,7 +128,7 @@ def fold(events: list[Event] | tuple[Event, ...], state: RunState | None = None)
     return state
 
 
-@_on(RunStarted)
+@rule(RunStarted)
 def _run_started(s: RunState, p: RunStarted, e: Event, refuse: Refuse) -> None:
     s.workflow, s.version, s.input = p.workflow, p.version, p.input
     s.criteria, s.goal = list(p.criteria), p.goal
@@ -141,7 +137,7 @@ def _run_started(s: RunState, p: RunStarted, e: Event, refuse: Refuse) -> None:
     s.started_at_ms = e.at_ms
 
 
-@_on(LeaseAcquired)
+@rule(LeaseAcquired)
 def _lease_acquired(s: RunState, p: LeaseAcquired, e: Event, refuse: Refuse) -> None:
     if p.epoch <= s.epoch:
         raise refuse(f"lease epoch {p.epoch} is not above the current epoch {s.epoch}")
@@ -150,14 +146,14 @@ def _lease_acquired(s: RunState, p: LeaseAcquired, e: Event, refuse: Refuse) -> 
         s.status = RunStatus.RUNNING
 
 
-@_on(VersionAccepted)
+@rule(VersionAccepted)
 def _version_accepted(s: RunState, p: VersionAccepted, e: Event, refuse: Refuse) -> None:
     if p.from_version != s.version:
         raise refuse(f"run is at version {s.version!r}, not {p.from_version!r}")
     s.version = p.to_version
 
 
-@_on(StepStarted)
+@rule(StepStarted)
 def _step_started(s: RunState, p: StepStarted, e: Event, refuse: Refuse) -> None:
     cur = s.steps.get(p.step_id)
     if cur is not None:
@@ -185,7 +181,7 @@ def _step_started(s: RunState, p: StepStarted, e: Event, refuse: Refuse) -> None
     s.status = RunStatus.RUNNING
 
 
-def _open_step(s: RunState, step_id: str, refuse: Refuse) -> StepInfo:
+def open_step(s: RunState, step_id: str, refuse: Refuse) -> StepInfo:
     cur = s.steps.get(step_id)
     if cur is None:
         raise refuse(f"step {step_id!r} was never started")
@@ -204,12 +200,12 @@ def _refuse_if_in_doubt(s: RunState, step_id: str, verb: str, refuse: Refuse) ->
         raise refuse(f"step {step_id!r} {verb} while its effect(s) {doubt} are in doubt")
 
 
-@_on(StepCompleted)
+@rule(StepCompleted)
 def _step_completed(s: RunState, p: StepCompleted, e: Event, refuse: Refuse) -> None:
     if p.attempt:
         _whole_step(s, p, refuse)
         return
-    _open_step(s, p.step_id, refuse)
+    open_step(s, p.step_id, refuse)
     _refuse_if_in_doubt(s, p.step_id, "completed", refuse)
     # A completed step leaves the state at once, so the state (and every checkpoint) stays
     # the size of what is *open*, however long the history. Its result stays in the history,
@@ -256,16 +252,16 @@ def _whole_step(s: RunState, p: StepCompleted, refuse: Refuse) -> None:
     s.steps_completed += 1
 
 
-@_on(StepFailed)
+@rule(StepFailed)
 def _step_failed(s: RunState, p: StepFailed, e: Event, refuse: Refuse) -> None:
-    cur = _open_step(s, p.step_id, refuse)
+    cur = open_step(s, p.step_id, refuse)
     _refuse_if_in_doubt(s, p.step_id, "failed", refuse)
     cur.status = "failed"
 
 
-@_on(EffectIntended)
+@rule(EffectIntended)
 def _effect_intended(s: RunState, p: EffectIntended, e: Event, refuse: Refuse) -> None:
-    step = _open_step(s, p.step_id, refuse)
+    step = open_step(s, p.step_id, refuse)
     if step.policy is not Policy.EFFECT:
         raise refuse(f"step {p.step_id!r} has policy {step.policy}, not effect")
     cur = s.effects.get(p.key)
@@ -289,7 +285,7 @@ def _effect_intended(s: RunState, p: EffectIntended, e: Event, refuse: Refuse) -
     )
 
 
-@_on(EffectObserved)
+@rule(EffectObserved)
 def _effect_observed(s: RunState, p: EffectObserved, e: Event, refuse: Refuse) -> None:
     cur = s.effects.get(p.key)
     if cur is None or cur.status != "intended":
@@ -302,7 +298,7 @@ def _effect_observed(s: RunState, p: EffectObserved, e: Event, refuse: Refuse) -
     s.effects_applied += 1
 
 
-@_on(EffectReconciled)
+@rule(EffectReconciled)
 def _effect_reconciled(s: RunState, p: EffectReconciled, e: Event, refuse: Refuse) -> None:
     cur = s.effects.get(p.key)
     if cur is None or cur.status not in ("intended", "unknown"):
@@ -318,7 +314,7 @@ def _effect_reconciled(s: RunState, p: EffectReconciled, e: Event, refuse: Refus
     cur.reason = p.reason
 
 
-@_on(EffectFailed)
+@rule(EffectFailed)
 def _effect_failed(s: RunState, p: EffectFailed, e: Event, refuse: Refuse) -> None:
     cur = s.effects.get(p.key)
     # Only an intended effect fails (the call raised and nothing happened). An absent one is
@@ -331,7 +327,7 @@ def _effect_failed(s: RunState, p: EffectFailed, e: Event, refuse: Refuse) -> No
     cur.reason = p.error
 
 
-@_on(ArtifactCreated)
+@rule(ArtifactCreated)
 def _artifact_created(s: RunState, p: ArtifactCreated, e: Event, refuse: Refuse) -> None:
     prev = s.artifacts.get(p.name)
     want = (prev.version + 1) if prev else 1
@@ -342,7 +338,7 @@ def _artifact_created(s: RunState, p: ArtifactCreated, e: Event, refuse: Refuse)
     s.artifacts[p.name] = ArtifactRef(**p.model_dump())
 
 
-@_on(ApprovalRequested)
+@rule(ApprovalRequested)
 def _approval_requested(s: RunState, p: ApprovalRequested, e: Event, refuse: Refuse) -> None:
     if p.approval_id in s.approvals:
         raise refuse(f"approval {p.approval_id!r} already requested")
@@ -353,7 +349,7 @@ def _approval_requested(s: RunState, p: ApprovalRequested, e: Event, refuse: Ref
     )
 
 
-@_on(ApprovalDecided)
+@rule(ApprovalDecided)
 def _approval_decided(s: RunState, p: ApprovalDecided, e: Event, refuse: Refuse) -> None:
     cur = s.approvals.get(p.approval_id)
     if cur is None:
@@ -367,7 +363,7 @@ def _approval_decided(s: RunState, p: ApprovalDecided, e: Event, refuse: Refuse)
     cur.decided_at_ms, cur.comment = p.decided_at_ms, p.comment
 
 
-@_on(ApprovalRevoked)
+@rule(ApprovalRevoked)
 def _approval_revoked(s: RunState, p: ApprovalRevoked, e: Event, refuse: Refuse) -> None:
     cur = s.approvals.get(p.approval_id)
     if cur is None or cur.status != "approved":
@@ -378,7 +374,7 @@ def _approval_revoked(s: RunState, p: ApprovalRevoked, e: Event, refuse: Refuse)
     cur.status = "revoked"
 
 
-@_on(ApprovalConsumed)
+@rule(ApprovalConsumed)
 def _approval_consumed(s: RunState, p: ApprovalConsumed, e: Event, refuse: Refuse) -> None:
     cur = s.approvals.get(p.approval_id)
     if cur is None or cur.status != "approved":
@@ -399,7 +395,7 @@ def _approval_consumed(s: RunState, p: ApprovalConsumed, e: Event, refuse: Refus
     cur.consumed_by = p.step_id
 
 
-@_on(WaitStarted)
+@rule(WaitStarted)
 def _wait_started(s: RunState, p: WaitStarted, e: Event, refuse: Refuse) -> None:
     if s.wait is not None:
         raise refuse(f"run already waits on {s.wait.kind} {s.wait.name!r}")
@@ -415,7 +411,7 @@ def _wait_started(s: RunState, p: WaitStarted, e: Event, refuse: Refuse) -> None
     s.status = RunStatus.WAITING
 
 
-@_on(SignalReceived)
+@rule(SignalReceived)
 def _signal_received(s: RunState, p: SignalReceived, e: Event, refuse: Refuse) -> None:
     pending = s.signals.setdefault(p.name, [])
     if any(x.signal_id == p.signal_id for x in pending):
@@ -423,7 +419,7 @@ def _signal_received(s: RunState, p: SignalReceived, e: Event, refuse: Refuse) -
     pending.append(PendingSignal(signal_id=p.signal_id, payload=p.payload))
 
 
-@_on(WaitCompleted)
+@rule(WaitCompleted)
 def _wait_completed(s: RunState, p: WaitCompleted, e: Event, refuse: Refuse) -> None:
     if s.wait is None or s.wait.wait_id != p.wait_id:
         raise refuse(f"wait {p.wait_id!r} is not the open wait")
@@ -452,7 +448,7 @@ def _wait_completed(s: RunState, p: WaitCompleted, e: Event, refuse: Refuse) -> 
     s.status = RunStatus.RUNNING
 
 
-@_on(CheckpointSaved)
+@rule(CheckpointSaved)
 def _checkpoint_saved(s: RunState, p: CheckpointSaved, e: Event, refuse: Refuse) -> None:
     s.user_state = p.state
     s.user_checkpoint_seq = e.seq
@@ -465,23 +461,23 @@ def _checkpoint_saved(s: RunState, p: CheckpointSaved, e: Event, refuse: Refuse)
     s.effects = {k: v for k, v in s.effects.items() if v.status not in ("absent", "failed")}
 
 
-@_on(VerificationRecorded)
+@rule(VerificationRecorded)
 def _verification_recorded(s: RunState, p: VerificationRecorded, e: Event, refuse: Refuse) -> None:
     s.verifications[p.name] = p
 
 
-@_on(WarningRecorded)
+@rule(WarningRecorded)
 def _warning_recorded(s: RunState, p: WarningRecorded, e: Event, refuse: Refuse) -> None:
     s.warnings.append(p.message)
 
 
-@_on(CancelRequested)
+@rule(CancelRequested)
 def _cancel_requested(s: RunState, p: CancelRequested, e: Event, refuse: Refuse) -> None:
     s.cancel_requested = True
     s.cancel_reason = f"cancelled by {p.by}" + (f": {p.reason}" if p.reason else "")
 
 
-@_on(RunFinished)
+@rule(RunFinished)
 def _run_finished(s: RunState, p: RunFinished, e: Event, refuse: Refuse) -> None:
     doubt = s.effects_in_doubt()
     if doubt and p.outcome is not Outcome.UNRESOLVED:
@@ -512,101 +508,10 @@ def _run_finished(s: RunState, p: RunFinished, e: Event, refuse: Refuse) -> None
                 call.status = "skipped"
 
 
-@_on(RunReopened)
+@rule(RunReopened)
 def _run_reopened(s: RunState, p: RunReopened, e: Event, refuse: Refuse) -> None:
     if s.status is not RunStatus.FINISHED or s.outcome not in REOPENABLE:
         raise refuse(f"only an unresolved or blocked run can be reopened (it is {s.outcome})")
     s.status = RunStatus.PENDING
     s.outcome = None
     s.outcome_reason = ""
-
-
-@_on(PlanRecorded)
-def _plan_recorded(s: RunState, p: PlanRecorded, e: Event, refuse: Refuse) -> None:
-    if p.version != s.plan_version + 1:
-        raise refuse(f"plan version must be {s.plan_version + 1}, not {p.version}")
-    seen: set[str] = set()
-    for st in p.steps:
-        if st.call_id in seen:
-            raise refuse(f"plan v{p.version} lists step {st.call_id!r} twice")
-        cur = s.plan.get(st.call_id)
-        if (
-            cur is not None
-            and cur.status == "succeeded"
-            and (cur.tool, cur.args_hash) != (st.tool, st.args_hash)
-        ):
-            raise refuse(
-                f"step {st.call_id!r} succeeded under plan v{cur.version}; a revised plan "
-                "cannot change it (finished steps stay finished)"
-            )
-        for dep in st.depends_on:
-            done = s.plan.get(dep)
-            if dep not in seen and (done is None or done.status != "succeeded"):
-                raise refuse(
-                    f"step {st.call_id!r} depends on {dep!r}, which is neither an earlier step "
-                    f"of plan v{p.version} nor a succeeded one"
-                )
-        seen.add(st.call_id)
-    for info in s.plan.values():  # what the new version does not keep is superseded
-        if info.status == "pending":
-            info.status = "superseded"
-    for st in p.steps:
-        cur = s.plan.get(st.call_id)
-        if cur is not None and cur.status == "succeeded":
-            cur.version = p.version
-            continue
-        s.plan[st.call_id] = PlanStepInfo(
-            tool=st.tool,
-            args_hash=st.args_hash,
-            depends_on=list(st.depends_on),
-            status="pending",
-            version=p.version,
-        )
-    s.plan_version = p.version
-
-
-@_on(ToolCallSettled)
-def _tool_call_settled(s: RunState, p: ToolCallSettled, e: Event, refuse: Refuse) -> None:
-    cur = s.plan.get(p.call_id)
-    if cur is None:
-        raise refuse(f"tool call {p.call_id!r} is in no plan")
-    if cur.status != "pending":
-        raise refuse(f"tool call {p.call_id!r} is {cur.status}, not pending")
-    if p.outcome == "succeeded":
-        unmet = [d for d in cur.depends_on if s.plan[d].status != "succeeded"]
-        if unmet:
-            raise refuse(f"tool call {p.call_id!r} succeeded before its dependencies {unmet}")
-    if p.outcome in ("succeeded", "failed"):
-        if p.executed_by is None:
-            raise refuse(f"tool call {p.call_id!r} {p.outcome} without naming the step that ran")
-        s.usage.tool_calls += 1
-    cur.status = p.outcome
-
-
-@_on(ModelCalled)
-def _model_called(s: RunState, p: ModelCalled, e: Event, refuse: Refuse) -> None:
-    step = _open_step(s, p.step_id, refuse)
-    if step.policy is not Policy.READ:
-        raise refuse(f"a model call is a read step, not {step.policy}")
-    if not SHA256_RE.fullmatch(p.prompt_hash):
-        raise refuse("prompt_hash must be 64 lowercase hex digits")
-    u = s.usage
-    u.model_calls += 1
-    u.input_tokens += p.input_tokens
-    u.output_tokens += p.output_tokens
-    if p.cost_usd is None:
-        u.cost_unknown += 1
-    else:
-        u.cost_usd += p.cost_usd
-
-
-@_on(BudgetSet)
-def _budget_set(s: RunState, p: BudgetSet, e: Event, refuse: Refuse) -> None:
-    limits = {k: getattr(p, k) for k in Budget.model_fields if getattr(p, k) is not None}
-    if not limits:
-        raise refuse("a budget_set names no limit")
-    for k, v in limits.items():
-        setattr(s.budget, k, v)
-
-
-assert set(_HANDLERS) == set(EVENT_TYPES.values()), "every event type has its rule"

@@ -19,7 +19,8 @@ from typing import Any
 
 from ..client import Client
 from .clock import FakeClock, OffsetClock
-from .explorer import CaseResult, Report, Target, Violation, explore, performed_effects
+from .explorer import explore
+from .report import CaseResult, Report, Target, Violation, performed_effects
 
 
 class FileLedger:

@@ -34,7 +34,6 @@ git remote, a maildir, a ledger file). Timers fire at once (an :class:`OffsetClo
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import queue
@@ -48,7 +47,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,146 +55,17 @@ import torpor
 from .. import faults
 from ..errors import ConfigError
 from ..history import Event, fold
-
-#: ``ledger(world, run_id) -> {idempotency key: times the outside world received it}``.
-Ledger = Callable[[Path, str], Mapping[str, int]]
-
-KINDS = ("crash", "ack", "break")
-PROCESS_SEP = " > "
-
-
-@dataclass
-class Target:
-    """What to explore: ``module`` registers ``workflow``; ``input`` is JSON data."""
-
-    module: str
-    workflow: str
-    input: Any = None
-    #: Extra ``sys.path`` entries for the processes (e.g. a repository root).
-    paths: Sequence[str] = ()
-    #: The effect's own ledger: a callable, or ``"module:function"`` naming one.
-    ledger: Ledger | str | None = None
-    #: Approver recorded for approvals (None: runs wait for a person; the case then fails).
-    auto_approve: str | None = "explorer"
-    lease_ttl_s: float = 30.0
-    #: Keys of a dict result that may differ between runs (a timestamp, a commit of one).
-    ignore_result_keys: Sequence[str] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    run_id: str = "explored"
-    #: Seconds one process of a case may take before the lane kills it.
-    timeout_s: float = 300.0
-
-    def spec(self) -> str:
-        return f"{self.module}:{self.workflow}"
-
-    def ledger_fn(self) -> Ledger | None:
-        if self.ledger is None or callable(self.ledger):
-            return self.ledger
-        mod, _, fn = self.ledger.partition(":")
-        for p in self.paths:
-            if p not in sys.path:
-                sys.path.insert(0, p)
-        found: Ledger = getattr(importlib.import_module(mod), fn)
-        return found
-
-
-@dataclass
-class Proc:
-    """One process of a case."""
-
-    plan: str
-    pid: int
-    rc: int
-    killed: bool
-    result: dict[str, Any]
-    trace: list[str]
-
-    @property
-    def points(self) -> list[str]:
-        return [t for t in self.trace if not t.startswith("#")]
-
-    @property
-    def steps_run(self) -> list[str]:
-        return [t.split(" ", 1)[1] for t in self.trace if t.startswith("#step ")]
-
-
-@dataclass
-class Violation:
-    case: int
-    plan: str
-    seed: int
-    message: str
-
-    def __str__(self) -> str:
-        return f"case {self.case} [seed {self.seed}] plan {self.plan!r}: {self.message}"
-
-
-@dataclass
-class CaseResult:
-    index: int
-    plan: str
-    seed: int
-    procs: list[Proc]
-    outcome: str | None = None
-    violations: list[Violation] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def landed(self) -> int:
-        """Processes that died by their fault plan's SIGKILL."""
-        return sum(1 for p in self.procs if p.killed)
-
-
-@dataclass
-class Report:
-    target: str
-    seed: int
-    boundaries: list[str]
-    by_kind: dict[str, int]
-    cases: list[CaseResult]
-    baseline: dict[str, Any]
-    seconds: float
-
-    @property
-    def violations(self) -> list[Violation]:
-        return [v for c in self.cases for v in c.violations]
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations
-
-    def kills(self) -> int:
-        return sum(c.landed for c in self.cases)
-
-    def assert_ok(self) -> None:
-        """Raise AssertionError with the summary (violations, how to reproduce) if any."""
-        if not self.ok:
-            raise AssertionError(self.summary())
-
-    def summary(self) -> str:
-        crash_names = Counter(b.split("@")[0] for b in self.boundaries)
-        lines = [
-            f"explored {self.target}: {len(self.boundaries)} crash boundaries "
-            f"({', '.join(f'{n} {k}' for k, n in sorted(crash_names.items()))})",
-            f"  cases run: {len(self.cases)} "
-            f"({', '.join(f'{k} {n}' for k, n in self.by_kind.items() if n)}); "
-            f"processes killed by their plan: {self.kills()}; seed {self.seed}; "
-            f"{self.seconds:.0f} s",
-            f"  baseline: {self.baseline.get('outcome')} in "
-            f"{self.baseline.get('seconds', 0):.1f} s",
-        ]
-        if self.ok:
-            lines.append("  violations: 0")
-        else:
-            lines.append(f"  violations: {len(self.violations)}")
-            for v in self.violations:
-                lines.append(f"  - {v}")
-                lines.append(
-                    f"    reproduce: torpor explore {self.target} --input "
-                    f"'{json.dumps(self.baseline.get('input'))}' --case '{v.plan}'"
-                )
-        return "\n".join(lines)
-
+from .report import (
+    KINDS,
+    PROCESS_SEP,
+    CaseResult,
+    Proc,
+    Report,
+    Target,
+    Violation,
+    numbered,
+    performed_effects,
+)
 
 # ---------------------------------------------------------------------- lanes
 
@@ -390,12 +259,12 @@ class Explorer:
             )
         points = [p for pr in procs for p in pr.points]
         crash = [p for p in points if p in faults.CRASH_POINTS]
-        boundaries = _numbered(crash)
+        boundaries = numbered(crash)
         other = {
-            "ack": [b for b in _numbered(points) if b.startswith("effect.called@")],
+            "ack": [b for b in numbered(points) if b.startswith("effect.called@")],
             "break": [
                 b
-                for b in _numbered(points)
+                for b in numbered(points)
                 if b.startswith(("append.committing@", "append.committed@"))
             ],
         }
@@ -546,28 +415,6 @@ class Explorer:
         if not case.violations:
             shutil.rmtree(world, ignore_errors=True)
         return case
-
-
-def _numbered(points: Sequence[str]) -> list[str]:
-    seen: Counter[str] = Counter()
-    out = []
-    for p in points:
-        seen[p] += 1
-        out.append(f"{p}@{seen[p]}")
-    return out
-
-
-def performed_effects(events: Sequence[Event]) -> dict[str, int]:
-    """``{idempotency key: times performed}`` by a history: observed, or reconciled as
-    applied (by the engine or a person)."""
-    performed: Counter[str] = Counter()
-    for e in events:
-        p: Any = e.payload
-        if e.type == "effect_observed" or (
-            e.type == "effect_reconciled" and p.verdict.value == "applied"
-        ):
-            performed[p.key] += 1
-    return dict(performed)
 
 
 def plan_cases(
@@ -775,15 +622,4 @@ def cli_explore(
     return 0 if report.ok else 1
 
 
-__all__ = [
-    "KINDS",
-    "CaseResult",
-    "Explorer",
-    "Ledger",
-    "Proc",
-    "Report",
-    "Target",
-    "Violation",
-    "explore",
-    "plan_cases",
-]
+__all__ = ["Explorer", "explore", "plan_cases"]

@@ -25,7 +25,8 @@ import pytest
 
 from ..runtime import Runtime
 from .clock import FakeClock
-from .explorer import Report, Target, explore
+from .explorer import explore
+from .report import Report, Target
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -1,0 +1,97 @@
+"""What an agent's planners, verifiers and tool calls are given: the context of one execution
+of an agent's run (implemented by :class:`torpor.agents.loop.AgentContext`), as a protocol, so
+that those parts depend on what they use and not on the loop that drives them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ..run import Run
+from .models.base import Message, Model, ModelResponse, ToolSpec
+from .proposals import PlanView
+from .tools import Tools, Vault
+
+
+class AgentSpec(Protocol):
+    """The parts of an :class:`~torpor.Agent` its context reads."""
+
+    @property
+    def goal(self) -> str: ...
+
+    @property
+    def tools(self) -> Tools: ...
+
+    @property
+    def on_denied(self) -> str:
+        """``block`` or ``replan`` when a person denies a tool call."""
+        ...
+
+
+class Context(Protocol):
+    """One execution of an agent's run, as planners, verifiers and tool calls see it."""
+
+    @property
+    def agent(self) -> AgentSpec: ...
+
+    @property
+    def run(self) -> Run: ...
+
+    @property
+    def vault(self) -> Vault:
+        """Secrets this process knows, for redaction (see :class:`~.tools.Vault`)."""
+        ...
+
+    @property
+    def final(self) -> str:
+        """The planner's final answer, once it said it is done."""
+        ...
+
+    def view(self) -> PlanView:
+        """The plan and every call's status and observation, as JSON data."""
+        ...
+
+    def tool_specs(self) -> list[ToolSpec]: ...
+
+    def results(self) -> dict[str, Any]:
+        """Observations of the calls that succeeded, by call id."""
+        ...
+
+    def call_model(
+        self,
+        model: Model,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] = (),
+        *,
+        name: str = "model",
+    ) -> ModelResponse:
+        """A recorded model call (budget checked first, secrets redacted before recording)."""
+        ...
+
+    def conversation(self, instructions: str = "") -> list[Message]:
+        """The messages for the next model turn."""
+        ...
+
+    def call_id_for(self, model_call_id: str) -> str:
+        """A fresh call id for a model's tool call id."""
+        ...
+
+    def add_turn(self, message: Message, call_ids: list[str]) -> None:
+        """Remember a model turn and the call ids its tool calls became."""
+        ...
+
+    def check_budget(self) -> None:
+        """Block the run (durably, with the reason) when a budget limit is reached."""
+        ...
+
+    def settle(
+        self,
+        c: Any,
+        outcome: str,
+        observation: Any,
+        executed_by: str | None,
+        *,
+        boundary: bool = True,
+    ) -> None:
+        """Record a planned call's outcome (``tool_call_settled``)."""
+        ...
