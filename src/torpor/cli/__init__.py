@@ -20,6 +20,10 @@ Layout: ``root.py`` holds the Typer ``app`` and the global options; the commands
 deny, revoke, signal, cancel, resolve, budget), ``artifacts.py`` and ``explore.py``, each
 adding its commands to the app in its ``register``; they open a Client or Runtime through
 ``context.py``, print through ``render.py`` and stop with the codes in ``exits.py``.
+
+This module stays light: the app and its commands are loaded on first use (:func:`main`, or
+``from torpor.cli import app``), so ``torpor --version`` answers from ``version.py`` without
+importing Typer, Rich or the commands.
 """
 
 from __future__ import annotations
@@ -27,34 +31,66 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-import typer
-from pydantic import ValidationError
+from .version import version_line
 
-from ..errors import BadInputError, LeaseHeldError, TorporError
-from . import artifacts, execute, explore, read, steer
-from .exits import (
-    EXIT_ERROR,
-    EXIT_INTERRUPTED,
-    EXIT_LEASED,
-    EXIT_USAGE,
-    error_message,
-    fail,
-    lease_message,
-)
-from .root import app
+if TYPE_CHECKING:
+    import typer
+
+    from .root import app
 
 __all__ = ["app", "main"]
 
-# Each command module adds its commands to the app; this order is the order ``torpor --help``
-# lists them in.
-for _module in (execute, read, steer, artifacts, explore):
-    _module.register(app)
+_app: typer.Typer | None = None
+
+
+def _load_app() -> typer.Typer:
+    """The app with every command registered (once, on first use)."""
+    global _app
+    if _app is None:
+        from . import artifacts, execute, explore, read, steer
+        from .root import app
+
+        # Each command module adds its commands to the app; this order is the order
+        # ``torpor --help`` lists them in.
+        for module in (execute, read, steer, artifacts, explore):
+            module.register(app)
+        _app = app
+    return _app
+
+
+def __getattr__(name: str) -> Any:
+    """``torpor.cli.app``, loaded when first asked for."""
+    if name == "app":
+        return _load_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """The ``torpor`` script: run the app inside the one error boundary."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--version"]:
+        # The fast path: no Typer, Rich or commands to import (other options go through Typer,
+        # whose --version prints the same line).
+        sys.stdout.write(version_line())
+        raise SystemExit(0)
+
+    import typer
+    from pydantic import ValidationError
+
+    from ..errors import BadInputError, LeaseHeldError, TorporError
+    from .exits import (
+        EXIT_ERROR,
+        EXIT_INTERRUPTED,
+        EXIT_LEASED,
+        EXIT_USAGE,
+        error_message,
+        fail,
+        lease_message,
+    )
+
+    app = _load_app()
     if not args:
         args = ["--help"]
     try:

@@ -12,8 +12,8 @@ from typing import Annotated
 
 import typer
 
-from .. import __version__
 from ..config import Settings
+from .version import version_line
 
 app = typer.Typer(
     name="torpor",
@@ -74,7 +74,7 @@ def _env_imports() -> list[str]:
 
 def _version(value: bool) -> None:
     if value:
-        sys.stdout.write(f"torpor {__version__}\n")
+        sys.stdout.write(version_line())
         raise typer.Exit()
 
 
