@@ -1,0 +1,116 @@
+"""The ``torpor`` command line: a thin Typer + Rich adapter over :class:`~torpor.Runtime` and
+:class:`~torpor.Client`.
+
+Every read command prints a human table by default and JSON with ``--json``. Every expected
+error — a torpor error, bad JSON input, a usage mistake — is one line ``error: …`` on stderr and
+a non-zero exit code, never a traceback. They are caught in one place, :func:`main`.
+
+Exit codes: 0 done (``start``/``resume``: the run succeeded, possibly with warnings, or waits);
+1 torpor refused or failed (unknown run, finished run, store error …); 2 bad usage or input
+(malformed JSON, missing option); 3 ``start``/``resume`` ended the run with another outcome
+(failed, blocked, unresolved, stopped_safe, cancelled); 75 the run is leased by another live
+process (retry later, ``EX_TEMPFAIL``); 130 interrupted.
+
+The store is ``--db URL`` or ``$TORPOR_DATABASE_URL`` or ``sqlite:///$TORPOR_HOME/torpor.db``;
+workflows are referenced by their registered name, their modules imported with ``--import``
+(repeatable) or ``$TORPOR_IMPORT`` (comma-separated).
+
+Layout: ``root.py`` holds the Typer ``app`` and the global options; the commands live in
+``execute.py`` (start, resume, worker), ``read.py`` (ls, show, events), ``steer.py`` (approve,
+deny, revoke, signal, cancel, resolve, budget), ``artifacts.py`` and ``explore.py``, each
+adding its commands to the app in its ``register``; they open a Client or Runtime through
+``context.py``, print through ``render.py`` and stop with the codes in ``exits.py``.
+
+This module stays light: the app and its commands are loaded on first use (:func:`main`, or
+``from torpor.cli import app``), so ``torpor --version`` answers from ``version.py`` without
+importing Typer, Rich or the commands.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .version import version_line
+
+if TYPE_CHECKING:
+    import typer
+
+    from .root import app
+
+__all__ = ["app", "main"]
+
+_app: typer.Typer | None = None
+
+
+def _load_app() -> typer.Typer:
+    """The app with every command registered (once, on first use)."""
+    global _app
+    if _app is None:
+        from . import artifacts, execute, explore, read, steer
+        from .root import app
+
+        # Each command module adds its commands to the app; this order is the order
+        # ``torpor --help`` lists them in.
+        for module in (execute, read, steer, artifacts, explore):
+            module.register(app)
+        _app = app
+    return _app
+
+
+def __getattr__(name: str) -> Any:
+    """``torpor.cli.app``, loaded when first asked for."""
+    if name == "app":
+        return _load_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The ``torpor`` script: run the app inside the one error boundary."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--version"]:
+        # The fast path: no Typer, Rich or commands to import (other options go through Typer,
+        # whose --version prints the same line).
+        sys.stdout.write(version_line())
+        raise SystemExit(0)
+
+    import typer
+    from pydantic import ValidationError
+
+    from ..errors import BadInputError, LeaseHeldError, TorporError
+    from .exits import (
+        EXIT_ERROR,
+        EXIT_INTERRUPTED,
+        EXIT_LEASED,
+        EXIT_USAGE,
+        error_message,
+        fail,
+        lease_message,
+    )
+
+    app = _load_app()
+    if not args:
+        args = ["--help"]
+    try:
+        rv = app(args=args, prog_name="torpor", standalone_mode=False)
+    except typer.TyperException as exc:  # click usage errors (missing option, bad value, ...)
+        usage_ctx = getattr(exc, "ctx", None)
+        hint = f" (see '{usage_ctx.command_path} --help')" if usage_ctx is not None else ""
+        fail(exc.format_message() + hint, getattr(exc, "exit_code", EXIT_USAGE))
+    except typer.Abort:
+        fail("aborted", EXIT_ERROR)
+    except LeaseHeldError as exc:
+        fail(lease_message(exc), EXIT_LEASED)
+    except (BadInputError, ValidationError) as exc:
+        fail(error_message(exc), EXIT_USAGE)
+    except TorporError as exc:
+        fail(error_message(exc), EXIT_ERROR)
+    except KeyboardInterrupt:
+        fail("interrupted", EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        # `torpor events X | head`: the reader left; nothing to report.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(EXIT_ERROR) from None
+    raise SystemExit(rv if isinstance(rv, int) else 0)

@@ -1,0 +1,6 @@
+"""``python -m torpor.cli``: the ``torpor`` command."""
+
+from . import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,289 @@
+"""Commands that execute runs in this process: ``start``, ``resume`` and ``worker``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from ..client import Client
+from ..errors import BadInputError, TorporError
+from ..history import Outcome, RunStatus
+from ..runtime import RunResult
+from .context import open_runtime, parse_json
+from .exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OUTCOME, error_message, fail
+from .render import add_row, console, emit_json, fields, json_default, new_table, relative, short
+from .root import Follow, Imports, JsonFlag
+
+_GOOD_OUTCOMES = frozenset({None, "succeeded", "succeeded_with_warnings"})
+
+
+@contextmanager
+def _interruptible(run_id: str) -> Iterator[None]:
+    """Ctrl-C while executing: say how to continue, exit 130 (the record is intact)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        fail(
+            f"interrupted; run {run_id!r} continues from its last boundary with: "
+            f"torpor resume {run_id}",
+            EXIT_INTERRUPTED,
+        )
+
+
+def _print_result(res: RunResult, json_out: bool) -> None:
+    if json_out:
+        emit_json(res)
+        return
+    out = console()
+    status = res.status + (f" ({res.wait_kind})" if res.wait_kind else "")
+    pairs: list[tuple[str, Any]] = [("run", res.run_id), ("status", status)]
+    if res.outcome:
+        pairs.append(("outcome", res.outcome))
+    if res.reason:
+        pairs.append(("reason", res.reason))
+    if res.wake_at_ms is not None:
+        pairs.append(("wakes", relative(res.wake_at_ms)))
+    if res.result is not None:
+        pairs.append(("result", short(res.result, 300)))
+    fields(out, pairs)
+    hint = _next_hint(res)
+    if hint:
+        out.print(Text(f"next: {hint}", style="cyan"))
+
+
+def _next_hint(res: RunResult) -> str:
+    rid = res.run_id
+    if res.status == RunStatus.WAITING.value:
+        if res.wait_kind == "approval":
+            return (
+                f"review the content hashes with `torpor show {rid}`, then "
+                f"`torpor approve {rid} --as NAME --hash PREFIX` (or deny) and "
+                f"`torpor resume {rid}`"
+            )
+        if res.wait_kind == "signal":
+            return f"`torpor signal {rid} NAME --payload JSON`, then `torpor resume {rid}`"
+        return f"`torpor resume {rid}` once it is due"
+    if res.outcome == Outcome.UNRESOLVED.value:
+        return f"`torpor show {rid}` says which effect is in doubt and why"
+    if res.status != RunStatus.FINISHED.value:
+        return f"`torpor resume {rid}`"
+    return ""
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def start(
+    ctx: typer.Context,
+    workflow: Annotated[
+        str,
+        typer.Argument(metavar="WORKFLOW", help="Registered workflow name.", show_default=False),
+    ],
+    input_json: Annotated[
+        str | None,
+        typer.Option("--input", "-i", metavar="JSON", help="Run input as JSON, or @FILE."),
+    ] = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--run-id",
+            metavar="ID",
+            help="Run id; starting an existing id rejoins that run (idempotent).",
+        ),
+    ] = None,
+    imports: Imports = None,
+    no_execute: Annotated[
+        bool, typer.Option("--no-execute", help="Only create the run; execute it later.")
+    ] = False,
+    follow: Follow = True,
+    json_out: JsonFlag = False,
+) -> None:
+    """Start a run of WORKFLOW and execute it in this process until it finishes or waits.
+
+    Example: torpor start deploy --import myflows --input '{"env": "prod"}' --run-id deploy-42
+    """
+    data = parse_json("--input", input_json)
+    with open_runtime(ctx, imports) as rt:
+        rid = rt.start(workflow, data, run_id=run_id)
+        if no_execute:
+            rec = Client(rt.store).get(rid)
+            res = RunResult(rid, rec.status, rec.outcome)
+        else:
+            with _interruptible(rid):
+                res = rt.resume(rid, follow_timers=follow)
+    _print_result(res, json_out)
+    if res.outcome not in _GOOD_OUTCOMES:
+        raise typer.Exit(EXIT_OUTCOME)
+
+
+def resume(
+    ctx: typer.Context,
+    run_id: Annotated[
+        str | None,
+        typer.Argument(metavar="[RUN_ID]", help="The run to resume.", show_default=False),
+    ] = None,
+    all_runs: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Resume every runnable run (pending, crashed, or woken), each once; never "
+            "stays for timers.",
+        ),
+    ] = False,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, help="With --all: at most this many runs.")
+    ] = 100,
+    imports: Imports = None,
+    follow: Follow = True,
+    json_out: JsonFlag = False,
+) -> None:
+    """Resume RUN_ID (or --all runnable runs) from the last recorded boundary.
+
+    Example: torpor resume deploy-42 --import myflows
+    """
+    if (run_id is None) == (not all_runs):
+        raise BadInputError("give either a RUN_ID or --all")
+    with open_runtime(ctx, imports) as rt:
+        if run_id is not None:
+            with _interruptible(run_id):
+                res = rt.resume(run_id, follow_timers=follow)
+            _print_result(res, json_out)
+            if res.outcome not in _GOOD_OUTCOMES:
+                raise typer.Exit(EXIT_OUTCOME)
+            return
+        results: list[RunResult] = []
+        failures: list[tuple[str, str]] = []
+        for rid in Client(rt.store).runnable(limit):
+            try:
+                with _interruptible(rid):
+                    results.append(rt.resume(rid, follow_timers=False))
+            except TorporError as exc:
+                failures.append((rid, error_message(exc)))
+    if json_out:
+        emit_json(
+            {
+                "resumed": results,
+                "errors": [{"run_id": r, "error": m} for r, m in failures],
+            }
+        )
+    else:
+        out = console()
+        if not results and not failures:
+            out.print("no runnable runs")
+        table = new_table("RUN", "STATUS", "OUTCOME", "REASON")
+        for res in results:
+            status = res.status + (f" ({res.wait_kind})" if res.wait_kind else "")
+            add_row(table, res.run_id, status, res.outcome, short(res.reason, 80))
+        if results:
+            out.print(table)
+    for rid, msg in failures:
+        line = " ".join(msg.split())
+        sys.stderr.write(f"error: {line}\n" if rid in line else f"error: run {rid!r}: {line}\n")
+    if failures:
+        raise typer.Exit(EXIT_ERROR)
+
+
+def worker(
+    ctx: typer.Context,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "-c", min=1, help="Runs executed at once (threads).")
+    ] = 1,
+    imports: Imports = None,
+    until_idle: Annotated[
+        bool,
+        typer.Option("--until-idle", help="Exit when nothing is runnable or due soon."),
+    ] = False,
+    max_seconds: Annotated[
+        float | None,
+        typer.Option("--max-seconds", min=0, metavar="S", help="Exit after S seconds."),
+    ] = None,
+    poll: Annotated[
+        float,
+        typer.Option("--poll", min=0.01, metavar="S", help="Longest idle sleep between looks."),
+    ] = 1.0,
+    lease_ttl: Annotated[
+        float,
+        typer.Option(
+            "--lease-ttl",
+            min=0,
+            metavar="S",
+            help="Lease lifetime; a crashed worker's runs "
+            "are taken over this long after its last renewal.",
+        ),
+    ] = 30.0,
+    heartbeat: Annotated[
+        float | None,
+        typer.Option(
+            "--heartbeat",
+            min=0,
+            metavar="S",
+            help="Lease renewal interval (default a third of --lease-ttl; at most half).",
+        ),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log more.")] = False,
+    json_out: Annotated[
+        bool,
+        typer.Option("--json", help="Print one JSON line per result, then one with the stats."),
+    ] = False,
+) -> None:
+    """Run a worker: execute runnable runs under leases until stopped (Ctrl-C, SIGTERM).
+
+    Any number of workers, on any number of machines, may share one database. On stop,
+    running executions release their run at the next boundary.
+
+    Example: torpor worker --import myflows --concurrency 4
+    """
+    from ..worker import Worker
+
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    out = console()
+
+    def report(res: RunResult) -> None:
+        if json_out:
+            sys.stdout.write(json.dumps(res, default=json_default) + "\n")
+            sys.stdout.flush()
+            return
+        status = res.outcome or res.status + (f" ({res.wait_kind})" if res.wait_kind else "")
+        reason = f": {short(res.reason, 120)}" if res.reason else ""
+        now = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        out.print(Text(f"{now} {res.run_id} {status}{reason}"))
+
+    with open_runtime(ctx, imports, lease_ttl_s=lease_ttl, heartbeat_s=heartbeat) as rt:
+        w = Worker(rt, concurrency=concurrency, poll_s=poll, on_result=report)
+        w.install_signal_handlers()
+        if not json_out:
+            out.print(
+                Text(f"worker {rt.owner} on {rt.settings.database_url} (concurrency {concurrency})")
+            )
+        stats = w.run(until_idle=until_idle, max_seconds=max_seconds)
+    if json_out:
+        sys.stdout.write(json.dumps({"stats": stats}, default=json_default) + "\n")
+        return
+    outcomes = ", ".join(f"{k} {v}" for k, v in sorted(stats.outcomes.items())) or "none"
+    out.print(
+        Text(
+            f"worker stopped: executed {stats.executed}, finished {stats.finished} ({outcomes}), "
+            f"waiting {stats.waiting}, errors {stats.errors}"
+        )
+    )
+    if stats.errors:
+        raise typer.Exit(EXIT_ERROR)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``start``, ``resume`` and ``worker`` to ``app``."""
+    app.command()(start)
+    app.command()(resume)
+    app.command()(worker)

@@ -1,0 +1,48 @@
+"""Exit codes and the one-line error: how the ``torpor`` command stops short.
+
+The codes are described in :mod:`torpor.cli`; :func:`torpor.cli.main` maps exceptions to them.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+from pydantic import ValidationError
+
+from ..errors import LeaseHeldError
+from .render import relative
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_OUTCOME = 3
+EXIT_LEASED = 75
+EXIT_INTERRUPTED = 130
+
+
+def fail(message: str, code: int) -> NoReturn:
+    """Print one line on stderr and exit."""
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    sys.stderr.write(f"error: {line}\n")
+    sys.stderr.flush()
+    raise SystemExit(code)
+
+
+def lease_message(exc: LeaseHeldError) -> str:
+    """Who holds the run and until when."""
+    return (
+        f"run {exc.run_id!r} is being executed by {exc.owner} until "
+        f"{relative(exc.expires_at_ms)}; retry after that (or when it finishes)"
+    )
+
+
+def error_message(exc: BaseException) -> str:
+    """The one line that explains ``exc``."""
+    if isinstance(exc, LeaseHeldError):
+        return lease_message(exc)
+    if isinstance(exc, ValidationError):
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
+        )
+        return f"invalid {exc.title}: {problems}"
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,325 @@
+"""Commands that read runs and change nothing: ``ls``, ``show`` and ``events``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from ..history import Outcome, RunStatus
+from ..owners import owner_is_dead
+from .context import open_client
+from .render import add_row, console, emit_json, fields, heading, new_table, relative, short, when
+from .root import JsonFlag, RunId
+
+
+def list_runs(
+    ctx: typer.Context,
+    status: Annotated[
+        RunStatus | None, typer.Option("--status", help="Only runs with this status.")
+    ] = None,
+    outcome: Annotated[
+        Outcome | None, typer.Option("--outcome", help="Only finished runs with this outcome.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many runs.")] = 50,
+    json_out: JsonFlag = False,
+) -> None:
+    """List runs, newest first.
+
+    Example: torpor ls --outcome unresolved
+    """
+    with open_client(ctx) as client:
+        runs = client.runs(
+            status=status.value if status else None,
+            outcome=outcome.value if outcome else None,
+            limit=limit,
+        )
+        now = client.store.now_ms()
+    if json_out:
+        emit_json(runs)
+        return
+    out = console()
+    if not runs:
+        out.print("no runs")
+        return
+    table = new_table(
+        "RUN", "WORKFLOW", "VERSION", "STATUS", "OUTCOME", "UPDATED", "WAKE", "EVENTS"
+    )
+    for r in runs:
+        status_text = r.status
+        if r.lease_owner and r.lease_expires_at_ms > now:
+            # A holder on this machine proven dead (kill -9) is taken over at once by resume.
+            status_text += " (holder dead)" if owner_is_dead(r.lease_owner) else " (leased)"
+        add_row(
+            table,
+            r.run_id,
+            r.workflow,
+            r.version,
+            status_text,
+            r.outcome,
+            when(r.updated_at_ms),
+            relative(r.wake_at_ms) if r.status == RunStatus.WAITING.value else None,
+            r.last_seq,
+        )
+    out.print(table)
+
+
+def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
+    """Show a run: checkpoint answers, steps, effects, artifacts, waits, approvals, outcome.
+
+    The four answers of the latest checkpoint (what it is establishing, the evidence, effects
+    that may have happened, what permits the next transition); steps with status and attempts;
+    effects with status and, when in doubt, why; artifacts with sha256; the open wait; approvals
+    with the content hashes they bind; the outcome and its reason.
+
+    Example: torpor show deploy-42
+    """
+    with open_client(ctx) as client:
+        rec = client.get(run_id)
+        state = client.state(run_id)
+        answers = client.answers(run_id)
+        steps = client.steps(run_id)
+        effects = client.effects(run_id)
+        artifacts = client.artifacts(run_id)
+        inbox = client.inbox(run_id)
+    pending = {k: v.hashes for k, v in state.approvals.items() if v.status == "requested"}
+    if json_out:
+        emit_json(
+            {
+                "run": rec,
+                "status": state.status.value,
+                "outcome": state.outcome.value if state.outcome else None,
+                "reason": state.outcome_reason,
+                "result": state.result,
+                "answers": answers,
+                "steps": steps,
+                "effects": effects,
+                "artifacts": artifacts,
+                "wait": state.wait,
+                "approvals": state.approvals,
+                "pending_approvals": pending,
+                "inbox": inbox,
+                "warnings": state.warnings,
+                "cancel_requested": state.cancel_requested,
+                "plan_version": state.plan_version,
+                "plan": state.plan,
+                "usage": {**state.usage.model_dump(), "tokens": state.usage.tokens},
+                "budget": state.budget,
+            }
+        )
+        return
+
+    out = console()
+    status = state.status.value + (f" ({state.wait.kind})" if state.wait else "")
+    pairs: list[tuple[str, Any]] = [
+        ("run", run_id),
+        ("workflow", f"{rec.workflow} (version {rec.version})"),
+        ("status", status),
+        ("outcome", state.outcome.value if state.outcome else None),
+    ]
+    if state.outcome_reason:
+        pairs.append(("reason", state.outcome_reason))
+    if state.result is not None:
+        pairs.append(("result", short(state.result, 300)))
+    if state.goal:
+        pairs.append(("goal", state.goal))
+    pairs.append(("created", when(rec.created_at_ms)))
+    pairs.append(("updated", when(rec.updated_at_ms)))
+    pairs.append(("events", f"{rec.last_seq} (latest checkpoint at seq {rec.checkpoint_seq})"))
+    if state.cancel_requested:
+        pairs.append(("cancel", "requested"))
+    if state.warnings:
+        pairs.append(("warnings", "; ".join(state.warnings)))
+    fields(out, pairs)
+
+    heading(out, "Checkpoint")
+    ev = answers.get("evidence", {})
+    verifs = ", ".join(
+        f"{k}: {'passed' if v.get('passed') else 'FAILED'}"
+        for k, v in ev.get("verifications", {}).items()
+    )
+    arts = ", ".join(f"{k} {v}" for k, v in ev.get("artifacts", {}).items())
+    evidence = "; ".join(x for x in (verifs, arts) if x) or "none yet"
+    effects_now = ", ".join(f"{k}: {v}" for k, v in answers.get("effects", {}).items())
+    fields(
+        out,
+        [
+            ("establishing", answers.get("establishing") or "-"),
+            ("evidence", evidence),
+            ("effects", effects_now or "none that may have happened"),
+            ("next", answers.get("next")),
+        ],
+    )
+
+    u, b = state.usage, state.budget
+    if state.plan_version or u.model_calls or any(v is not None for v in b.model_dump().values()):
+        heading(out, "Agent")  # plan, usage and budget (issue 4)
+        counts: dict[str, int] = {}
+        for call in state.plan.values():
+            counts[call.status] = counts.get(call.status, 0) + 1
+
+        def of(used: Any, limit: Any) -> str:
+            return f"{used}" + (f" of {limit}" if limit is not None else "")
+
+        fields(
+            out,
+            [
+                (
+                    "plan",
+                    f"v{state.plan_version}: "
+                    + (", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no steps"),
+                ),
+                ("tokens", of(u.tokens, b.tokens)),
+                (
+                    "cost",
+                    of(f"${u.cost_usd:.4f}", b.cost_usd)
+                    + (f" (+{u.cost_unknown} call(s) of unknown cost)" if u.cost_unknown else ""),
+                ),
+                ("steps", of(f"{u.steps} ({u.model_calls} model, {u.tool_calls} tool)", b.steps)),
+                ("wall-clock limit", f"{b.wall_clock_s:g} s" if b.wall_clock_s else "none"),
+            ],
+        )
+
+    if steps:
+        table = new_table("STEP", "POLICY", "STATUS", "ATTEMPTS", "PURPOSE", title="Steps")
+        for s in steps:
+            add_row(table, s.step_id, s.policy, s.status, s.attempts, s.purpose)
+        out.print()
+        out.print(table)
+
+    if effects:
+        table = new_table(
+            "KEY", "STEP", "OPERATION", "STATUS", "ATTEMPT", "REASON", title="Effects"
+        )
+        for e in effects:
+            add_row(table, e.key, e.step_id, e.operation, e.status, e.attempt, e.reason)
+        out.print()
+        out.print(table)
+        for e in effects:
+            if e.status == "unknown":
+                out.print(
+                    Text(
+                        f"effect {e.key} is in doubt: {e.reason or 'outcome unknown'}. "
+                        f"A person settles it: torpor resolve {run_id} {e.key} "
+                        "(--applied [--result JSON] | --absent) --as NAME",
+                        style="yellow",
+                    )
+                )
+            elif e.status == "intended":
+                out.print(
+                    Text(
+                        f"effect {e.key} was intended but never observed; resuming reconciles "
+                        f"it: torpor resume {run_id}",
+                        style="yellow",
+                    )
+                )
+
+    if artifacts:
+        table = new_table("NAME", "VERSION", "SHA256", "SIZE", "MEDIA TYPE", title="Artifacts")
+        table.columns[2].overflow = "fold"
+        for a in artifacts:
+            add_row(table, a.name, a.version, a.sha256, a.size, a.media_type)
+        out.print()
+        out.print(table)
+
+    if state.wait is not None:
+        w = state.wait
+        heading(out, "Waiting")
+        fields(
+            out,
+            [
+                ("kind", w.kind),
+                ("name", w.name),
+                ("reason", w.reason),
+                ("deadline", relative(w.deadline_ms) if w.deadline_ms else "none"),
+            ],
+        )
+
+    if state.approvals:
+        heading(out, "Approvals")
+        decided = {m.body.get("approval_id") for m in inbox if m.kind == "decision"}
+        for aid, info in state.approvals.items():
+            line = f"{aid}  {info.status}"
+            if info.approver:
+                line += f" by {info.approver} at {when(info.decided_at_ms)}"
+            if aid in decided and info.status == "requested":
+                line += " (a decision is in the inbox; it applies on resume)"
+            out.print(Text(line, style="bold" if aid in pending else ""))
+            for h in info.hashes:
+                out.print(Text(f"  sha256:{h}"))
+            if aid in pending and aid not in decided:
+                out.print(
+                    Text(
+                        f"  decide: torpor approve {run_id} {aid} --as NAME "
+                        f"--hash {info.hashes[0][:12]}"
+                        f"   (or: torpor deny {run_id} {aid} --as NAME)",
+                        style="cyan",
+                    )
+                )
+
+    if inbox:
+        heading(out, "Inbox (applied when the run resumes)")
+        table = new_table("MESSAGE", "KIND", "AT", "BODY")
+        for m in inbox:
+            add_row(table, m.message_id, m.kind, when(m.at_ms), short(m.body, 80))
+        out.print(table)
+
+
+def events(
+    ctx: typer.Context,
+    run_id: RunId,
+    after: Annotated[
+        int, typer.Option("--after", metavar="SEQ", min=0, help="Only events after SEQ.")
+    ] = 0,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many events.")] = 1000,
+    json_out: JsonFlag = False,
+) -> None:
+    """Print the run's history: its events in order.
+
+    Example: torpor events deploy-42 --after 10 --limit 20
+    """
+    with open_client(ctx) as client:
+        evs = client.events(run_id, after_seq=after, limit=limit)
+    if json_out:
+        emit_json(
+            [
+                {
+                    "run_id": e.run_id,
+                    "seq": e.seq,
+                    "type": e.type,
+                    "at_ms": e.at_ms,
+                    "epoch": e.epoch,
+                    "payload": e.payload.model_dump(mode="json"),
+                }
+                for e in evs
+            ]
+        )
+        return
+    out = console()
+    if not evs:
+        out.print(f"no events after seq {after}")
+        return
+    table = new_table("SEQ", "AT", "EPOCH", "TYPE", "STEP", "DETAIL")
+    for column in table.columns[:-1]:
+        column.no_wrap = True  # one line per event: only the detail shrinks, with an ellipsis
+    for e in evs:
+        detail = e.payload.model_dump(mode="json", exclude={"step_id"})
+        table.add_row(
+            str(e.seq),
+            when(e.at_ms),
+            str(e.epoch),
+            e.type,
+            Text(e.step_id or "-"),
+            Text(short(detail, 90), no_wrap=True, overflow="ellipsis"),
+        )
+    out.print(table)
+    if len(evs) == limit:
+        out.print(Text(f"more: torpor events {run_id} --after {evs[-1].seq}", style="cyan"))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ls``, ``show`` and ``events`` to ``app``."""
+    app.command("ls")(list_runs)
+    app.command()(show)
+    app.command()(events)

@@ -1,0 +1,316 @@
+"""Commands that steer a run from outside: decide its approvals (``approve``, ``deny``,
+``revoke``), message it (``signal``, ``cancel``), settle an effect in doubt (``resolve``) and
+raise its budget (``budget``). Each records its decision; the run applies it when it resumes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from ..client import Client
+from ..errors import BadInputError, TorporError
+from .context import open_client, parse_json
+from .render import console, emit_json
+from .root import Approver, JsonFlag, Person, RunId
+
+
+def _resume_cmd(client: Client, run_id: str) -> str:
+    """The command that continues ``run_id``: ``--import`` is needed only when the module that
+    defines its workflow was not recorded (a script run as ``python file.py``)."""
+    try:
+        module = client.state(run_id).module
+    except TorporError:
+        module = ""
+    if module and module != "__main__":
+        return f"torpor resume {run_id}"
+    return f"torpor resume {run_id} --import MODULE (the module that defines its workflow)"
+
+
+# --------------------------------------------------------------------------- approvals
+
+
+def _decide(
+    ctx: typer.Context,
+    decision: str,
+    run_id: str,
+    approval_id: str | None,
+    approver: str,
+    expect_hash: str | None,
+    comment: str,
+    json_out: bool,
+) -> None:
+    prefix = expect_hash.strip().lower().removeprefix("sha256:") if expect_hash else None
+    if expect_hash is not None and not prefix:
+        raise BadInputError("--hash needs a prefix of the sha256 you reviewed")
+    with open_client(ctx) as client:
+        aid, hashes = client.decide(
+            run_id, approval_id, decision, approver, expect_hash=prefix, comment=comment
+        )
+        resume = _resume_cmd(client, run_id)
+    verb = "approved" if decision == "approve" else "denied"
+    if json_out:
+        emit_json(
+            {
+                "run_id": run_id,
+                "approval_id": aid,
+                "decision": decision,
+                "approver": approver,
+                "hashes": hashes,
+            }
+        )
+        return
+    out = console()
+    out.print(Text(f"{verb} {aid} of run {run_id} as {approver}; the decision binds:"))
+    for h in hashes:
+        out.print(Text(f"  sha256:{h}"))
+    out.print(Text(f"it applies when the run resumes: {resume}", style="cyan"))
+
+
+HashOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--hash",
+        metavar="PREFIX",
+        help="Refuse unless the approval binds content whose sha256 starts with PREFIX "
+        "(what you reviewed).",
+    ),
+]
+CommentOpt = Annotated[str, typer.Option("--comment", help="A note recorded with the decision.")]
+ApprovalIdOpt = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="[APPROVAL_ID]",
+        help="The approval id; may be omitted when exactly one is pending.",
+        show_default=False,
+    ),
+]
+
+
+def approve(
+    ctx: typer.Context,
+    run_id: RunId,
+    approver: Approver,
+    approval_id: ApprovalIdOpt = None,
+    expect_hash: HashOpt = None,
+    comment: CommentOpt = "",
+    json_out: JsonFlag = False,
+) -> None:
+    """Approve exactly the content an approval binds; prints the sha256 hashes approved.
+
+    Example: torpor approve deploy-42 --as alice --hash 3f2a9c
+    """
+    _decide(ctx, "approve", run_id, approval_id, approver, expect_hash, comment, json_out)
+
+
+def deny(
+    ctx: typer.Context,
+    run_id: RunId,
+    approver: Approver,
+    approval_id: ApprovalIdOpt = None,
+    expect_hash: HashOpt = None,
+    comment: CommentOpt = "",
+    json_out: JsonFlag = False,
+) -> None:
+    """Deny an approval (prints the sha256 hashes denied); the run ends blocked on resume.
+
+    Example: torpor deny deploy-42 --as alice --comment "touches prod config"
+    """
+    _decide(ctx, "deny", run_id, approval_id, approver, expect_hash, comment, json_out)
+
+
+def revoke(
+    ctx: typer.Context,
+    run_id: RunId,
+    approval_id: Annotated[
+        str, typer.Argument(metavar="APPROVAL_ID", help="The approval id.", show_default=False)
+    ],
+    by: Person,
+    reason: Annotated[str, typer.Option("--reason", help="Why, recorded.")] = "",
+    json_out: JsonFlag = False,
+) -> None:
+    """Revoke an approval before it is consumed (prints the hashes); its effect won't happen.
+
+    Example: torpor revoke deploy-42 ship@3f2a9c01d4e5 --as alice --reason "wrong branch"
+    """
+    with open_client(ctx) as client:
+        hashes = client.revoke(run_id, approval_id, by, reason)
+        resume = _resume_cmd(client, run_id)
+    if json_out:
+        emit_json({"run_id": run_id, "approval_id": approval_id, "by": by, "hashes": hashes})
+        return
+    out = console()
+    out.print(Text(f"revoked {approval_id} of run {run_id} as {by}; it bound:"))
+    for h in hashes:
+        out.print(Text(f"  sha256:{h}"))
+    out.print(Text(f"it applies when the run resumes: {resume}", style="cyan"))
+
+
+# --------------------------------------------------------------------------- steering
+
+
+def signal(
+    ctx: typer.Context,
+    run_id: RunId,
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="The signal name.", show_default=False)
+    ],
+    payload: Annotated[
+        str | None,
+        typer.Option("--payload", "-p", metavar="JSON", help="Signal payload as JSON, or @FILE."),
+    ] = None,
+    message_id: Annotated[
+        str | None,
+        typer.Option(
+            "--id",
+            metavar="MESSAGE_ID",
+            help="Deduplication id: a signal sent twice with one id is delivered once.",
+        ),
+    ] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Send signal NAME to a run (it wakes a run waiting for it).
+
+    Example: torpor signal deploy-42 go --payload '{"window": "22:00"}' --id ticket-981
+    """
+    data = parse_json("--payload", payload)
+    mid = message_id or uuid.uuid4().hex
+    with open_client(ctx) as client:
+        delivered = client.signal(run_id, name, data, message_id=mid)
+    if json_out:
+        emit_json({"run_id": run_id, "name": name, "message_id": mid, "delivered": delivered})
+        return
+    if delivered:
+        console().print(Text(f"signal {name!r} delivered to run {run_id} (message id {mid})"))
+    else:
+        console().print(
+            Text(f"signal {name!r} with message id {mid} was already delivered; not sent again")
+        )
+
+
+def cancel(
+    ctx: typer.Context,
+    run_id: RunId,
+    reason: Annotated[str, typer.Option("--reason", help="Why, recorded.")] = "",
+    by: Annotated[str, typer.Option("--as", metavar="NAME", help="Who cancels.")] = "user",
+    json_out: JsonFlag = False,
+) -> None:
+    """Cancel a run: it ends cancelled at its next boundary (a waiting run when it resumes).
+
+    Example: torpor cancel deploy-42 --reason "superseded by deploy-43"
+    """
+    with open_client(ctx) as client:
+        client.cancel(run_id, by=by, reason=reason)
+        resume = _resume_cmd(client, run_id)
+    if json_out:
+        emit_json({"run_id": run_id, "cancel_requested": True, "by": by, "reason": reason})
+        return
+    console().print(Text(f"cancel of run {run_id} requested"))
+    console().print(Text(f"it ends cancelled at its next boundary: {resume}", style="cyan"))
+
+
+def resolve(
+    ctx: typer.Context,
+    run_id: RunId,
+    key: Annotated[
+        str,
+        typer.Argument(
+            metavar="EFFECT_KEY", help="The effect's idempotency key (see `torpor show`)."
+        ),
+    ],
+    by: Person,
+    applied: Annotated[
+        bool, typer.Option("--applied", help="The effect happened (give --result if any).")
+    ] = False,
+    absent: Annotated[
+        bool, typer.Option("--absent", help="The effect did not happen: perform it on resume.")
+    ] = False,
+    result: Annotated[
+        str | None,
+        typer.Option("--result", metavar="JSON", help="With --applied: its result, as JSON."),
+    ] = None,
+    reason: Annotated[str, typer.Option("--reason", help="How you know, recorded.")] = "",
+    json_out: JsonFlag = False,
+) -> None:
+    """Settle an effect in doubt (an unresolved run): --applied or --absent, then resume.
+
+    Example: torpor resolve deploy-42 deploy-42/push --applied --result '{"sha": "9f1c"}' --as bob
+    """
+    if applied == absent:
+        raise BadInputError("give exactly one of --applied or --absent")
+    if result is not None and not applied:
+        raise BadInputError("--result goes with --applied")
+    data = parse_json("--result", result)
+    verdict = "applied" if applied else "absent"
+    with open_client(ctx) as client:
+        client.resolve(run_id, key, verdict, by, result=data, reason=reason)
+    if json_out:
+        emit_json({"run_id": run_id, "key": key, "verdict": verdict, "by": by})
+        return
+    console().print(Text(f"effect {key} of run {run_id} resolved as {verdict} by {by}"))
+    console().print(Text(f"continue the run: torpor resume {run_id}", style="cyan"))
+
+
+def budget(
+    ctx: typer.Context,
+    run_id: RunId,
+    tokens: Annotated[
+        int | None, typer.Option("--tokens", min=1, help="New limit on model tokens.")
+    ] = None,
+    cost: Annotated[
+        float | None, typer.Option("--cost", metavar="USD", help="New limit on model cost.")
+    ] = None,
+    steps: Annotated[
+        int | None,
+        typer.Option("--steps", min=1, help="New limit on steps (model calls + tool calls)."),
+    ] = None,
+    wall_clock: Annotated[
+        float | None,
+        typer.Option("--wall-clock", metavar="SECONDS", help="New wall-clock limit."),
+    ] = None,
+    by: Annotated[str, typer.Option("--as", metavar="NAME", help="Who raises it.")] = "user",
+    reason: Annotated[str, typer.Option("--reason", help="Why, recorded.")] = "",
+    json_out: JsonFlag = False,
+) -> None:
+    """Raise an agent run's budget and reopen it if it is blocked (then resume it).
+
+    Example: torpor budget triage-7 --tokens 200000 --as alice
+    """
+    if cost is not None and cost <= 0:
+        raise BadInputError("--cost must be positive")
+    if wall_clock is not None and wall_clock <= 0:
+        raise BadInputError("--wall-clock must be positive")
+    with open_client(ctx) as client:
+        info = client.reopen(
+            run_id,
+            by,
+            reason=reason,
+            tokens=tokens,
+            cost_usd=cost,
+            steps=steps,
+            wall_clock_s=wall_clock,
+        )
+    if json_out:
+        emit_json({"run_id": run_id, "by": by, **info})
+        return
+    u, lim = info["usage"], info["limits"]
+    for k in ("tokens", "cost_usd", "steps", "wall_clock_s"):
+        limit = lim.get(k)
+        console().print(
+            Text(f"{k:<13} used {u[k]}  limit {limit if limit is not None else 'none'}")
+        )
+    console().print(Text(f"continue the run: torpor resume {run_id}", style="cyan"))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the approval and steering commands to ``app``."""
+    app.command()(approve)
+    app.command()(deny)
+    app.command()(revoke)
+    app.command()(signal)
+    app.command()(cancel)
+    app.command()(resolve)
+    app.command()(budget)
