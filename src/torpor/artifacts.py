@@ -8,20 +8,38 @@ the hash: a blob that does not match its name is refused.
 from __future__ import annotations
 
 import uuid
-
-import fsspec
+from functools import cached_property
+from typing import Any
 
 from .errors import CorruptRecordError, TorporError
 from .serde import sha256_hex
 
 
 class ArtifactStore:
-    """Blobs by sha256 under an fsspec URL (a local folder path works as is)."""
+    """Blobs by sha256 under an fsspec URL (a local folder path works as is). The filesystem
+    is opened (and the folder created) on first use: fsspec is not imported, nor anything
+    created, by a process that never touches an artifact."""
 
     def __init__(self, url: str):
         self.url = url
-        self.fs, self.root = fsspec.core.url_to_fs(url)
-        self.fs.makedirs(self.root, exist_ok=True)
+
+    @cached_property
+    def _fs_root(self) -> tuple[Any, str]:
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(self.url)
+        fs.makedirs(root, exist_ok=True)
+        return fs, root
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem holding the blobs."""
+        return self._fs_root[0]
+
+    @property
+    def root(self) -> str:
+        """The blobs' root folder on :attr:`fs`."""
+        return self._fs_root[1]
 
     def _path(self, sha256: str) -> str:
         return f"{self.root}/sha256/{sha256[:2]}/{sha256}"

@@ -18,7 +18,6 @@ through one seam, the run's :class:`~torpor.engine.journal.Journal`.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -112,6 +111,8 @@ class Run:
         depends on timing, so a replay could hand one call's record to another (one customer
         charged twice, another never). Reuse within one task (a sequential loop) is fine.
         Raises NonDeterminismError before anything is recorded for the call."""
+        import asyncio  # (only async workflows come here)
+
         try:
             task: Any = asyncio.current_task()
         except RuntimeError:

@@ -1,7 +1,6 @@
 """The line ``torpor --version`` prints, apart from the app so that :func:`torpor.cli.main` can
-answer ``--version`` without importing Typer, Rich or the commands. (The ``torpor`` package
-itself, and the engine it imports, load before any of its modules: Python imports a package
-first.)"""
+answer ``--version`` without importing Typer, Rich, the commands or the engine (``import
+torpor`` itself imports nothing else: its public names load on first use)."""
 
 from __future__ import annotations
 

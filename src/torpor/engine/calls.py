@@ -3,7 +3,6 @@ arguments (``idempotency_key``, ``fencing_token``) passed only to functions that
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -24,6 +23,8 @@ def accepts_kw(fn: Callable[..., Any], name: str) -> bool:
 
 def in_loop() -> bool:
     """Whether this thread runs an asyncio event loop."""
+    import asyncio  # (here: a process that runs no async code never imports asyncio)
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -38,11 +39,20 @@ def refuse_async_in_loop(fn: Callable[..., Any]) -> None:
         raise AsyncMisuseError()
 
 
+#: Types a step commonly returns, which are never awaitable (checked first: inspect's ABC check
+#: costs a microsecond per step).
+_PLAIN = frozenset({int, str, float, bool, dict, list, tuple, type(None), bytes})
+
+
 def resolve(value: Any) -> Any:
     """Resolve an awaitable returned by a function called from sync code (outside a loop: run
     it; inside one: AsyncMisuseError, with the coroutine closed so nothing ran)."""
+    if value.__class__ in _PLAIN:
+        return value
     if inspect.isawaitable(value):
         if not in_loop():
+            import asyncio
+
             return asyncio.run(_await(value))
         if inspect.iscoroutine(value):
             value.close()  # never started: nothing ran, and no "never awaited" warning

@@ -16,7 +16,6 @@ loaded the state (latest checkpoint + the events after it):
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -140,6 +139,8 @@ class Execution:
                 raise Cancelled(j.state.cancel_reason or "cancelled before resuming")
             fn = self.wf.fn
             if inspect.iscoroutinefunction(fn):
+                import asyncio  # (only async workflows need it)
+
                 value = asyncio.run(fn(handle, j.state.input))
             else:
                 value = fn(handle, j.state.input)

@@ -73,7 +73,7 @@ class Payload(BaseModel):
     """Base of every event payload: frozen, and strict about fields (an unknown field in a
     stored row is a corrupt record, not something to drop silently)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class RunStarted(Payload):

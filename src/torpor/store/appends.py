@@ -91,7 +91,8 @@ class Appends:
         if not events:
             return
         _check_batch(lease, events, state)
-        if self.now_ms() >= lease.expires_at_ms:
+        now = self.now_ms()
+        if now >= lease.expires_at_ms:
             raise LeaseLostError(
                 lease.run_id,
                 lease.epoch,
@@ -104,7 +105,7 @@ class Appends:
                 faults.point("append.committing")
                 self._append_once(
                     lease, events, rows, state, wake_at_ms, consumes, if_inbox_empty,
-                    new_steps, force_checkpoint,
+                    new_steps, force_checkpoint, now,
                 )  # fmt: skip
                 faults.point("append.committed")
                 return
@@ -144,6 +145,7 @@ class Appends:
         if_inbox_empty: bool,
         new_steps: Collection[str],
         force_checkpoint: bool,
+        now: int,
     ) -> None:
         run_id, first = lease.run_id, events[0].seq
         columns = (
@@ -166,11 +168,12 @@ class Appends:
             and memo[3] == columns
             and state.seq - memo[2] < self.checkpoint_every
         ):
-            self._append_plain(lease, rows)
+            self._append_plain(lease, rows, now)
             self._memo[run_id] = (lease.epoch, state.seq, memo[2], columns)
             return
         due = memo is not None and state.seq - memo[2] >= self.checkpoint_every
         fence = self._p(
+            now_ms=now,
             run_id=run_id,
             owner=lease.owner,
             epoch=lease.epoch,
@@ -203,9 +206,9 @@ class Appends:
             raise mapped from exc
         self._memo[run_id] = (lease.epoch, state.seq, ckpt_seq, columns)
 
-    def _append_plain(self, lease: Lease, rows: list[dict[str, Any]]) -> None:
+    def _append_plain(self, lease: Lease, rows: list[dict[str, Any]], now: int) -> None:
         """The plain path: the fenced insert, one statement in a transaction of its own."""
-        fence = {"owner": lease.owner, "now_ms": self.now_ms()}
+        fence = {"owner": lease.owner, "now_ms": now}
         if len(rows) == 1:
             n = self.driver.write_one(self.q["append_event"], {**rows[0], **fence})
         else:

@@ -105,23 +105,26 @@ class SQLiteDriver:
                 time.sleep(0.01)
 
     def write_one(self, sql: str, params: dict[str, Any]) -> int | None:
-        """One statement in a ``BEGIN IMMEDIATE`` transaction of its own (see
-        :meth:`~torpor.store.base.Driver.write_one`), without :meth:`transaction`'s generator
-        machinery: this runs once per plain step."""
-        c = self.conn()
-        cur = c.cursor()
-        self._begin(cur)
+        """One statement as a transaction of its own (see
+        :meth:`~torpor.store.base.Driver.write_one`): in autocommit mode, so SQLite takes the
+        write lock as the statement starts (waiting up to ``busy_timeout``) and commits when it
+        ends — one call instead of ``BEGIN IMMEDIATE``/statement/``COMMIT``: this runs once per
+        plain step. On the thread's kept cursor."""
+        cur = self._cursor()
         try:
-            n = cur.execute(sql, params).rowcount
+            return int(cur.execute(sql, params).rowcount)
         except sqlite3.IntegrityError as exc:
-            c.execute("ROLLBACK")
             if self.unique_violation(exc) is None:
                 raise
             return None
-        except BaseException as exc:
-            self._abort(c, exc)
-        self._commit(c)
-        return n
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"sqlite {self.path}: {exc}") from exc
+
+    def _cursor(self) -> sqlite3.Cursor:
+        cur: sqlite3.Cursor | None = getattr(self._local, "cursor", None)
+        if cur is None:
+            cur = self._local.cursor = self.conn().cursor()
+        return cur
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Cursor]:
