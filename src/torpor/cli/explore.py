@@ -56,23 +56,57 @@ def explore(
 
     Example: torpor explore myapp.flows:nightly --input '{"team": "infra"}' --sample 40 --seed 7
     """
-    from ..testing.explorer import cli_explore
+    import os
 
-    code = cli_explore(
-        target,
-        parse_json("--input", input_json),
+    from ..errors import ConfigError
+    from ..testing.explorer import explore as run_explorer
+    from ..testing.report import KINDS, Target
+    from .render import emit_json
+
+    module, sep, workflow = target.partition(":")
+    if not sep or not module or not workflow:
+        raise ConfigError(f"expected MODULE:WORKFLOW, not {target!r}")
+    kind_list = [k.strip() for k in kinds.split(",") if k.strip()]
+    unknown = [k for k in kind_list if k not in KINDS]
+    if unknown:
+        raise ConfigError(f"unknown fault kind(s) {unknown}; known: {', '.join(KINDS)}")
+    report = run_explorer(
+        Target(
+            module=module,
+            workflow=workflow,
+            input=parse_json("--input", input_json),
+            paths=[os.getcwd()],
+            ledger=ledger,
+            ignore_result_keys=[k for k in ignore_result_keys.split(",") if k],
+        ),
         sample=sample,
         seed=seed,
-        ledger=ledger,
-        kinds=kinds,
-        cases=case,
+        kinds=kind_list,
+        cases=case or None,
         jobs=jobs,
-        ignore_result_keys=ignore_result_keys,
         workdir=workdir,
-        json_out=json_out,
+        progress=None if json_out else (lambda line: print(line, flush=True)),
     )
-    if code:
-        raise SystemExit(code)
+    if json_out:
+        emit_json(
+            {
+                "target": report.target,
+                "seed": report.seed,
+                "boundaries": len(report.boundaries),
+                "cases": len(report.cases),
+                "by_kind": report.by_kind,
+                "kills": report.kills(),
+                "seconds": round(report.seconds, 1),
+                "violations": [
+                    {"case": v.case, "plan": v.plan, "seed": v.seed, "message": v.message}
+                    for v in report.violations
+                ],
+            }
+        )
+    else:
+        print(report.summary())
+    if not report.ok:
+        raise SystemExit(1)
 
 
 def register(app: typer.Typer) -> None:

@@ -46,14 +46,13 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torpor
 
 from .. import faults
-from ..errors import ConfigError
 from ..history import Event, fold
 from .report import (
     KINDS,
@@ -65,6 +64,7 @@ from .report import (
     Violation,
     numbered,
     performed_effects,
+    plan_cases,
 )
 
 # ---------------------------------------------------------------------- lanes
@@ -417,49 +417,6 @@ class Explorer:
         return case
 
 
-def plan_cases(
-    boundaries: Sequence[str],
-    other: Mapping[str, Sequence[str]],
-    *,
-    kinds: Sequence[str] = KINDS,
-    sample: int | None = None,
-    seed: int = 0,
-    recovery_crashes: int = 1,
-    order: Sequence[str] | None = None,
-) -> list[tuple[str, int]]:
-    """``[(plan, case seed)]``: one case per boundary of each kind (or a ``sample`` of them:
-    every effect boundary, then a seeded draw), each followed by ``recovery_crashes`` crashes
-    at a seeded boundary of the resuming processes (``crash:*@k``)."""
-    firsts: list[str] = []
-    if "crash" in kinds:
-        firsts += [f"crash:{b}" for b in boundaries]
-    for kind in ("ack", "break"):
-        if kind in kinds:
-            firsts += [f"{kind}:{b}" for b in other.get(kind, ())]
-    rng = random.Random(seed)
-    if sample is not None and sample < len(firsts):
-        # The effect boundaries first (where a crash can duplicate or lose an effect), then a
-        # seeded draw among the rest; the cases keep the order of the run.
-        must = [i for i, f in enumerate(firsts) if ":effect." in f][:sample]
-        rest = [i for i in range(len(firsts)) if i not in set(must)]
-        chosen = sorted(must + rng.sample(rest, sample - len(must)))
-        firsts = [firsts[i] for i in chosen]
-    every = list(order or boundaries)  # all boundaries of the run, to place each case
-    total = len(every)
-    pos = {b: i for i, b in enumerate(every)}
-    out = []
-    for first in firsts:
-        case_seed = rng.randrange(1 << 30)
-        crng = random.Random(case_seed)
-        where = first.split(":", 1)[1]
-        remaining = max(1, total - pos.get(where, 0) - 1)
-        plans = [first]
-        for _ in range(recovery_crashes):
-            plans.append(f"crash:*@{crng.randint(1, remaining)}")
-        out.append((PROCESS_SEP.join(plans), case_seed))
-    return out
-
-
 def explore(
     target: Target,
     *,
@@ -558,68 +515,4 @@ def explore(
     return report
 
 
-def cli_explore(
-    spec: str,
-    input: Any,
-    *,
-    sample: int | None,
-    seed: int | None,
-    ledger: str | None,
-    kinds: str,
-    cases: Sequence[str] | None,
-    jobs: int | None,
-    ignore_result_keys: str,
-    workdir: Path | None,
-    json_out: bool,
-) -> int:
-    """``torpor explore``: print the boundary count and the violations; 1 if any."""
-    module, sep, workflow = spec.partition(":")
-    if not sep or not module or not workflow:
-        raise ConfigError(f"expected MODULE:WORKFLOW, not {spec!r}")
-    target = Target(
-        module=module,
-        workflow=workflow,
-        input=input,
-        paths=[os.getcwd()],
-        ledger=ledger,
-        ignore_result_keys=[k for k in ignore_result_keys.split(",") if k],
-    )
-    kind_list = [k.strip() for k in kinds.split(",") if k.strip()]
-    unknown = [k for k in kind_list if k not in KINDS]
-    if unknown:
-        raise ConfigError(f"unknown fault kind(s) {unknown}; known: {', '.join(KINDS)}")
-    report = explore(
-        target,
-        sample=sample,
-        seed=seed,
-        kinds=kind_list,
-        cases=cases or None,
-        jobs=jobs,
-        workdir=workdir,
-        progress=None if json_out else (lambda line: print(line, flush=True)),
-    )
-    if json_out:
-        print(
-            json.dumps(
-                {
-                    "target": report.target,
-                    "seed": report.seed,
-                    "boundaries": len(report.boundaries),
-                    "cases": len(report.cases),
-                    "by_kind": report.by_kind,
-                    "kills": report.kills(),
-                    "seconds": round(report.seconds, 1),
-                    "violations": [
-                        {"case": v.case, "plan": v.plan, "seed": v.seed, "message": v.message}
-                        for v in report.violations
-                    ],
-                },
-                indent=1,
-            )
-        )
-    else:
-        print(report.summary())
-    return 0 if report.ok else 1
-
-
-__all__ = ["Explorer", "explore", "plan_cases"]
+__all__ = ["Explorer", "explore"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import random
 import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -176,3 +177,46 @@ def performed_effects(events: Sequence[Event]) -> dict[str, int]:
         ):
             performed[p.key] += 1
     return dict(performed)
+
+
+def plan_cases(
+    boundaries: Sequence[str],
+    other: Mapping[str, Sequence[str]],
+    *,
+    kinds: Sequence[str] = KINDS,
+    sample: int | None = None,
+    seed: int = 0,
+    recovery_crashes: int = 1,
+    order: Sequence[str] | None = None,
+) -> list[tuple[str, int]]:
+    """``[(plan, case seed)]``: one case per boundary of each kind (or a ``sample`` of them:
+    every effect boundary, then a seeded draw), each followed by ``recovery_crashes`` crashes
+    at a seeded boundary of the resuming processes (``crash:*@k``)."""
+    firsts: list[str] = []
+    if "crash" in kinds:
+        firsts += [f"crash:{b}" for b in boundaries]
+    for kind in ("ack", "break"):
+        if kind in kinds:
+            firsts += [f"{kind}:{b}" for b in other.get(kind, ())]
+    rng = random.Random(seed)
+    if sample is not None and sample < len(firsts):
+        # The effect boundaries first (where a crash can duplicate or lose an effect), then a
+        # seeded draw among the rest; the cases keep the order of the run.
+        must = [i for i, f in enumerate(firsts) if ":effect." in f][:sample]
+        rest = [i for i in range(len(firsts)) if i not in set(must)]
+        chosen = sorted(must + rng.sample(rest, sample - len(must)))
+        firsts = [firsts[i] for i in chosen]
+    every = list(order or boundaries)  # all boundaries of the run, to place each case
+    total = len(every)
+    pos = {b: i for i, b in enumerate(every)}
+    out = []
+    for first in firsts:
+        case_seed = rng.randrange(1 << 30)
+        crng = random.Random(case_seed)
+        where = first.split(":", 1)[1]
+        remaining = max(1, total - pos.get(where, 0) - 1)
+        plans = [first]
+        for _ in range(recovery_crashes):
+            plans.append(f"crash:*@{crng.randint(1, remaining)}")
+        out.append((PROCESS_SEP.join(plans), case_seed))
+    return out
