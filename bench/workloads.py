@@ -338,6 +338,21 @@ def torpor_steps(
 
 
 @workload
+def cold_ls_store(url: str, runs: int = 5, steps: int = 3) -> dict[str, Any]:
+    """A small store for the cold ``torpor ls``: ``runs`` finished runs of ``steps`` steps."""
+    import torpor
+
+    _torpor_workflows()
+    rt = torpor.Runtime(url)
+    try:
+        for k in range(runs):
+            rt.run("bench.steps", steps, run_id=f"run-{k}")
+    finally:
+        rt.close()
+    return {"runs": runs, "steps": steps}
+
+
+@workload
 def torpor_resume_build(url: str, steps: int, stamps: str, every: int = 10) -> dict[str, Any]:
     """Run the resume workflow until it has ``steps`` completed steps; it SIGKILLs itself as
     the next one starts (this process never returns normally)."""
