@@ -20,6 +20,7 @@ the server's data directory) divided by the steps.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import random
@@ -55,9 +56,26 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+_PYCACHE: list[str] = []
+
+
+def pycache() -> str:
+    """This invocation's bytecode cache (``PYTHONPYCACHEPREFIX``), removed at exit. The
+    workloads compile each module once and load it from there afterwards, as an installed
+    package does, even where ``PYTHONDONTWRITEBYTECODE`` is set (it would add the compilation
+    of every imported module to each process's start: the cold-start figures would measure
+    the compiler); the repository's and the venv's directories get no ``__pycache__``."""
+    if not _PYCACHE:
+        _PYCACHE.append(tempfile.mkdtemp(prefix="bench-pycache-"))
+        atexit.register(shutil.rmtree, _PYCACHE[0], True)
+    return _PYCACHE[0]
+
+
 def env() -> dict[str, str]:
     e = dict(os.environ)
     e["PYTHONPATH"] = os.pathsep.join([str(HERE.parent / "src"), str(HERE)])
+    e.pop("PYTHONDONTWRITEBYTECODE", None)
+    e["PYTHONPYCACHEPREFIX"] = pycache()
     e.setdefault("TORPOR_SIGNING_KEY", "bench")
     e.setdefault("TORPOR_HOME", tempfile.mkdtemp(prefix="bench-home-"))
     e["DBOS__APPVERSION"] = "bench"
@@ -811,7 +829,8 @@ def report(res: dict[str, Any]) -> str:
         f"load average at start {tuple(round(x, 2) for x in m['load_avg_at_start'])}; "
         f"PostgreSQL: {res.get('postgres') or 'not used'}. "
         f"Command: `{res['command']}`. Medians of {res['args']['reps']} interleaved "
-        "repetitions, (min-max) after each figure; ratios are computed within one repetition.\n"
+        "repetitions, (min-max) after each figure; ratios are computed within one repetition. "
+        f"Bytecode: {res.get('bytecode', 'as the environment has it')}.\n"
     )
     if res["per_step"]:
         L.append("## Per-step durability cost\n")
@@ -1134,6 +1153,12 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])]),
         "args": {**vars(args), "reps": reps},
         "machine": machine(),
+        "bytecode": "compiled once per invocation into PYTHONPYCACHEPREFIX"
+        + (
+            " (PYTHONDONTWRITEBYTECODE set in the caller's environment, unset for the workloads)"
+            if os.environ.get("PYTHONDONTWRITEBYTECODE")
+            else ""
+        ),
         "postgres": None if base is None else re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", base),
         "per_step": [],
         "resume": {},
