@@ -400,9 +400,9 @@ def torpor_kill(url: str, acks: str, total: int = 10**7) -> dict[str, Any]:
 @workload
 def torpor_kill_count(url: str) -> dict[str, Any]:
     """Which steps of the killed run are in the history (resumed history = the record)."""
-    import torpor
+    from torpor.store import open_store  # (`import torpor` alone loads no submodule)
 
-    store = torpor.store.open_store(url)
+    store = open_store(url)
     try:
         done = [
             int(e.payload.step_id[1:])  # type: ignore[attr-defined]
