@@ -184,6 +184,22 @@ class Appends:
             version=state.version,
             checkpoint=codec.checkpoint_text(state) if boundary or due else None,
         )
+        if (
+            "append_fenced" in self.q
+            and memo is not None
+            and memo[0] == lease.epoch
+            and memo[1] == first - 1
+            and not checks
+            and not consumes
+            and not if_inbox_empty
+            and columns[0] != "waiting"
+        ):
+            # The dialect does the fenced-row path in one statement (the checkpoint due is
+            # known up front from this lease's previous append).
+            self._append_fenced_one(lease, events, rows, fence)
+            ckpt = state.seq if fence["checkpoint"] is not None else memo[2]
+            self._memo[run_id] = (lease.epoch, state.seq, ckpt, columns)
+            return
         try:
             with self.driver.transaction() as cur:
                 ckpt_seq = self._append_fenced(cur, lease, events, rows, fence, checks)
@@ -217,6 +233,32 @@ class Appends:
             detail = "the seq was taken" if n is None else "fence check failed"
             raise LeaseLostError(
                 lease.run_id, lease.epoch, f"{detail} appending seq {rows[0]['seq']}"
+            )
+
+    def _append_fenced_one(
+        self,
+        lease: Lease,
+        events: Sequence[Event],
+        rows: list[dict[str, Any]],
+        fence: dict[str, Any],
+    ) -> None:
+        """The fenced-row path as one statement (``append_fenced``); on a refusal, whether a
+        performed key or the fence refused it is read back (no round trip when it lands)."""
+        intends = [e.payload.key for e in events if isinstance(e.payload, EffectIntended)]
+        n = self.driver.write_one(
+            self.q["append_fenced"], {**fence, **_columns(rows), "intends": intends}
+        )
+        if n is None:
+            raise LeaseLostError(
+                lease.run_id, lease.epoch, f"the seq was taken appending seq {events[0].seq}"
+            )
+        if n == 0:
+            with self.driver.read() as cur:
+                for e in events:
+                    if isinstance(e.payload, EffectIntended):
+                        self._refuse_performed(cur, e, e.payload.key)
+            raise LeaseLostError(
+                lease.run_id, lease.epoch, f"fence check failed appending seq {events[0].seq}"
             )
 
     def _append_fenced(

@@ -61,6 +61,37 @@ WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
   AND lease_expires_at_ms > torpor_now_ms()
 RETURNING checkpoint_seq;
 
+-- name: append_fenced
+-- The fenced-row path of an append in one statement, a transaction of its own (one round trip,
+-- one WAL flush) — used when the append has no step start to check against the history and no
+-- inbox work (an effect's intent, a wait, the outcome): fence_row, refused too when an
+-- idempotency key it intends (:intends) was already performed; then the events, inserted only
+-- when the fence matched. One row when it landed; none when fenced off or a key was performed.
+WITH fence AS (
+    UPDATE runs
+    SET status = :status, outcome = CAST(:outcome AS text),
+        wake_at_ms = CAST(:wake_at_ms AS bigint), version = :version,
+        last_seq = :last_seq, updated_at_ms = torpor_now_ms(),
+        checkpoint_seq = CASE WHEN CAST(:checkpoint AS text) IS NULL THEN checkpoint_seq
+                              ELSE CAST(:last_seq AS bigint) END,
+        checkpoint = COALESCE(CAST(:checkpoint AS text), checkpoint)
+    WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
+      AND lease_expires_at_ms > torpor_now_ms()
+      AND NOT EXISTS (
+          SELECT 1 FROM events
+          WHERE run_id = :run_id AND effect_key = ANY(CAST(:intends AS text[])))
+    RETURNING checkpoint_seq
+), inserted AS (
+    INSERT INTO events (run_id, seq, type, step_id, epoch, at_ms, v, payload, effect_key)
+    SELECT :run_id, e.seq, e.type, e.step_id, :epoch, e.at_ms, e.v, e.payload, e.effect_key
+    FROM fence, unnest(CAST(:seqs AS bigint[]), CAST(:types AS text[]),
+                       CAST(:step_ids AS text[]), CAST(:at_mss AS bigint[]),
+                       CAST(:vs AS integer[]), CAST(:payloads AS text[]),
+                       CAST(:effect_keys AS text[]))
+         AS e(seq, type, step_id, at_ms, v, payload, effect_key)
+)
+SELECT checkpoint_seq FROM fence;
+
 -- name: save_checkpoint
 UPDATE runs SET checkpoint_seq = :checkpoint_seq, checkpoint = :checkpoint
 WHERE run_id = :run_id;
