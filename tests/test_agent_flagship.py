@@ -13,7 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agent_kit import loopback, openai_reply
+
+#: Real processes killed and resumed: the full suite runs these; the fast tier skips them.
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBJECT = "Modernize json: pyupgrade for the chosen files"

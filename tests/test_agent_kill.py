@@ -21,8 +21,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agent_kit import loopback, openai_reply, turn_of
 from conftest import run_python
+
+#: Real processes killed and resumed: the full suite runs these; the fast tier skips them.
+pytestmark = pytest.mark.slow
 
 MODULE = '''
 import json, os

@@ -26,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hyp import examples
 from torpor.errors import TransitionError
 from torpor.history import (
     EVENT_TYPES,
@@ -74,7 +75,7 @@ from torpor.history import (
 
 RUN = "run-ä"
 FAST = settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -1101,7 +1102,7 @@ def test_a_user_checkpoint_never_makes_a_valid_history_impossible(
     fold([*events[:k], ckpt, *rest])
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories())
 def test_all_impossible_events_at_every_prefix(events: list[Event]) -> None:
     """Exhaustively: at every prefix of a valid history, every impossible event is refused and
@@ -1118,7 +1119,7 @@ def test_all_impossible_events_at_every_prefix(events: list[Event]) -> None:
             apply(state, e)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories(), st.data())
 def test_spliced_impossible_event_refuses_the_whole_history(
     events: list[Event], data: st.DataObject
@@ -1135,6 +1136,7 @@ def test_spliced_impossible_event_refuses_the_whole_history(
     assert info.value.seq == k + 1, label
 
 
+@pytest.mark.slow
 def test_the_generator_reaches_every_event_type() -> None:
     """Sanity of the generator itself: every event type shows up in valid histories."""
     seen: set[str] = set()

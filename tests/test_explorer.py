@@ -11,9 +11,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from torpor.testing import Target, explore
 
 ROOT = Path(__file__).resolve().parents[1]
+
+#: Real processes killed and resumed: the full suite runs these; the fast tier skips them.
+pytestmark = pytest.mark.slow
 
 #: A workflow with every kind of boundary: steps, a compute, an artifact, a timer (an hour:
 #: the explorer's clock jumps), a checkpointed loop, two effects reconciled by their ledger.

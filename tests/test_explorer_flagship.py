@@ -19,10 +19,15 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import flagship_explore  # noqa: E402
+
+#: Real processes killed and resumed: the full suite runs these; the fast tier skips them.
+pytestmark = pytest.mark.slow
 
 #: Read at import: the autouse fixture clears TORPOR_* variables before each test runs.
 SEED = os.environ.get("TORPOR_EXPLORE_SEED")

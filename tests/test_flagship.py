@@ -29,6 +29,9 @@ if str(ROOT) not in sys.path:  # the examples package lives at the repository ro
 
 from examples.repo_agent import world  # noqa: E402
 
+#: Real processes killed and resumed: the full suite runs these; the fast tier skips them.
+pytestmark = pytest.mark.slow
+
 AGENT_TIMEOUT_S = 180
 
 

@@ -31,8 +31,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 import torpor
 from test_flagship import ROOT, Agent, check_world_and_history, new_agent
+
+#: Real processes killed and resumed: the full suite runs these; the fast tier skips them.
+pytestmark = pytest.mark.slow
 
 #: Read at import: the autouse fixture clears TORPOR_* variables before each test runs.
 SEED_OVERRIDE = os.environ.get("TORPOR_KILL_SEED")

@@ -16,6 +16,9 @@ import pytest
 from conftest import run_python
 from runtime_kit import Lab
 
+#: Real processes killed and resumed: the full suite runs these; the fast tier skips them.
+pytestmark = pytest.mark.slow
+
 FLOWS = """
 import os
 

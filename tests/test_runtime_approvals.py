@@ -276,6 +276,7 @@ def flow(run, content):
 )
 
 
+@pytest.mark.slow
 def test_approved_push_killed_at_every_boundary(tmp_path: Path, db_url: str) -> None:
     """Auto-approved (signed, attributed to 'bot') and killed at every boundary in turn: each
     run pushes exactly once, consumes its approval once, and succeeds."""

@@ -21,6 +21,9 @@ import pytest
 
 from runtime_kit import Lab
 
+#: Real processes killed and resumed: the full suite runs these; the fast tier skips them.
+pytestmark = pytest.mark.slow
+
 MULTI = """
 @torpor.workflow(name="g1.multi", version="1", criteria=["sum checked"])
 def multi(run, n):

@@ -36,6 +36,9 @@ from torpor.errors import RunFinishedError
 from torpor.history import fold
 from torpor.testing import Target, assert_effects, effect_counts, explore, step_runs
 
+#: Real processes killed and resumed: the full suite runs these; the fast tier skips them.
+pytestmark = pytest.mark.slow
+
 #: Read at import: the autouse fixture clears TORPOR_* variables before each test runs.
 SEED_OVERRIDE = os.environ.get("TORPOR_SEEDS_SEED")
 

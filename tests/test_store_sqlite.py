@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hyp import examples
 from test_events import histories
 from torpor import serde
 from torpor.errors import (
@@ -438,6 +439,7 @@ print(json.dumps({"owner": owner, "ok": ok, "lost": lost, "held": held}))
 """
 
 
+@pytest.mark.slow
 def test_processes_racing_on_one_file_only_the_holder_writes(db: Path) -> None:
     store = open_sqlite(url(db))
     try:
@@ -972,7 +974,7 @@ def test_any_valid_history_round_trips_through_the_store(tmp_path: Path) -> None
     counter = iter(range(10**9))
 
     @settings(
-        max_examples=60,
+        max_examples=examples(60),
         deadline=None,
         database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

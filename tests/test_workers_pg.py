@@ -35,6 +35,9 @@ from workers_kit import (
     write_module,
 )
 
+#: Real processes killed and resumed: the full suite runs these; the fast tier skips them.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def runtime_for() -> Iterator[Callable[[str], torpor.Runtime]]:
