@@ -12,14 +12,16 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 from typing import Any
 
 from pydantic import BaseModel
 
 from .errors import NotSerializable
 
-#: Largest encoded payload of one event, in bytes. Larger values belong in an artifact.
-MAX_PAYLOAD_BYTES = 1 << 20
+#: Largest encoded payload of one event, in bytes (``TORPOR_MAX_PAYLOAD_BYTES``, default 1 MiB).
+#: Larger values belong in an artifact.
+MAX_PAYLOAD_BYTES = int(os.environ.get("TORPOR_MAX_PAYLOAD_BYTES") or 1 << 20)
 
 
 #: Deepest nesting of lists/dicts accepted in a recorded value (a self-referencing value hits it).

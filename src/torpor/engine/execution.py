@@ -64,13 +64,14 @@ class RunResult:
 
 
 #: Errors that stop an execution without an outcome: the history is intact and the run can
-#: resume once the cause (store, code version, non-determinism, bad payload) is fixed.
+#: resume once the cause (the store, the code's version, a replay that diverged) is fixed.
+#: A PayloadError is not one of them: the code produced a value that cannot be recorded, and
+#: running it again produces it again — the run ends failed on the first attempt (G11).
 ENGINE_ERRORS = (
     StoreError,
     NonDeterminismError,
     VersionMismatchError,
     UnknownWorkflowError,
-    PayloadError,
     TransitionError,
 )
 
@@ -161,6 +162,9 @@ class Execution:
             return self.finish(Outcome(s.outcome), s.reason)
         except (ApprovalDeniedError, ApprovalInvalidError) as exc:
             return self.finish(Outcome.BLOCKED, str(exc))
+        except PayloadError as exc:
+            j.replay.check_replayed(f"raised {type(exc).__name__}: {exc}", exc)
+            return self.finish(Outcome.FAILED, f"a value could not be recorded: {exc}")
         except ENGINE_ERRORS:
             raise  # the record is intact and the run stays resumable once the cause is fixed
         except Exception as exc:

@@ -293,8 +293,9 @@ class Journal:
             raise PayloadError(
                 self.run_id,
                 sid,
-                f"{what} is {size} bytes, over the {serde.MAX_PAYLOAD_BYTES}-byte limit; "
-                "store it with run.artifact() and return the reference",
+                f"{what} ({type(value).__name__}) is {size} bytes, over the "
+                f"{serde.MAX_PAYLOAD_BYTES}-byte limit (TORPOR_MAX_PAYLOAD_BYTES); store it with "
+                "run.artifact() and return the reference",
             )
         return out
 
