@@ -36,6 +36,7 @@ from torpor.history import (
     ApprovalRequested,
     ApprovalRevoked,
     ArtifactCreated,
+    AttentionNeeded,
     BudgetSet,
     CancelRequested,
     CheckpointSaved,
@@ -444,7 +445,12 @@ def a_finish(draw: Draw, m: Model) -> list[Payload]:
 
 def a_reopen(draw: Draw, m: Model) -> list[Payload]:
     m.outcome = None
-    return [RunReopened(by="alice", reason="settled")]
+    retry = draw(st.booleans())
+    return [RunReopened(by="alice", reason="settled", retry=retry)]
+
+
+def a_attention(draw: Draw, m: Model) -> list[Payload]:
+    return [AttentionNeeded(detail=draw(st.text(min_size=1, max_size=8).filter(str.strip)))]
 
 
 TOOLS = ["fetch", "write"]
@@ -539,6 +545,7 @@ def enabled(m: Model) -> dict[str, Action]:
         "verify": a_verify,
         "warn": a_warn,
         "cancel": a_cancel,
+        "attention": a_attention,
         "finish": a_finish,
         "plan": a_plan,
         "budget": a_budget,

@@ -117,3 +117,69 @@ def test_an_unrecordable_result_ends_the_run_failed_on_the_first_attempt(
         assert [e.type for e in rt.store.read_events("big")].count("run_finished") == 1
     finally:
         rt.close()
+
+
+RESUME = """
+import sys
+import torpor
+sys.path.insert(0, {tmp!r})
+import stuckflows
+res = torpor.Runtime({url!r}).resume({run_id!r})
+print("RESULT", res.status, res.outcome, flush=True)
+"""
+
+
+def _resume_in_a_process(url: str, tmp: Path, run_id: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", RESUME.format(tmp=str(tmp), url=url, run_id=run_id)],
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.slow
+def test_a_step_that_kills_its_process_every_time_is_parked(
+    store_url: str, flows: Path, tmp_path: Path
+) -> None:
+    """A step whose process dies on every attempt: after the crash limit (5 by default) the run
+    ends blocked naming the step, the count and when it was last seen — not running for ever;
+    ``torpor retry RUN --step X`` reopens it after a fix, and it finishes."""
+    marker = tmp_path / "fixed"
+    rt = torpor.Runtime(store_url)
+    try:
+        rt.start("stuck.poison", str(marker), run_id="poison")
+        deaths = 0
+        for _ in range(10):
+            cp = _resume_in_a_process(store_url, flows, "poison")
+            if cp.returncode != -9:
+                break
+            deaths += 1
+        assert "RESULT finished blocked" in cp.stdout, cp.stdout + cp.stderr
+        st = rt.store.load("poison")
+        assert "step 'poison' crashed its process 5 times" in st.outcome_reason
+        assert "last seen 20" in st.outcome_reason
+        assert "torpor retry poison --step poison" in st.outcome_reason
+        # Each crash after the first left a recorded attempt; the untraced first one is the
+        # crash that made the next execution record step starts before running them.
+        assert deaths == 6
+        starts = [e for e in rt.store.read_events("poison") if e.type == "step_started"]
+        assert [e.payload.attempt for e in starts] == [1, 2, 3, 4, 5]  # type: ignore[attr-defined]
+        # A person fixes the cause and retries the step: it runs again, and the run finishes.
+        marker.write_text("ok")
+        cli = subprocess.run(
+            [sys.executable, "-m", "torpor.cli", "--db", store_url, "retry", "poison"]
+            + ["--step", "poison", "--as", "alice"],
+            env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        assert "torpor resume poison" in cli.stdout
+        cp = _resume_in_a_process(store_url, flows, "poison")
+        assert "RESULT finished succeeded" in cp.stdout, cp.stdout + cp.stderr
+        assert rt.store.load("poison").result == "fixed"
+    finally:
+        rt.close()

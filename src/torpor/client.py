@@ -314,6 +314,26 @@ class Client:
             "limits": {**st.budget.model_dump(), **limits},
         }
 
+    def retry(self, run_id: str, by: str, *, step: str | None = None, reason: str = "") -> None:
+        """Reopen a run parked ``blocked`` — e.g. by a step that kept killing its process —
+        after the cause was fixed: the crashed attempts of ``step`` (of every step still open
+        when None) are forgiven, and the run resumes where it stopped. Raises RunFinishedError
+        for a run that is not blocked, InboxError for a step that is not open."""
+        st = self.state(run_id)
+        if st.status is not RunStatus.FINISHED or st.outcome is not Outcome.BLOCKED:
+            raise RunFinishedError(
+                f"run {run_id!r} is {st.outcome or st.status.value}; only a blocked run is retried"
+            )
+        if step is not None and (step not in st.steps or st.steps[step].status != "started"):
+            open_ = [k for k, v in st.steps.items() if v.status == "started"]
+            raise InboxError(
+                f"run {run_id!r} has no open step {step!r} (open: {', '.join(open_) or 'none'})"
+            )
+        body: dict[str, Any] = {"by": by, "reason": reason or f"retried by {by}", "retry": True}
+        if step is not None:
+            body["step"] = step
+        self.store.post_inbox(run_id, "reopen", body, message_id=f"retry:{uuid.uuid4().hex}")
+
     def artifact_bytes(self, sha256: str) -> bytes:
         """The bytes of an artifact by its hash (hash-verified)."""
         return ArtifactStore(self.settings.artifacts_url).get(sha256)

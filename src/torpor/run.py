@@ -59,16 +59,19 @@ class Run:
         *args: Any,
         policy: Policy | str = Policy.READ,
         purpose: str = "",
+        crash_limit: int | None = None,
         **kwargs: Any,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` as a durable step; return its (recorded) result.
 
         ``policy`` is ``read`` (default; repeated if it never completed) or ``compute`` (the
         result is reused while the hash of ``(args, kwargs)`` is unchanged). The result must be
-        JSON data (PayloadError naming the step otherwise). An exception from ``fn`` is recorded
-        and raised as :class:`~torpor.StepError`, also on replay.
+        JSON data (a value that cannot be recorded ends the run ``failed`` naming the step). An
+        exception from ``fn`` is recorded and raised as :class:`~torpor.StepError`, also on
+        replay. ``crash_limit``: after this many attempts that killed their process, the run is
+        parked ``blocked`` (default: the workflow's, 5); ``torpor retry`` reopens it.
         """
-        return steps.run_step(self.journal, step_id, fn, args, kwargs, policy, purpose)
+        return steps.run_step(self.journal, step_id, fn, args, kwargs, policy, purpose, crash_limit)
 
     async def astep(
         self,
@@ -77,11 +80,14 @@ class Run:
         *args: Any,
         policy: Policy | str = Policy.READ,
         purpose: str = "",
+        crash_limit: int | None = None,
         **kwargs: Any,
     ) -> Any:
         """Async twin of :meth:`step` for async workflows (``fn`` may be sync or async)."""
         with self._concurrent(step_id):
-            return await steps.arun_step(self.journal, step_id, fn, args, kwargs, policy, purpose)
+            return await steps.arun_step(
+                self.journal, step_id, fn, args, kwargs, policy, purpose, crash_limit
+            )
 
     def compute(
         self, step_id: str, fn: Callable[..., Any], *args: Any, purpose: str = "", **kwargs: Any
@@ -140,6 +146,7 @@ class Run:
         artifacts: Sequence[ArtifactRef | str] = (),
         operation: str | None = None,
         purpose: str = "",
+        crash_limit: int | None = None,
         **kwargs: Any,
     ) -> Any:
         """Perform an external effect at most once per idempotency key (G2).
@@ -153,6 +160,7 @@ class Run:
         :func:`torpor.effect` brings its operation name and reconcile.
         Returns the recorded result. Raises StepError when the effect failed and reconcile
         confirmed it absent; the run ends ``unresolved`` when the outcome cannot be known.
+        ``crash_limit`` as for :meth:`step` (a call that kills its process every time).
         """
         return effects.perform(
             self.journal,
@@ -166,6 +174,7 @@ class Run:
             artifacts=artifacts,
             operation=operation,
             purpose=purpose,
+            crash_limit=crash_limit,
         )
 
     async def aeffect(
@@ -179,6 +188,7 @@ class Run:
         artifacts: Sequence[ArtifactRef | str] = (),
         operation: str | None = None,
         purpose: str = "",
+        crash_limit: int | None = None,
         **kwargs: Any,
     ) -> Any:
         """Async twin of :meth:`effect`."""
@@ -195,6 +205,7 @@ class Run:
                 artifacts=artifacts,
                 operation=operation,
                 purpose=purpose,
+                crash_limit=crash_limit,
             )
 
     # ------------------------------------------------------------- approvals, artifacts

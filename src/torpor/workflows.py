@@ -31,6 +31,9 @@ class WorkflowDef:
     #: Reconciles known by operation name, asked at takeover before the code runs again
     #: (an agent registers its tools'); see :func:`torpor.engine.effects.reconcile_at_takeover`.
     reconcilers: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
+    #: Attempts of one step that killed their process after which a run is parked
+    #: ``blocked`` (``torpor retry`` reopens it); 0: no limit.
+    crash_limit: int = 5
 
     def accepts(self, recorded_version: str) -> bool:
         return recorded_version == self.version or recorded_version in self.compatible
@@ -59,6 +62,7 @@ def workflow(
     criteria: Iterable[str] = (),
     goal: str = "",
     reconcilers: Mapping[str, Callable[[Any], Any]] | None = None,
+    crash_limit: int = 5,
 ) -> Callable[[F], F]:
     """Register ``fn(run, input)`` (sync or async) as a workflow.
 
@@ -78,6 +82,7 @@ def workflow(
             criteria=tuple(criteria),
             goal=goal or (fn.__doc__ or "").strip().split("\n")[0],
             reconcilers=dict(reconcilers or {}),
+            crash_limit=crash_limit,
         )
         fn.__torpor_workflow__ = wname  # type: ignore[attr-defined]
         return fn

@@ -305,6 +305,28 @@ def budget(
     console().print(Text(f"continue the run: torpor resume {run_id}", style="cyan"))
 
 
+def retry(
+    ctx: typer.Context,
+    run_id: RunId,
+    step: Annotated[
+        str | None,
+        typer.Option("--step", metavar="STEP", help="The step whose crashed attempts to forgive."),
+    ] = None,
+    by: Annotated[str, typer.Option("--as", metavar="NAME", help="Who retries it.")] = "user",
+    reason: Annotated[str, typer.Option("--reason", help="Why, recorded.")] = "",
+) -> None:
+    """Reopen a run parked blocked (a step that kept crashing its process) after a fix.
+
+    Example: torpor retry ingest-4 --step parse --as alice
+    """
+    with open_client(ctx) as client:
+        client.retry(run_id, by, step=step, reason=reason)
+        resume = _resume_cmd(client, run_id)
+    what = f"step {step!r}" if step else "every open step"
+    console().print(Text(f"reopened {run_id}: the crashed attempts of {what} are forgiven"))
+    console().print(Text(f"continue the run: {resume}", style="cyan"))
+
+
 def register(app: typer.Typer) -> None:
     """Add the approval and steering commands to ``app``."""
     app.command()(approve)
@@ -314,3 +336,4 @@ def register(app: typer.Typer) -> None:
     app.command()(cancel)
     app.command()(resolve)
     app.command()(budget)
+    app.command()(retry)

@@ -158,13 +158,25 @@ def perform(
     artifacts: Sequence[ArtifactRef | str] = (),
     operation: str | None = None,
     purpose: str = "",
+    crash_limit: int | None = None,
 ) -> Any:
     """Perform an effect from sync code (see :meth:`torpor.Run.effect`); its recorded result."""
     refuse_async_in_loop(fn)
     spec: EffectSpec | None = getattr(fn, "__torpor_effect__", None)
     reconcile = reconcile or (spec.reconcile if spec else None)
     sid, done, call = _intend(
-        j, step_id, fn, args, kwargs, key, approval, artifacts, operation, purpose, reconcile
+        j,
+        step_id,
+        fn,
+        args,
+        kwargs,
+        key,
+        approval,
+        artifacts,
+        operation,
+        purpose,
+        reconcile,
+        crash_limit,
     )
     if call is None:  # recorded (or reconciled as applied): its result, even None
         return done
@@ -189,12 +201,24 @@ async def aperform(
     artifacts: Sequence[ArtifactRef | str] = (),
     operation: str | None = None,
     purpose: str = "",
+    crash_limit: int | None = None,
 ) -> Any:
     """Async twin of :func:`perform` (``fn`` may be sync or async)."""
     spec: EffectSpec | None = getattr(fn, "__torpor_effect__", None)
     reconcile = reconcile or (spec.reconcile if spec else None)
     sid, done, call = _intend(
-        j, step_id, fn, args, kwargs, key, approval, artifacts, operation, purpose, reconcile
+        j,
+        step_id,
+        fn,
+        args,
+        kwargs,
+        key,
+        approval,
+        artifacts,
+        operation,
+        purpose,
+        reconcile,
+        crash_limit,
     )
     if call is None:
         return done
@@ -220,6 +244,7 @@ def _intend(
     operation: str | None,
     purpose: str,
     reconcile: Reconcile | None,
+    crash_limit: int | None = None,
 ) -> tuple[str, Any, EffectCall | None]:
     """Up to the call: ``(step id, recorded result, None)`` when the effect is settled, else
     ``(step id, None, the call to make)`` with its intent committed."""
@@ -251,6 +276,7 @@ def _intend(
         settled = _replay_intent(j, sid, call, reconcile)
         if settled is not None:
             return sid, settled[0], None
+        j.guard_crashes(sid, crash_limit)  # absent after every crash: parked at the limit
         info = j.state.effects[key]
     if info is not None and info.status == "unknown":
         raise EffectUnresolved(key, info.reason or "outcome unknown; awaiting a person")

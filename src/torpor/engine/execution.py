@@ -102,6 +102,7 @@ class Execution:
         replay = Replay(host.store, state.run_id, wf.name, wf.version)
         self.journal = Journal(host, lease, state, replay)
         self.journal.sync_inbox = inbox.sync
+        self.journal.crash_limit = wf.crash_limit
 
     @property
     def state(self) -> RunState:

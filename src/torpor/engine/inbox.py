@@ -104,7 +104,14 @@ def convert(m: InboxMessage, state: RunState) -> list[Payload]:
         # run also takes, without reopening).
         reopen: list[Payload] = []
         if state.status is RunStatus.FINISHED or not b.get("budget"):
-            reopen.append(RunReopened(by=b["by"], reason=b.get("reason", "")))
+            reopen.append(
+                RunReopened(
+                    by=b["by"],
+                    reason=b.get("reason", ""),
+                    step=b.get("step"),
+                    retry=bool(b.get("retry")),
+                )
+            )
         if b.get("budget"):
             reopen.append(BudgetSet(**b["budget"], by=b["by"], reason=b.get("reason", "")))
         return reopen

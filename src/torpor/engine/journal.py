@@ -29,11 +29,13 @@ from ..errors import (
     NotSerializable,
     PayloadError,
     ReleaseRun,
+    RunStopped,
     TransitionError,
 )
 from ..history import (
     Event,
     LeaseAcquired,
+    Outcome,
     Payload,
     Policy,
     RunState,
@@ -41,10 +43,15 @@ from ..history import (
     StepCompleted,
     StepStarted,
     apply,
+    crashed_attempts,
     type_of,
+    utc_text,
 )
 from ..store.base import Completion, Lease, Store
 from .replay import Replay
+
+#: Crashed attempts of one step after which a run is parked ``blocked`` by default.
+DEFAULT_CRASH_LIMIT = 5
 
 
 class Host(Protocol):
@@ -105,6 +112,13 @@ class Journal:
         #: The lease goes into the history with this execution's first write, so an execution
         #: that writes nothing (a wait not yet due, a refused replay) leaves the history as is.
         self.lease_recorded = False
+        #: Set when this execution took over a lease its holder never released (the last
+        #: execution died): step starts are recorded before the body runs until the first new
+        #: step completes, so a step that kills its process is seen and parked.
+        self.careful = lease.taken_from is not None
+        #: Crashed attempts of one step after which the run is parked ``blocked`` (the
+        #: workflow's ``crash_limit``; 0: no limit).
+        self.crash_limit = DEFAULT_CRASH_LIMIT
 
     # ------------------------------------------------------------------ the seam
 
@@ -303,6 +317,23 @@ class Journal:
         """The attempt number a new start of step ``sid`` gets."""
         info = self.state.steps.get(sid)
         return info.attempt + 1 if info is not None else 1
+
+    def guard_crashes(self, sid: str, limit: int | None = None) -> None:
+        """Park the run ``blocked`` (RunStopped) when step ``sid`` crashed its process
+        ``limit`` times (default: the workflow's ``crash_limit``) since a person last retried
+        it; the reason names the step, the count, when it was last seen and the command that
+        reopens the run after a fix."""
+        limit = self.crash_limit if limit is None else limit
+        n = crashed_attempts(self.state, sid)
+        if limit <= 0 or n < limit:
+            return
+        info = self.state.steps.get(sid)
+        seen = f"; last seen {utc_text(info.started_at_ms)}" if info and info.started_at_ms else ""
+        raise RunStopped(
+            Outcome.BLOCKED,
+            f"step {sid!r} crashed its process {n} times{seen}; fix the cause, then: "
+            f"torpor retry {self.run_id} --step {sid}",
+        )
 
     def failure_of(self, sid: str) -> str:
         """The recorded error of failed step ``sid``."""

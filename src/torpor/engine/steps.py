@@ -26,6 +26,7 @@ from ..history import (
     ArtifactCreated,
     ArtifactRef,
     CheckpointSaved,
+    Payload,
     Policy,
     StepCompleted,
     StepFailed,
@@ -46,9 +47,10 @@ def run_step(
     kwargs: dict[str, Any],
     policy: Policy | str = Policy.READ,
     purpose: str = "",
+    crash_limit: int | None = None,
 ) -> Any:
     """A read/compute step from sync code (see :meth:`torpor.Run.step`)."""
-    sid, cached, ih, pol = _before(j, step_id, policy, args, kwargs)
+    sid, cached, ih, pol = _before(j, step_id, policy, args, kwargs, purpose, crash_limit)
     if cached is not None:
         return cached.result
     faults.note("step", sid)
@@ -71,9 +73,10 @@ async def arun_step(
     kwargs: dict[str, Any],
     policy: Policy | str = Policy.READ,
     purpose: str = "",
+    crash_limit: int | None = None,
 ) -> Any:
     """Async twin of :func:`run_step` (``fn`` may be sync or async)."""
-    sid, cached, ih, pol = _before(j, step_id, policy, args, kwargs)
+    sid, cached, ih, pol = _before(j, step_id, policy, args, kwargs, purpose, crash_limit)
     if cached is not None:
         return cached.result
     faults.note("step", sid)
@@ -87,7 +90,13 @@ async def arun_step(
 
 
 def _before(
-    j: Journal, step_id: str, policy: Policy | str, args: Any, kwargs: Any
+    j: Journal,
+    step_id: str,
+    policy: Policy | str,
+    args: Any,
+    kwargs: Any,
+    purpose: str,
+    crash_limit: int | None,
 ) -> tuple[str, Completion | None, str | None, Policy]:
     pol = policy if policy.__class__ is Policy else Policy(policy)
     if pol is not Policy.READ and pol is not Policy.COMPUTE:
@@ -108,23 +117,48 @@ def _before(
     info = j.state.steps.get(sid)
     if info is not None and info.status == "failed":
         raise StepError(j.run_id, sid, j.failure_of(sid))  # replay raises it again
+    if j.careful or (info is not None and info.status == "started"):
+        # After a crash: the start is recorded before the body runs, so a step that kills its
+        # process leaves a trace each time and is parked at the crash limit (G11).
+        j.guard_crashes(sid, crash_limit)
+        j.append(
+            StepStarted(
+                step_id=sid,
+                policy=pol,
+                input_hash=ih,
+                purpose=purpose,
+                attempt=j.next_attempt(sid),
+            )
+        )
     return sid, None, ih, pol
 
 
 def _after(j: Journal, sid: str, pol: Policy, ih: str | None, purpose: str, value: Any) -> Any:
     data = j.jsonable(sid, value)
-    j.append(*j.step_events(sid, pol, data, purpose=purpose, input_hash=ih))
+    info = j.state.steps.get(sid)
+    if info is not None and info.status == "started":  # its start is recorded: close it
+        j.append(StepCompleted(step_id=sid, result=data, policy=pol, input_hash=ih))
+        j.careful = False  # past the first new step after a crash
+    else:
+        j.append(*j.step_events(sid, pol, data, purpose=purpose, input_hash=ih))
     return data
 
 
 def _fail(j: Journal, sid: str, pol: Policy, ih: str | None, purpose: str, exc: Exception) -> None:
     err = f"{type(exc).__name__}: {exc}"
-    j.append(
-        StepStarted(
-            step_id=sid, policy=pol, input_hash=ih, purpose=purpose, attempt=j.next_attempt(sid)
-        ),
-        StepFailed(step_id=sid, error=err),
-    )
+    info = j.state.steps.get(sid)
+    start: list[Payload] = []
+    if info is None or info.status != "started":
+        start = [
+            StepStarted(
+                step_id=sid,
+                policy=pol,
+                input_hash=ih,
+                purpose=purpose,
+                attempt=j.next_attempt(sid),
+            )
+        ]
+    j.append(*start, StepFailed(step_id=sid, error=err))
     raise StepError(j.run_id, sid, err) from exc
 
 

@@ -19,6 +19,7 @@ from .events import (
     ApprovalRequested,
     ApprovalRevoked,
     ArtifactCreated,
+    AttentionNeeded,
     BudgetSet,
     CancelRequested,
     CheckpointSaved,
@@ -52,7 +53,7 @@ from .events import (
     starts_step,
     type_of,
 )
-from .fold import RULES, apply, fold
+from .fold import RULES, apply, crashed_attempts, fold
 from .plans import plan_problem
 from .state import (
     ApprovalInfo,
@@ -89,6 +90,7 @@ __all__ = [
     "ApprovalRevoked",
     "ArtifactCreated",
     "ArtifactRef",
+    "AttentionNeeded",
     "Budget",
     "BudgetSet",
     "CancelRequested",
@@ -131,6 +133,7 @@ __all__ = [
     "WarningRecorded",
     "apply",
     "checkpoint_answers",
+    "crashed_attempts",
     "effect_views",
     "fold",
     "plan_problem",

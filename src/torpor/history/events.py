@@ -247,8 +247,23 @@ class RunFinished(Payload):
 
 
 class RunReopened(Payload):
+    """A person reopens a blocked or unresolved run. ``step``: the step whose crashed attempts
+    are forgiven (``torpor retry RUN --step X`` after a fix); ``retry`` without a step forgives
+    every open step's."""
+
     by: str
     reason: str = ""
+    step: str | None = None
+    retry: bool = False
+
+
+class AttentionNeeded(Payload):
+    """A run that is not finished cannot proceed on the code or workers running, and why: a
+    version no worker can continue, a replay that diverged, … Recorded once by whoever found it
+    (``by``: a lease owner); cleared when the run proceeds (its next step, wait or outcome)."""
+
+    detail: str
+    by: str = ""
 
 
 # --- agents (issue 4): plans, tool-call outcomes, model calls, budgets
@@ -340,6 +355,7 @@ EVENT_TYPES: dict[str, type[Payload]] = {
     "cancel_requested": CancelRequested,
     "run_finished": RunFinished,
     "run_reopened": RunReopened,
+    "attention_needed": AttentionNeeded,
     "plan_recorded": PlanRecorded,
     "tool_call_settled": ToolCallSettled,
     "model_called": ModelCalled,
@@ -389,6 +405,7 @@ __all__ = [
     "ApprovalRequested",
     "ApprovalRevoked",
     "ArtifactCreated",
+    "AttentionNeeded",
     "BudgetSet",
     "CancelRequested",
     "CheckpointSaved",

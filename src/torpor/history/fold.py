@@ -26,6 +26,8 @@ from .events import (
     ApprovalRequested,
     ApprovalRevoked,
     ArtifactCreated,
+    AttentionNeeded,
+    BudgetSet,
     CancelRequested,
     CheckpointSaved,
     EffectFailed,
@@ -64,6 +66,20 @@ from .state import (
 
 #: ``refuse(rule)``: the TransitionError naming the run, the seq, the event type and ``rule``.
 Refuse = Callable[[str], TransitionError]
+#: Events that do not mean the run proceeded (a message arrived, an execution began, someone
+#: noted a problem): they leave a needs-attention detail in place; every other event clears it.
+_NOT_PROGRESS: frozenset[type[Payload]] = frozenset(
+    {
+        AttentionNeeded,
+        LeaseAcquired,
+        SignalReceived,
+        ApprovalDecided,
+        ApprovalRevoked,
+        CancelRequested,
+        BudgetSet,
+        WarningRecorded,
+    }
+)
 Rule = Callable[[RunState, Any, Event, Refuse], None]
 #: The rule of each payload type (see :func:`rule`); every type has one.
 RULES: dict[type[Payload], Rule] = {}
@@ -111,6 +127,8 @@ def apply(state: RunState, event: Event) -> RunState:
         raise refuse(f"run already finished with outcome {state.outcome}")
 
     RULES[p.__class__](state, p, event, refuse)  # validates first, then mutates
+    if state.attention and p.__class__ not in _NOT_PROGRESS:
+        state.attention = ""  # the run proceeds: whatever held it is behind it
     state.seq = seq
     return state
 
@@ -175,6 +193,7 @@ def _step_started(s: RunState, p: StepStarted, e: Event, refuse: Refuse) -> None
         attempt=p.attempt,
         input_hash=p.input_hash,
         purpose=p.purpose,
+        started_at_ms=e.at_ms,
     )
     s.last_step = p.step_id
     s.last_purpose = p.purpose
@@ -515,3 +534,33 @@ def _run_reopened(s: RunState, p: RunReopened, e: Event, refuse: Refuse) -> None
     s.status = RunStatus.PENDING
     s.outcome = None
     s.outcome_reason = ""
+    if p.retry or p.step is not None:
+        # The crashed attempts so far are forgiven: the crash limit counts from here.
+        for sid, info in s.steps.items():
+            if info.status == "started" and p.step in (None, sid):
+                s.forgiven[sid] = _attempts(s, sid)
+
+
+def _attempts(s: RunState, sid: str) -> int:
+    """How many attempts step ``sid`` started: its own, or its effect's when it is an effect
+    re-intended after each crash."""
+    n = s.steps[sid].attempt if sid in s.steps else 0
+    return max([n, *(x.attempt for x in s.effects.values() if x.step_id == sid)])
+
+
+def crashed_attempts(s: RunState, sid: str) -> int:
+    """Attempts of step ``sid`` that started and neither completed nor failed (their process
+    died), minus those a person forgave with ``torpor retry``."""
+    info = s.steps.get(sid)
+    if info is None or info.status != "started":
+        return 0
+    return _attempts(s, sid) - s.forgiven.get(sid, 0)
+
+
+@rule(AttentionNeeded)
+def _attention_needed(s: RunState, p: AttentionNeeded, e: Event, refuse: Refuse) -> None:
+    if s.status is RunStatus.FINISHED:
+        raise refuse("a finished run needs no attention")
+    if not p.detail.strip():
+        raise refuse("an attention record names why")
+    s.attention = p.detail

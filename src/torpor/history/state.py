@@ -27,6 +27,8 @@ class StepInfo(BaseModel):
     attempt: int
     input_hash: str | None = None
     purpose: str = ""
+    #: When its latest attempt started (epoch ms): "last seen" of a step that crashes.
+    started_at_ms: int = 0
 
 
 class EffectInfo(BaseModel):
@@ -158,6 +160,11 @@ class RunState(BaseModel):
     plan: dict[str, PlanStepInfo] = Field(default_factory=dict)
     usage: Usage = Field(default_factory=Usage)
     budget: Budget = Field(default_factory=Budget)
+    #: Why the run cannot proceed (:class:`~.events.AttentionNeeded`), until it proceeds.
+    attention: str = ""
+    #: Crashed attempts forgiven per step id by ``torpor retry`` (the crash limit counts the
+    #: attempts after them).
+    forgiven: dict[str, int] = Field(default_factory=dict)
 
     def unmet_criteria(self) -> tuple[list[str], list[str]]:
         """Completion criteria not yet met (G5): ``(never verified, failing)``."""

@@ -153,6 +153,7 @@ class Appends:
             state.outcome.value if state.outcome else None,
             wake_at_ms,
             state.version,
+            state.attention or None,
         )
         boundary = force_checkpoint or any(e.type in CHECKPOINT_EVENTS for e in events)
         checks = [e for e in events if starts_step(e) and e.step_id not in new_steps]
@@ -182,6 +183,7 @@ class Appends:
             outcome=columns[1],
             wake_at_ms=wake_at_ms,
             version=state.version,
+            attention=columns[4],
             checkpoint=codec.checkpoint_text(state) if boundary or due else None,
         )
         if (
@@ -365,6 +367,7 @@ class Appends:
             outcome=state.outcome.value if state.outcome else None,
             wake_at_ms=None,
             version=state.version,
+            attention=state.attention or None,
             checkpoint=None,
         )
         with self.driver.transaction() as cur:

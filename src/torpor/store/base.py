@@ -66,6 +66,9 @@ class Lease:
     epoch: int
     expires_at_ms: int
     ttl_ms: int
+    #: The owner whose unreleased lease this one took over (None when it had been released):
+    #: the run's last execution died, or was paused and is now fenced off.
+    taken_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,9 @@ class RunRecord:
     lease_expires_at_ms: int
     last_seq: int
     checkpoint_seq: int
+    #: Why the run cannot proceed, when it is not finished and cannot (a version no worker
+    #: has, a replay that diverged, a step that crashes its process); None otherwise.
+    attention: str | None = None
 
 
 @dataclass(frozen=True)
@@ -228,6 +234,17 @@ class Store(Protocol):
     ) -> Lease | None: ...
 
     def renew_lease(self, lease: Lease) -> Lease: ...
+
+    def unrunnable_versions(
+        self, accept: Mapping[str, Sequence[str]], limit: int = 100
+    ) -> list[tuple[str, str]]:
+        """``(run id, version)`` of runnable runs of the workflows in ``accept`` recorded under a
+        version not in it, not yet marked as such (a worker names them; it cannot run them)."""
+        ...
+
+    def held_on_host(self, host: str, limit: int = 100) -> list[tuple[str, str, int]]:
+        """``(run id, owner, epoch)`` of unfinished runs leased by an owner on ``host``."""
+        ...
 
     def release_lease(self, lease: Lease) -> None: ...
 

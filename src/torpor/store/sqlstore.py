@@ -190,7 +190,7 @@ class SQLStore:
         if row is None:
             rec = self.get_run(run_id)
             raise LeaseHeldError(run_id, rec.lease_owner or "?", rec.lease_expires_at_ms)
-        return Lease(run_id, owner, int(row[0]), start + ttl_ms, ttl_ms)
+        return Lease(run_id, owner, int(row[0]), start + ttl_ms, ttl_ms, row[1])
 
     def claim_next(
         self,
@@ -225,7 +225,7 @@ class SQLStore:
         if row is None:
             return None
         self.appends.forget(str(row[0]))
-        return Lease(str(row[0]), owner, int(row[1]), start + ttl_ms, ttl_ms)
+        return Lease(str(row[0]), owner, int(row[1]), start + ttl_ms, ttl_ms, row[2])
 
     def next_wake_at_ms(self, *, accept: Mapping[str, Sequence[str]] | None = None) -> int | None:
         """The earliest timer deadline among waiting runs (epoch ms), or None; ``accept`` as in
@@ -265,6 +265,28 @@ class SQLStore:
         if n == 0:
             raise LeaseLostError(lease.run_id, lease.epoch, "renewal refused")
         return Lease(lease.run_id, lease.owner, lease.epoch, start + lease.ttl_ms, lease.ttl_ms)
+
+    def unrunnable_versions(
+        self, accept: Mapping[str, Sequence[str]], limit: int = 100
+    ) -> list[tuple[str, str]]:
+        """``(run id, version)`` of runnable runs of the workflows in ``accept`` recorded under
+        a version not in it, whose needs-attention detail does not say so yet."""
+        with self.driver.read() as cur:
+            rows = self.driver.fetchall(
+                cur,
+                self.q["unrunnable_versions"],
+                self._p(accept=_accept_json(accept), limit=limit),
+            )
+        return [(str(r[0]), str(r[1])) for r in rows]
+
+    def held_on_host(self, host: str, limit: int = 100) -> list[tuple[str, str, int]]:
+        """``(run id, owner, epoch)`` of unfinished runs leased by an owner on ``host``."""
+        pattern = host.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ":%"
+        with self.driver.read() as cur:
+            rows = self.driver.fetchall(
+                cur, self.q["held_on_host"], {"host_prefix": pattern, "limit": limit}
+            )
+        return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]
 
     def release_lease(self, lease: Lease) -> None:
         """Give the lease up (no-op if it is no longer ours)."""

@@ -53,6 +53,7 @@ WHERE EXISTS (
 UPDATE runs
 SET status = :status, outcome = CAST(:outcome AS text),
     wake_at_ms = CAST(:wake_at_ms AS bigint), version = :version,
+    attention = CAST(:attention AS text),
     last_seq = :last_seq, updated_at_ms = torpor_now_ms(),
     checkpoint_seq = CASE WHEN CAST(:checkpoint AS text) IS NULL THEN checkpoint_seq
                           ELSE CAST(:last_seq AS bigint) END,
@@ -71,6 +72,7 @@ WITH fence AS (
     UPDATE runs
     SET status = :status, outcome = CAST(:outcome AS text),
         wake_at_ms = CAST(:wake_at_ms AS bigint), version = :version,
+    attention = CAST(:attention AS text),
         last_seq = :last_seq, updated_at_ms = torpor_now_ms(),
         checkpoint_seq = CASE WHEN CAST(:checkpoint AS text) IS NULL THEN checkpoint_seq
                               ELSE CAST(:last_seq AS bigint) END,
@@ -106,7 +108,8 @@ SELECT run_id, workflow, version, status, outcome, created_at_ms,
        GREATEST(updated_at_ms, (SELECT at_ms FROM events e WHERE e.run_id = runs.run_id
                                 ORDER BY seq DESC LIMIT 1)),
        wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
-       (SELECT seq FROM events e WHERE e.run_id = runs.run_id ORDER BY seq DESC LIMIT 1), checkpoint_seq
+       (SELECT seq FROM events e WHERE e.run_id = runs.run_id ORDER BY seq DESC LIMIT 1),
+       checkpoint_seq, attention
 FROM runs WHERE run_id = :run_id;
 
 -- name: lock_run
@@ -121,13 +124,13 @@ SET LOCAL synchronous_commit TO OFF;
 
 -- name: acquire_lease
 UPDATE runs
-SET lease_owner = :owner, lease_epoch = lease_epoch + 1,
+SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
     lease_expires_at_ms = torpor_now_ms() + :ttl_ms, updated_at_ms = torpor_now_ms()
 WHERE run_id = :run_id
   AND (lease_owner IS NULL OR lease_expires_at_ms <= torpor_now_ms() OR lease_owner = :owner
        OR (lease_owner = CAST(:stale_owner AS text)
            AND lease_epoch = CAST(:stale_epoch AS bigint)))
-RETURNING lease_epoch;
+RETURNING lease_epoch, lease_taken_from;
 
 -- name: claim_next
 -- A waiting run whose lease was never released (its executor died mid-execution, say right
@@ -135,7 +138,7 @@ RETURNING lease_epoch;
 -- :accept ({workflow: [versions]} as JSON, or NULL) and :exclude (JSON list of run ids) limit
 -- the claim to runs this worker can execute and has not backed off from.
 UPDATE runs
-SET lease_owner = :owner, lease_epoch = lease_epoch + 1,
+SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
     lease_expires_at_ms = torpor_now_ms() + :ttl_ms, updated_at_ms = torpor_now_ms()
 WHERE run_id = (
     SELECT run_id FROM runs
@@ -152,7 +155,7 @@ WHERE run_id = (
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 )
-RETURNING run_id, lease_epoch;
+RETURNING run_id, lease_epoch, lease_taken_from;
 
 -- name: renew_lease
 UPDATE runs SET lease_expires_at_ms = torpor_now_ms() + :ttl_ms
@@ -185,7 +188,8 @@ SELECT run_id, workflow, version, status, outcome, created_at_ms,
        GREATEST(updated_at_ms, (SELECT at_ms FROM events e WHERE e.run_id = runs.run_id
                                 ORDER BY seq DESC LIMIT 1)),
        wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
-       (SELECT seq FROM events e WHERE e.run_id = runs.run_id ORDER BY seq DESC LIMIT 1), checkpoint_seq
+       (SELECT seq FROM events e WHERE e.run_id = runs.run_id ORDER BY seq DESC LIMIT 1),
+       checkpoint_seq, attention
 FROM runs
 WHERE (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))
   AND (CAST(:outcome AS text) IS NULL OR outcome = CAST(:outcome AS text))
@@ -235,3 +239,23 @@ WHERE status = 'waiting' AND wake_at_ms IS NOT NULL
        SELECT 1 FROM jsonb_each(CAST(:accept AS jsonb)) AS w(name, versions),
                      jsonb_array_elements_text(w.versions) AS v(version)
        WHERE w.name = runs.workflow AND v.version = runs.version));
+
+-- name: unrunnable_versions
+-- Runnable runs of the workflows in :accept ({workflow: [versions]}) recorded under a version
+-- this code cannot continue, whose needs-attention detail does not say so yet.
+SELECT run_id, version FROM runs
+WHERE (status IN ('pending', 'running')
+       OR (status = 'waiting'
+           AND (wake_at_ms <= torpor_now_ms() OR lease_owner IS NOT NULL)))
+  AND (lease_owner IS NULL OR lease_expires_at_ms <= torpor_now_ms())
+  AND CAST(:accept AS jsonb) ? workflow
+  AND NOT (CAST(:accept AS jsonb) -> workflow) ? version
+  AND (attention IS NULL OR attention NOT LIKE 'version mismatch%')
+LIMIT :limit;
+
+-- name: held_on_host
+-- Runs whose lease is held by an owner on host :host (owner ids start with 'host:'), whatever
+-- its expiry: a worker takes over those whose holder it proves dead.
+SELECT run_id, lease_owner, lease_epoch FROM runs
+WHERE lease_owner LIKE :host_prefix ESCAPE '\' AND status != 'finished'
+LIMIT :limit;

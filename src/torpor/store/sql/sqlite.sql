@@ -46,7 +46,7 @@ WHERE EXISTS (
 -- when one is given; returns the checkpoint seq.
 UPDATE runs
 SET status = :status, outcome = :outcome, wake_at_ms = :wake_at_ms, version = :version,
-    last_seq = :last_seq, updated_at_ms = :now_ms,
+    attention = :attention, last_seq = :last_seq, updated_at_ms = :now_ms,
     checkpoint_seq = CASE WHEN :checkpoint IS NULL THEN checkpoint_seq ELSE :last_seq END,
     checkpoint = COALESCE(:checkpoint, checkpoint)
 WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
@@ -68,7 +68,8 @@ SELECT run_id, workflow, version, status, outcome, created_at_ms,
        max(updated_at_ms, (SELECT at_ms FROM events e WHERE e.run_id = runs.run_id
                            ORDER BY seq DESC LIMIT 1)),
        wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
-       (SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id), checkpoint_seq
+       (SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id),
+       checkpoint_seq, attention
 FROM runs WHERE run_id = :run_id;
 
 -- name: get_checkpoint
@@ -81,12 +82,12 @@ SELECT 1;
 
 -- name: acquire_lease
 UPDATE runs
-SET lease_owner = :owner, lease_epoch = lease_epoch + 1,
+SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
     lease_expires_at_ms = :now_ms + :ttl_ms, updated_at_ms = :now_ms
 WHERE run_id = :run_id
   AND (lease_owner IS NULL OR lease_expires_at_ms <= :now_ms OR lease_owner = :owner
        OR (lease_owner = :stale_owner AND lease_epoch = :stale_epoch))
-RETURNING lease_epoch;
+RETURNING lease_epoch, lease_taken_from;
 
 -- name: renew_lease
 UPDATE runs SET lease_expires_at_ms = :now_ms + :ttl_ms
@@ -121,7 +122,8 @@ SELECT run_id, workflow, version, status, outcome, created_at_ms,
        max(updated_at_ms, (SELECT at_ms FROM events e WHERE e.run_id = runs.run_id
                            ORDER BY seq DESC LIMIT 1)),
        wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
-       (SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id), checkpoint_seq
+       (SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id),
+       checkpoint_seq, attention
 FROM runs
 WHERE (:status IS NULL OR status = :status) AND (:outcome IS NULL OR outcome = :outcome)
 ORDER BY created_at_ms DESC, run_id LIMIT :limit;
@@ -168,7 +170,7 @@ SELECT run_id FROM runs WHERE run_id = :run_id;
 -- :accept ({workflow: [versions]} as JSON, or NULL) and :exclude (JSON list of run ids) limit
 -- the claim to runs this worker can execute and has not backed off from.
 UPDATE runs
-SET lease_owner = :owner, lease_epoch = lease_epoch + 1,
+SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
     lease_expires_at_ms = :now_ms + :ttl_ms, updated_at_ms = :now_ms
 WHERE run_id = (
     SELECT run_id FROM runs
@@ -182,7 +184,7 @@ WHERE run_id = (
     ORDER BY COALESCE(wake_at_ms, created_at_ms)
     LIMIT 1
 )
-RETURNING run_id, lease_epoch;
+RETURNING run_id, lease_epoch, lease_taken_from;
 
 -- name: notify_wake
 SELECT :run_id;
@@ -193,3 +195,24 @@ WHERE status = 'waiting' AND wake_at_ms IS NOT NULL
   AND (:accept IS NULL OR EXISTS (
        SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
        WHERE w.key = runs.workflow AND v.value = runs.version));
+
+-- name: unrunnable_versions
+-- Runnable runs of the workflows in :accept ({workflow: [versions]}) recorded under a version
+-- this code cannot continue, whose needs-attention detail does not say so yet.
+SELECT run_id, version FROM runs
+WHERE (status IN ('pending', 'running')
+       OR (status = 'waiting' AND (wake_at_ms <= :now_ms OR lease_owner IS NOT NULL)))
+  AND (lease_owner IS NULL OR lease_expires_at_ms <= :now_ms)
+  AND workflow IN (SELECT key FROM json_each(:accept))
+  AND NOT EXISTS (
+       SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
+       WHERE w.key = runs.workflow AND v.value = runs.version)
+  AND (attention IS NULL OR attention NOT LIKE 'version mismatch%')
+LIMIT :limit;
+
+-- name: held_on_host
+-- Runs whose lease is held by an owner on host :host (owner ids start with 'host:'), whatever
+-- its expiry: a worker takes over those whose holder it proves dead.
+SELECT run_id, lease_owner, lease_epoch FROM runs
+WHERE lease_owner LIKE :host_prefix ESCAPE '\' AND status != 'finished'
+LIMIT :limit;
