@@ -84,6 +84,7 @@ COMMANDS = [
     "artifacts",
     "worker",
     "budget",
+    "retry",
     "explore",
 ]
 

@@ -168,9 +168,9 @@ def test_a_step_that_kills_its_process_every_time_is_parked(
         assert [e.payload.attempt for e in starts] == [1, 2, 3, 4, 5]  # type: ignore[attr-defined]
         # A person fixes the cause and retries the step: it runs again, and the run finishes.
         marker.write_text("ok")
+        retry = ["retry", "poison", "--step", "poison", "--as", "alice"]
         cli = subprocess.run(
-            [sys.executable, "-m", "torpor.cli", "--db", store_url, "retry", "poison"]
-            + ["--step", "poison", "--as", "alice"],
+            [sys.executable, "-m", "torpor.cli", "--db", store_url, *retry],
             env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
             capture_output=True,
             text=True,
