@@ -241,7 +241,11 @@ def test_incompatible_change_names_the_step_and_leaves_the_record_untouched(
     msg = str(info.value)
     assert "new step 'x'" in msg and "step 'b'" in msg, msg
     assert "version '1'" in msg and "run.patched(" in msg and "Nothing was recorded" in msg
-    assert _history(client, "old2") == before, "a refused resume changed the history"
+    # The record is untouched; the one note added names why the run cannot proceed (issue 13).
+    after = _history(client, "old2")
+    assert after[: len(before)] == before, "a refused resume changed the history"
+    assert [t for _, t in after[len(before) :]] == ["attention_needed"]
+    assert client.state("old2").attention.startswith("replay diverged")
     assert client.state("old2").version == "1"  # still resumable by the code it ran under
     assert LOG == ["a", "b", "x"]  # (a read step may run; its result is never recorded)
     _register("1", (), v1)
@@ -257,10 +261,16 @@ def test_dropped_step_is_refused_at_the_end(
     with pytest.raises(torpor.NonDeterminismError) as info:
         runtime.resume(v1_run)
     assert "step 'b'" in str(info.value), info.value
-    # Only the inbox message was moved in (as under any code); no version change, no outcome.
+    # Only the inbox message was moved in (as under any code), and why the run cannot proceed
+    # noted (issue 13); no version change, no outcome.
     after = _history(client, v1_run)
     assert after[: len(before)] == before
-    assert {t for _, t in after[len(before) :]} <= {"lease_acquired", "signal_received"}
+    assert {t for _, t in after[len(before) :]} <= {
+        "lease_acquired",
+        "signal_received",
+        "attention_needed",
+    }
+    assert client.state(v1_run).attention.startswith("replay diverged")
     assert client.state(v1_run).version == "1"
 
 

@@ -273,3 +273,40 @@ def test_crash_around_an_effect_reconciles(
     # Applied: never performed again; absent: performed exactly once more.
     intents = figures["intents"][full_key]
     assert intents == (1 if verdict == "applied" else 2), figures
+
+
+def test_artifacts_are_byte_identical_across_resumes(tmp_path: Path) -> None:
+    """Killed right after the manifest artifact was recorded: the resumed run replays the
+    recorded manifest (which comes back from the history with sorted keys) and must store the
+    same bytes again, not a second version of manifest.json or plan.json (issue 13)."""
+    agent = new_agent(tmp_path, "flag-canonical")
+    crashed = agent.run(crash_at="artifact.stored@2")  # plan.json's bytes stored, unrecorded
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
+    resumed = agent.run()
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    c = agent.client()
+    try:
+        versions = [(a.name, a.version) for a in c.artifacts(agent.run_id)]
+    finally:
+        c.close()
+    assert ("manifest.json", 2) not in versions and ("plan.json", 2) not in versions, versions
+    check_world_and_history(agent)
+
+
+def test_the_push_log_survives_a_pusher_killed_before_the_hook_ran(tmp_path: Path) -> None:
+    """The world check counts the remote's ref updates from the reflog git writes with each
+    update, so a push whose pusher died before the post-receive hook logged it is still seen."""
+    from examples.repo_agent import effects as fx
+
+    remote = tmp_path / "remote.git"
+    fx.init_bare_remote(remote)
+    (remote / "hooks" / "post-receive").unlink()  # as if the pusher died before the hook ran
+    work = tmp_path / "work"
+    fx.git("init", "-q", str(work))
+    (work / "f.txt").write_text("x\n")
+    fx.git("-C", str(work), "add", "f.txt")
+    env = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a"}
+    fx.git("-C", str(work), "commit", "-q", "-m", "one", env={**env, "GIT_COMMITTER_EMAIL": "a@b"})
+    fx.git("-C", str(work), "push", "-q", str(remote), "HEAD:refs/heads/main")
+    head = fx.git("-C", str(work), "rev-parse", "HEAD").stdout.strip()
+    assert [(new, ref) for _, new, ref in world.push_log(remote)] == [(head, "refs/heads/main")]

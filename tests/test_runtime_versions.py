@@ -41,6 +41,15 @@ def _history(lab: Lab, rid: str) -> list[tuple[int, str, Any]]:
     return [(e.seq, e.type, e.payload.model_dump(mode="json")) for e in lab.events(rid)]
 
 
+def _untouched_but_named(lab: Lab, rid: str, before: list[Any], why: str) -> None:
+    """A refused resume leaves the recorded history as it was, adding one note of why the run
+    cannot proceed (issue 13: named where people look) — and no second one if refused again."""
+    after = _history(lab, rid)
+    assert after[: len(before)] == before, "a refused resume changed the history"
+    assert [t for _, t, _ in after[len(before) :]] == ["attention_needed"], after[len(before) :]
+    assert why in after[-1][2]["detail"]
+
+
 def _signal(lab: Lab, rid: str) -> None:
     c = lab.client()
     try:
@@ -64,7 +73,8 @@ def test_incompatible_version_is_refused_and_history_unchanged(lab: Lab) -> None
     msg = refused.error["msg"]
     assert "'r'" in msg and "version '1'" in msg and "version '2'" in msg
     assert "compatible=['1']" in msg
-    assert _history(lab, "r") == before, "a refused resume changed the history"
+    _untouched_but_named(lab, "r", before, "version mismatch (recorded 1, running 2)")
+    before = _history(lab, "r")
     assert lab.ledger("step", name="b") == []
 
     # Code that declares it can continue version-1 runs does so, and says so in the history.
@@ -91,7 +101,7 @@ def test_replay_asking_another_policy_is_nondeterminism(lab: Lab) -> None:
     assert bad.error["type"] == "NonDeterminismError"
     assert "'nd'" in bad.error["msg"] and "'a'" in bad.error["msg"]
     assert "read" in bad.error["msg"] and "compute" in bad.error["msg"]
-    assert _history(lab, "nd") == before, "a refused replay changed the history"
+    _untouched_but_named(lab, "nd", before, "replay diverged")
 
     # The run is intact: the original code finishes it, reusing the recorded step.
     _signal(lab, "nd")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,8 @@ def test_an_unrecordable_result_ends_the_run_failed_on_the_first_attempt(
 
 RESUME = """
 import sys
+import textwrap
+import time
 import torpor
 sys.path.insert(0, {tmp!r})
 import stuckflows
@@ -183,3 +186,309 @@ def test_a_step_that_kills_its_process_every_time_is_parked(
         assert rt.store.load("poison").result == "fixed"
     finally:
         rt.close()
+
+
+def _module(tmp: Path, name: str, version: str, extra_step: bool = False) -> None:
+    """A workflow module ``name`` whose ``stuck.versioned`` is at ``version``; with
+    ``extra_step`` (declared compatible with version 1) a step is inserted before the signal
+    wait: a change that runs recorded under version 1 diverge from."""
+    compat = ", compatible=['1']" if extra_step else ""
+    lines = [
+        "import torpor",
+        "",
+        f"@torpor.workflow('stuck.versioned', version={version!r}{compat})",
+        "def versioned(run, n):",
+        "    run.step('a', lambda: n)",
+        *(["    run.step('inserted', lambda: 0)"] if extra_step else []),
+        "    got = run.wait_for('go')",
+        "    run.step('b', lambda: got)",
+        "    return got",
+    ]
+    (tmp / f"{name}.py").write_text("\n".join(lines) + "\n")
+
+
+def _cli(url: str, tmp: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "torpor.cli", "--db", url, *args],
+        cwd=tmp,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp), str(ROOT / "src")])),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.slow
+def test_blockers_are_named_where_people_look(store_url: str, tmp_path: Path) -> None:
+    """A run parked under a version no running code accepts, or whose replay diverged, gets a
+    needs-attention detail — recorded once, shown by ls and show, cleared when the run proceeds
+    — and messages that arrived meanwhile are kept and delivered once it can run again."""
+    _module(tmp_path, "v1", "1")
+    _module(tmp_path, "v2", "2")
+    _module(tmp_path, "v3", "3", extra_step=True)
+    assert (
+        _cli(
+            store_url,
+            tmp_path,
+            "start",
+            "stuck.versioned",
+            "-i",
+            "7",
+            "--import",
+            "v1",
+            "--run-id",
+            "vr",
+        ).returncode
+        == 0
+    )
+    c = torpor.Client(store_url)
+    c.signal("vr", "go", "early")  # an answer arrives, after a deploy of version 2 (below)
+    # A deploy of version 2 (not compatible): a worker cannot take the run; it names it.
+    full = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT / "src")]))
+    worker = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torpor.cli",
+            "--db",
+            store_url,
+            "worker",
+            "--import",
+            "v2",
+            "--until-idle",
+            "--poll",
+            "0.05",
+        ],
+        cwd=tmp_path,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert worker.returncode == 0, worker.stdout + worker.stderr
+    try:
+        rec = c.get("vr")
+        assert rec.attention and "version mismatch (recorded 1, running 2)" in rec.attention
+        ls = _cli(store_url, tmp_path, "ls")
+        assert "version mismatch (recorded 1, running 2)" in ls.stdout, ls.stdout
+        show = _cli(store_url, tmp_path, "show", "vr")
+        assert "needs attention" in show.stdout and "version mismatch" in show.stdout
+        # Resumed by hand under version 2: refused, and noted once (not once per attempt).
+        for _ in range(2):
+            assert _cli(store_url, tmp_path, "resume", "vr", "--import", "v2").returncode == 1
+        notes = [e for e in c.events("vr") if e.type == "attention_needed"]
+        assert len(notes) == 1, notes
+        # Version 3 is compatible with 1 but inserts a step: the replay diverges; named too.
+        res = _cli(store_url, tmp_path, "resume", "vr", "--import", "v3")
+        assert res.returncode == 1 and "NonDeterminism" not in res.stdout
+        assert (c.get("vr").attention or "").startswith("replay diverged")
+        # The code it was recorded under runs it: it proceeds, the detail is cleared, the
+        # message that arrived meanwhile is delivered.
+        res = _cli(store_url, tmp_path, "resume", "vr", "--import", "v1")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert c.get("vr").attention is None
+        st = c.state("vr")
+        assert (st.outcome, st.result, st.attention) == ("succeeded", "early", "")
+    finally:
+        c.close()
+
+
+HOLDER = """
+import sys, time
+sys.path.insert(0, {tmp!r})
+import torpor, v1
+from torpor.owners import new_owner_id
+store = torpor.open_store({url!r})
+lease = store.acquire_lease("held", new_owner_id(), {ttl!r})
+print("HELD", flush=True)
+time.sleep({hold!r})
+"""
+
+
+@pytest.mark.slow
+def test_an_expired_lease_is_resumable_and_resume_can_wait_for_a_live_one(
+    store_url: str, tmp_path: Path
+) -> None:
+    """ls says "resumable (holder gone)" once an unreleased lease expired; resume --wait waits
+    for a live holder's lease to expire and then takes the run over; a worker takes over a
+    holder proven dead on its host at once, without waiting out the lease."""
+    _module(tmp_path, "v1", "1")
+    c = torpor.Client(store_url)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT / "src")]))
+    try:
+        for rid in ("held", "dead", "gone"):
+            assert (
+                _cli(
+                    store_url,
+                    tmp_path,
+                    "start",
+                    "stuck.versioned",
+                    "-i",
+                    "1",
+                    "--import",
+                    "v1",
+                    "--run-id",
+                    rid,
+                ).returncode
+                == 0
+            )
+        # A live holder with a 2 s lease that it never renews (a paused process, say).
+        holder = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                HOLDER.format(tmp=str(tmp_path), url=store_url, ttl=5.0, hold=30),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "HELD"
+        try:
+            assert _cli(store_url, tmp_path, "resume", "held", "--import", "v1").returncode == 75
+            t0 = time.monotonic()
+            waited = _cli(store_url, tmp_path, "resume", "held", "--wait", "--import", "v1")
+            assert waited.returncode == 0, waited.stdout + waited.stderr
+            assert "waiting for the lease to expire" in waited.stderr
+            assert time.monotonic() - t0 >= 1.0
+            assert c.get("held").status == "waiting"  # it ran on to its wait
+        finally:
+            holder.kill()
+            holder.wait()
+        # A live holder whose lease expired (it stopped renewing): resumable.
+        gone = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                HOLDER.format(tmp=str(tmp_path), url=store_url, ttl=0.5, hold=30).replace(
+                    '"held"', '"gone"'
+                ),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert gone.stdout is not None and gone.stdout.readline().strip() == "HELD"
+            time.sleep(0.7)
+            line = next(
+                x for x in _cli(store_url, tmp_path, "ls").stdout.splitlines() if "gone" in x
+            )
+            assert "resumable: holder gone" in line, line
+        finally:
+            gone.kill()
+            gone.wait()
+        # A holder killed with its lease live: ls says so; a worker takes it over at once.
+        killed = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                HOLDER.format(tmp=str(tmp_path), url=store_url, ttl=3600, hold=30).replace(
+                    '"held"', '"dead"'
+                ),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert killed.stdout is not None and killed.stdout.readline().strip() == "HELD"
+        killed.kill()
+        killed.wait()
+        assert "holder dead" in _cli(store_url, tmp_path, "ls").stdout
+        w = _cli(store_url, tmp_path, "worker", "--import", "v1", "--until-idle", "--poll", "0.05")
+        assert w.returncode == 0, w.stdout + w.stderr
+        assert c.get("dead").status == "waiting"  # taken over and run to its wait at once
+    finally:
+        c.close()
+
+
+# --------------------------------------------------------------------------- smaller ones
+
+SMALL = """
+import os
+import torpor
+
+
+@torpor.workflow("stuck.small")
+def small(run, n):
+    run.step("a", lambda: n)
+    run.sleep(2.0)
+    return run.step("b", lambda: n + 1)
+
+
+@torpor.workflow("stuck.effect")
+def effect(run, path):
+    run.step("a", lambda: 1)
+    return run.effect("touch", lambda: open(path, "a").write("x"), reconcile=None)
+"""
+
+
+def test_a_connection_lost_around_a_commit_leaves_a_trace(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append the store had to read back after its connection broke around the commit is
+    counted on the run (``show`` prints it): infrastructure trouble leaves a trace."""
+    from torpor import faults
+
+    @torpor.workflow("stuck.trace")
+    def trace(run: torpor.Run, _: object) -> int:
+        return int(run.step("a", lambda: 1)) + int(run.step("b", lambda: 2))
+
+    rt = torpor.Runtime(store_url)
+    try:
+        faults.install("break:append.committed@2")
+        try:
+            res = rt.run(trace, None, run_id="trace")
+        finally:
+            faults.reset()
+        assert res.outcome == "succeeded" and res.result == 3
+        assert rt.store.get_run("trace").infra_retries == 1
+    finally:
+        rt.close()
+
+
+@pytest.mark.slow
+def test_show_and_resume_say_what_is_going_on(store_url: str, tmp_path: Path) -> None:
+    """show on a finished run prints no stale "establishing"; show of a run whose holder is
+    alive says "in progress (held by …)"; resume of a sleeping run says what it waits for and
+    until when; the hint after --no-follow names --import for a run started by a script."""
+    (tmp_path / "small.py").write_text(SMALL)
+    started = _cli(
+        store_url,
+        tmp_path,
+        "start",
+        "stuck.small",
+        "-i",
+        "1",
+        "--import",
+        "small",
+        "--run-id",
+        "s1",
+        "--no-follow",
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    resumed = _cli(store_url, tmp_path, "resume", "s1", "--import", "small")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "sleeps until" in resumed.stderr and "staying to continue it" in resumed.stderr
+    show = _cli(store_url, tmp_path, "show", "s1")
+    assert "succeeded" in show.stdout and "establishing" not in show.stdout, show.stdout
+    # A live holder: in progress, not "reconcile effects in doubt".
+    c = torpor.Client(store_url)
+    try:
+        c.store.create_run("s2", torpor.history.RunStarted(workflow="stuck.small", version="1"))
+        c.store.acquire_lease("s2", "elsewhere:1:x", 600)
+        held = _cli(store_url, tmp_path, "show", "s2")
+        assert "in progress (held by elsewhere:1:x)" in held.stdout, held.stdout
+    finally:
+        c.close()
+    # A run started by a script (its workflow module is __main__): the hint names --import.
+    script = tmp_path / "script.py"
+    script.write_text(
+        SMALL + f"\nprint(torpor.Runtime({store_url!r}).run(small, 1, run_id='s3', "
+        "follow_timers=False).status)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    cp = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
+    assert cp.stdout.strip() == "waiting", cp.stdout + cp.stderr
+    hint = _cli(store_url, tmp_path, "resume", "s3", "--import", "small", "--no-follow")
+    assert "--import MODULE" in hint.stdout, hint.stdout + hint.stderr

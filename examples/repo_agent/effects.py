@@ -85,6 +85,9 @@ def init_bare_remote(path: Path) -> str:
     if not (path / "HEAD").exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         git("init", "--bare", "-q", str(path))
+        # A reflog of every ref update, written by git with the update itself: the push's
+        # trace survives a pusher killed before the post-receive hook ran.
+        git("config", "core.logAllRefUpdates", "always", git_dir=path)
     hook = path / "hooks" / "post-receive"
     if not hook.exists():
         hook.parent.mkdir(parents=True, exist_ok=True)

@@ -307,8 +307,12 @@ def modernize(run: torpor.Run, cfg: dict[str, Any]) -> Any:
             lambda: codemod.copy_sources(cfg["source"], ws.pristine),
             purpose="copy the code base into pristine/",
         )
+        # Canonical JSON (sorted keys): a replayed manifest comes back from the history with
+        # its keys sorted, and the artifact must be byte-identical across resumes.
         manifest_ref = run.artifact(
-            "manifest.json", json.dumps(manifest, indent=1), media_type="application/json"
+            "manifest.json",
+            json.dumps(manifest, indent=1, sort_keys=True),
+            media_type="application/json",
         )
         findings = run.compute(
             "survey",
@@ -335,7 +339,7 @@ def modernize(run: torpor.Run, cfg: dict[str, Any]) -> Any:
                 "plan", get_planner(cfg["planner"]), request, purpose="plan the fixes"
             )
         plan_ref = run.artifact(
-            "plan.json", json.dumps(plan, indent=1), media_type="application/json"
+            "plan.json", json.dumps(plan, indent=1, sort_keys=True), media_type="application/json"
         )
         state = {
             "phase": "modernize",
@@ -381,4 +385,8 @@ def modernize(run: torpor.Run, cfg: dict[str, Any]) -> Any:
         state["phase"] = "verify"
         run.checkpoint(state)
 
+    elif not run.state.verifications:
+        # Resumed into verification: the checks (tests included) run again if they never
+        # finished, which takes a while; say so instead of a long silence.
+        _report("re-entering verification after a resume: rebuild tree/, compile, lint, test")
     return _verify_and_publish(run, cfg, state)

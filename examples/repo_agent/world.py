@@ -32,14 +32,22 @@ def remote_commits_with_key(remote: str | Path, key: str) -> list[str]:
 
 
 def push_log(remote: str | Path) -> list[tuple[str, str, str]]:
-    """Ref updates recorded by the default remote's post-receive hook: (old, new, ref)."""
-    log = Path(remote) / "torpor-push.log"
-    if not log.exists():
-        return []
-    rows = []
-    for line in log.read_text().splitlines():
+    """Ref updates of the default remote: (old, new, ref). From its reflogs, which git writes
+    with each update (so a push whose pusher was killed before the post-receive hook ran is
+    still there), and the hook's log (remotes made before reflogs were enabled)."""
+    rows: list[tuple[str, str, str]] = []
+    logs = Path(remote) / "logs"
+    for f in sorted(logs.rglob("*")) if logs.is_dir() else ():
+        if f.is_file() and f.relative_to(logs).parts[0] == "refs":
+            ref = str(f.relative_to(logs))
+            for line in f.read_text().splitlines():
+                parts = line.split(maxsplit=2)
+                if len(parts) >= 2:
+                    rows.append((parts[0], parts[1], ref))
+    hook = Path(remote) / "torpor-push.log"
+    for line in hook.read_text().splitlines() if hook.exists() else ():
         parts = line.split()
-        if len(parts) == 3:
+        if len(parts) == 3 and (parts[0], parts[1], parts[2]) not in rows:
             rows.append((parts[0], parts[1], parts[2]))
     return rows
 

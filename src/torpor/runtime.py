@@ -21,7 +21,13 @@ from .artifacts import ArtifactStore
 from .config import Settings
 from .engine.approvals import signed_decision
 from .engine.execution import Execution, RunResult
-from .errors import ConfigError, NotSerializable, PayloadError
+from .errors import (
+    ConfigError,
+    LeaseHeldError,
+    NotSerializable,
+    PayloadError,
+    VersionMismatchError,
+)
 from .history import ApprovalDecided, Event, RunStarted, RunStatus
 from .owners import new_owner_id
 from .run import Run
@@ -53,11 +59,20 @@ def _check_run_id(run_id: object) -> None:
         )
 
 
+def _version_mismatch(recorded: str, running: str) -> str:
+    """The needs-attention detail of a run recorded under a version the running code refuses
+    (the same words whoever finds it, so it is recorded once)."""
+    return (
+        f"version mismatch (recorded {recorded}, running {running}): run it with code of "
+        f"version {recorded}, or declare that version compatible"
+    )
+
+
 class Runtime:
     """Executes runs of registered workflows against a store.
 
     ``lease_ttl_s``: lease lifetime in seconds; ``heartbeat_s`` (default a third of it) must be
-    at most half the ttl (ConfigError otherwise) so one missed renewal does not lose the lease.
+    at most a third of the ttl (ConfigError otherwise): two late renewals do not lose the lease.
     ``auto_approve``: approver name to grant approvals automatically (recorded, signed and
     attributed like any decision). ``on_event``: called with each appended event (progress).
     """
@@ -96,10 +111,11 @@ class Runtime:
         self.owner = owner or new_owner_id()
         self.lease_ttl_s = lease_ttl_s
         self.heartbeat_s = heartbeat_s if heartbeat_s is not None else lease_ttl_s / 3
-        if self.heartbeat_s <= 0 or self.heartbeat_s > lease_ttl_s / 2:
+        if self.heartbeat_s <= 0 or self.heartbeat_s > lease_ttl_s / 3 + 1e-9:
             raise ConfigError(
-                f"heartbeat_s={self.heartbeat_s} must be > 0 and at most half of "
-                f"lease_ttl_s={lease_ttl_s}, or one late renewal loses the lease"
+                f"heartbeat_s={self.heartbeat_s} must be > 0 and at most a third of "
+                f"lease_ttl_s={lease_ttl_s}: a lease must survive two late renewals (the "
+                "field's default; etcd and Consul sessions renew at TTL/3)"
             )
         self.auto_approve = auto_approve
         #: Set to make executions release their run at the next boundary (graceful shutdown).
@@ -160,11 +176,35 @@ class Runtime:
         try:
             state = self.store.load(run_id)
             wf = get_workflow(state.workflow, state.module)
-            wf.check_version(run_id, state.version)
             ex = Execution(self, wf, lease, state, heartbeat_s=self.heartbeat_s, make_handle=Run)
+            try:
+                wf.check_version(run_id, state.version)
+            except VersionMismatchError:
+                # Named where people look (ls, show), once, and left as it is for its code.
+                ex.note_attention(_version_mismatch(state.version, wf.version))
+                raise
             if state.status is RunStatus.FINISHED and not self.store.count_pending_inbox(run_id):
                 return ex.result()
             return ex.run()
+        finally:
+            with contextlib.suppress(Exception):
+                self.store.release_lease(lease)
+
+    def note_unrunnable(self, run_id: str, version: str) -> bool:
+        """Record on run ``run_id`` (recorded under ``version``, which this process's code for
+        its workflow cannot continue) why no worker takes it — once; False when its lease is
+        held (someone is on it) or it was already noted. Used by idle workers."""
+        try:
+            lease = self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
+        except LeaseHeldError:
+            return False
+        try:
+            state = self.store.load(run_id)
+            wf = get_workflow(state.workflow, state.module)
+            if wf.accepts(state.version):
+                return False
+            ex = Execution(self, wf, lease, state, heartbeat_s=self.heartbeat_s, make_handle=Run)
+            return ex.note_attention(_version_mismatch(state.version, wf.version))
         finally:
             with contextlib.suppress(Exception):
                 self.store.release_lease(lease)
@@ -182,10 +222,18 @@ class Runtime:
         rid = self.start(workflow, input, run_id=run_id)
         return self.resume(rid, follow_timers=follow_timers, poll_s=poll_s)
 
-    def resume(self, run_id: str, *, follow_timers: bool = True, poll_s: float = 0.05) -> RunResult:
+    def resume(
+        self,
+        run_id: str,
+        *,
+        follow_timers: bool = True,
+        poll_s: float = 0.05,
+        on_sleep: Callable[[RunResult], None] | None = None,
+    ) -> RunResult:
         """Execute the run; while it sleeps on a timer (``run.sleep``) and ``follow_timers`` is
-        set, stay in this process (holding no lease) and execute again when it is due or woken.
-        Waits for a signal or a person return at once with status ``waiting``."""
+        set, stay in this process (holding no lease) and execute again when it is due or woken
+        (``on_sleep`` is told each time it stays, with the deadline in ``wake_at_ms``). Waits
+        for a signal or a person return at once with status ``waiting``."""
         while True:
             res = self.execute(run_id)
             if res.status != RunStatus.WAITING.value or not follow_timers:
@@ -195,6 +243,8 @@ class Runtime:
             rec = self.store.get_run(run_id)
             if rec.wake_at_ms is None:
                 return res  # waits on a person or a signal: nothing to hold the process for
+            if on_sleep is not None:
+                on_sleep(res)
             while True:
                 rec = self.store.get_run(run_id)
                 if rec.status != RunStatus.WAITING.value:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError, LeaseHeldError, LeaseLostError, TorporError
+from .owners import owner_is_dead
 from .runtime import RunResult, Runtime
+from .store.base import Lease
 from .workflows import accepted_versions
 
 log = logging.getLogger("torpor.worker")
@@ -34,6 +37,10 @@ BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 60.0
 #: The shortest idle wait (a due timer another worker holds must not make the loop spin).
 MIN_IDLE_S = 0.02
+#: How often an idle worker looks for runs held by dead processes of its host, and for runs of
+#: versions it cannot continue (to name them).
+DEAD_SCAN_S = 1.0
+VERSION_SCAN_S = 5.0
 
 
 @dataclass
@@ -78,6 +85,8 @@ class Worker:
         self._lock = threading.Lock()
         #: run_id -> (monotonic time until which it is skipped, last delay)
         self._backoff: dict[str, tuple[float, float]] = {}
+        self._next_dead_scan = 0.0
+        self._next_version_scan = 0.0
 
     def stop(self) -> None:
         """Stop claiming; running executions release their run at the next boundary."""
@@ -131,6 +140,45 @@ class Worker:
         finally:
             self._slots.release()
 
+    def _take_over_dead(self) -> Lease | None:
+        """The lease of a run this worker can execute whose holder is a process of this host
+        proven dead (``kill -9``, an OOM kill): taken over at once, as ``torpor resume`` does,
+        instead of waiting out its lease (checked at most once a second)."""
+        now = time.monotonic()
+        if now < self._next_dead_scan:
+            return None
+        self._next_dead_scan = now + DEAD_SCAN_S
+        accept = accepted_versions()
+        excluded = set(self._excluded())
+        for run_id, owner, epoch, workflow, version in self.store.held_on_host(
+            socket.gethostname()
+        ):
+            if run_id in excluded or version not in accept.get(workflow, ()):
+                continue
+            if owner == self.runtime.owner or not owner_is_dead(owner):
+                continue
+            try:
+                return self.store.acquire_lease(
+                    run_id, self.runtime.owner, self.runtime.lease_ttl_s, take_from=(owner, epoch)
+                )
+            except LeaseHeldError:
+                continue  # another worker was quicker
+        return None
+
+    def _note_unrunnable(self) -> None:
+        """Name, once, the runnable runs of this worker's workflows recorded under a version it
+        cannot continue (a deploy changed the code): ``ls``/``show`` then say why no worker
+        takes them, instead of the worker skipping them silently (checked every few seconds)."""
+        now = time.monotonic()
+        if now < self._next_version_scan:
+            return
+        self._next_version_scan = now + VERSION_SCAN_S
+        try:
+            for run_id, version in self.store.unrunnable_versions(accepted_versions()):
+                self.runtime.note_unrunnable(run_id, version)
+        except TorporError as exc:
+            log.warning("noting runs of unrunnable versions failed: %s", exc)
+
     def _back_off(self, run_id: str) -> float:
         """The run failed here without an outcome (its history is intact; the cause may be
         transient, or specific to this worker): skip it for a while, doubling each time, so one
@@ -181,11 +229,14 @@ class Worker:
                 if not self._slots.acquire(timeout=self.poll_s):
                     continue
                 try:
-                    lease = self.store.claim_next(
-                        self.runtime.owner,
-                        self.runtime.lease_ttl_s,
-                        accept=accepted_versions(),
-                        exclude=self._excluded(),
+                    lease = (
+                        self.store.claim_next(
+                            self.runtime.owner,
+                            self.runtime.lease_ttl_s,
+                            accept=accepted_versions(),
+                            exclude=self._excluded(),
+                        )
+                        or self._take_over_dead()
                     )
                 except TorporError as exc:
                     self._slots.release()
@@ -197,6 +248,7 @@ class Worker:
                     futures = [f for f in futures if not f.done()]
                     continue
                 self._slots.release()
+                self._note_unrunnable()
                 if until_idle and not futures_running(futures):
                     nxt = self.store.next_wake_at_ms(accept=accepted_versions())
                     if nxt is None or nxt - self.store.now_ms() > self.poll_s * 1000:

@@ -17,7 +17,7 @@ import typer
 from rich.text import Text
 
 from ..client import Client
-from ..errors import BadInputError
+from ..errors import BadInputError, TorporError
 from ..history import Event
 from ..runtime import Runtime
 from ..workflows import import_modules
@@ -89,3 +89,15 @@ def _progress_printer() -> Any:
         err.print(Text(f"  {ev.run_id} #{ev.seq} {ev.type}{step}", style="dim"))
 
     return show
+
+
+def resume_command(client: Client, run_id: str) -> str:
+    """The command that continues ``run_id``: ``--import`` is needed only when the module that
+    defines its workflow was not recorded (a script run as ``python file.py``)."""
+    try:
+        module = client.state(run_id).module
+    except TorporError:
+        module = ""
+    if module and module != "__main__":
+        return f"torpor resume {run_id}"
+    return f"torpor resume {run_id} --import MODULE (the module that defines its workflow)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -14,12 +15,22 @@ import typer
 from rich.text import Text
 
 from ..client import Client
-from ..errors import BadInputError, TorporError
+from ..errors import BadInputError, LeaseHeldError, TorporError
 from ..history import Outcome, RunStatus
-from ..runtime import RunResult
-from .context import open_runtime, parse_json
+from ..runtime import RunResult, Runtime
+from .context import open_runtime, parse_json, resume_command
 from .exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OUTCOME, error_message, fail
-from .render import add_row, console, emit_json, fields, json_default, new_table, relative, short
+from .render import (
+    add_row,
+    console,
+    emit_json,
+    fields,
+    json_default,
+    new_table,
+    relative,
+    short,
+    when,
+)
 from .root import Follow, Imports, JsonFlag
 
 _GOOD_OUTCOMES = frozenset({None, "succeeded", "succeeded_with_warnings"})
@@ -38,7 +49,7 @@ def _interruptible(run_id: str) -> Iterator[None]:
         )
 
 
-def _print_result(res: RunResult, json_out: bool) -> None:
+def _print_result(res: RunResult, json_out: bool, resume: str = "") -> None:
     if json_out:
         emit_json(res)
         return
@@ -54,27 +65,28 @@ def _print_result(res: RunResult, json_out: bool) -> None:
     if res.result is not None:
         pairs.append(("result", short(res.result, 300)))
     fields(out, pairs)
-    hint = _next_hint(res)
+    hint = _next_hint(res, resume or f"torpor resume {res.run_id}")
     if hint:
         out.print(Text(f"next: {hint}", style="cyan"))
 
 
-def _next_hint(res: RunResult) -> str:
+def _next_hint(res: RunResult, resume: str) -> str:
+    """What to do next with a run left where ``res`` says (``resume``: the command that
+    continues it, with ``--import`` when its workflow lives in a script)."""
     rid = res.run_id
     if res.status == RunStatus.WAITING.value:
         if res.wait_kind == "approval":
             return (
                 f"review the content hashes with `torpor show {rid}`, then "
-                f"`torpor approve {rid} --as NAME --hash PREFIX` (or deny) and "
-                f"`torpor resume {rid}`"
+                f"`torpor approve {rid} --as NAME --hash PREFIX` (or deny) and `{resume}`"
             )
         if res.wait_kind == "signal":
-            return f"`torpor signal {rid} NAME --payload JSON`, then `torpor resume {rid}`"
-        return f"`torpor resume {rid}` once it is due"
+            return f"`torpor signal {rid} NAME --payload JSON`, then `{resume}`"
+        return f"`{resume}` once it is due"
     if res.outcome == Outcome.UNRESOLVED.value:
         return f"`torpor show {rid}` says which effect is in doubt and why"
     if res.status != RunStatus.FINISHED.value:
-        return f"`torpor resume {rid}`"
+        return f"`{resume}`"
     return ""
 
 
@@ -119,9 +131,31 @@ def start(
         else:
             with _interruptible(rid):
                 res = rt.resume(rid, follow_timers=follow)
-    _print_result(res, json_out)
+        resume = resume_command(Client(rt.store), rid)
+    _print_result(res, json_out, resume)
     if res.outcome not in _GOOD_OUTCOMES:
         raise typer.Exit(EXIT_OUTCOME)
+
+
+def _resume_one(rt: Runtime, run_id: str, follow: bool, wait: bool, quiet: bool) -> RunResult:
+    """Resume ``run_id``, saying what a long silence is: a timer the run sleeps on (and until
+    when), a lease it waits for (with ``wait``)."""
+    say = (lambda text: None) if quiet else (lambda text: console(stderr=True).print(Text(text)))
+
+    def sleeping(res: RunResult) -> None:
+        say(f"run {run_id} sleeps until {when(res.wake_at_ms)} ({res.reason}); staying to "
+            "continue it then (Ctrl-C leaves it to a worker)")  # fmt: skip
+
+    while True:
+        try:
+            return rt.resume(run_id, follow_timers=follow, on_sleep=sleeping)
+        except LeaseHeldError as exc:
+            if not wait:
+                raise
+            left_s = (exc.expires_at_ms - rt.store.now_ms()) / 1000
+            say(f"run {run_id} is leased by {exc.owner} until {when(exc.expires_at_ms)}; "
+                "waiting for the lease to expire (a live holder renews it)")  # fmt: skip
+            time.sleep(min(max(left_s, 0.05), 5.0))
 
 
 def resume(
@@ -143,6 +177,14 @@ def resume(
     ] = 100,
     imports: Imports = None,
     follow: Follow = True,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="If a live process holds the run's lease, wait for the lease to expire, then "
+            "take the run over.",
+        ),
+    ] = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Resume RUN_ID (or --all runnable runs) from the last recorded boundary.
@@ -154,8 +196,8 @@ def resume(
     with open_runtime(ctx, imports) as rt:
         if run_id is not None:
             with _interruptible(run_id):
-                res = rt.resume(run_id, follow_timers=follow)
-            _print_result(res, json_out)
+                res = _resume_one(rt, run_id, follow, wait, quiet=json_out)
+            _print_result(res, json_out, resume_command(Client(rt.store), run_id))
             if res.outcome not in _GOOD_OUTCOMES:
                 raise typer.Exit(EXIT_OUTCOME)
             return
@@ -225,7 +267,7 @@ def worker(
             "--heartbeat",
             min=0,
             metavar="S",
-            help="Lease renewal interval (default a third of --lease-ttl; at most half).",
+            help="Lease renewal interval (default and at most a third of --lease-ttl).",
         ),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log more.")] = False,

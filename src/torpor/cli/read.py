@@ -9,6 +9,7 @@ from rich.text import Text
 
 from ..history import Outcome, RunStatus
 from ..owners import owner_is_dead
+from ..store.base import RunRecord
 from .context import open_client
 from .render import add_row, console, emit_json, fields, heading, new_table, relative, short, when
 from .root import JsonFlag, RunId
@@ -43,26 +44,34 @@ def list_runs(
     if not runs:
         out.print("no runs")
         return
-    table = new_table(
-        "RUN", "WORKFLOW", "VERSION", "STATUS", "OUTCOME", "UPDATED", "WAKE", "EVENTS"
-    )
+    attention = any(r.attention for r in runs)
+    columns = ["RUN", "WORKFLOW", "VERSION", "STATUS", "OUTCOME", "UPDATED", "WAKE", "EVENTS"]
+    table = new_table(*columns, *(["NEEDS ATTENTION"] if attention else []))
     for r in runs:
-        status_text = r.status
-        if r.lease_owner and r.lease_expires_at_ms > now:
-            # A holder on this machine proven dead (kill -9) is taken over at once by resume.
-            status_text += " (holder dead)" if owner_is_dead(r.lease_owner) else " (leased)"
         add_row(
             table,
             r.run_id,
             r.workflow,
             r.version,
-            status_text,
+            lease_text(r, now),
             r.outcome,
             when(r.updated_at_ms),
             relative(r.wake_at_ms) if r.status == RunStatus.WAITING.value else None,
             r.last_seq,
+            *([short(r.attention or "", 120)] if attention else []),
         )
     out.print(table)
+
+
+def lease_text(r: RunRecord, now_ms: int) -> str:
+    """A run's status with what its lease says: ``(leased)`` while a live holder has it,
+    ``(holder dead)`` for a holder on this machine proven dead (``resume`` takes it over at
+    once), ``(resumable: holder gone)`` once an unreleased lease expired."""
+    if not r.lease_owner or r.status == RunStatus.FINISHED.value:
+        return r.status
+    if r.lease_expires_at_ms <= now_ms:
+        return f"{r.status} (resumable: holder gone)"
+    return r.status + (" (holder dead)" if owner_is_dead(r.lease_owner) else " (leased)")
 
 
 def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
@@ -83,6 +92,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         effects = client.effects(run_id)
         artifacts = client.artifacts(run_id)
         inbox = client.inbox(run_id)
+        now = client.store.now_ms()
     pending = {k: v.hashes for k, v in state.approvals.items() if v.status == "requested"}
     if json_out:
         emit_json(
@@ -127,6 +137,14 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
     pairs.append(("created", when(rec.created_at_ms)))
     pairs.append(("updated", when(rec.updated_at_ms)))
     pairs.append(("events", f"{rec.last_seq} (latest checkpoint at seq {rec.checkpoint_seq})"))
+    if state.attention:
+        pairs.append(("needs attention", state.attention))
+    if rec.infra_retries:
+        pairs.append(
+            ("infrastructure", f"{rec.infra_retries} append(s) read back after a lost connection")
+        )
+    if rec.lease_owner and state.status is not RunStatus.FINISHED:
+        pairs.append(("lease", f"{lease_text(rec, now)} by {rec.lease_owner}"))
     if state.cancel_requested:
         pairs.append(("cancel", "requested"))
     if state.warnings:
@@ -142,15 +160,24 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
     arts = ", ".join(f"{k} {v}" for k, v in ev.get("artifacts", {}).items())
     evidence = "; ".join(x for x in (verifs, arts) if x) or "none yet"
     effects_now = ", ".join(f"{k}: {v}" for k, v in answers.get("effects", {}).items())
-    fields(
-        out,
-        [
-            ("establishing", answers.get("establishing") or "-"),
-            ("evidence", evidence),
-            ("effects", effects_now or "none that may have happened"),
-            ("next", answers.get("next")),
-        ],
-    )
+    if answers.get("effects_performed"):
+        done = f"{answers['effects_performed']} performed"
+        effects_now = f"{done}; in doubt: {effects_now}" if effects_now else done
+    nxt = answers.get("next")
+    held = rec.lease_owner and rec.lease_expires_at_ms > now and not owner_is_dead(rec.lease_owner)
+    if held and state.status is not RunStatus.FINISHED:
+        # Someone is executing it: an effect without an observation is being performed, not
+        # waiting to be reconciled.
+        nxt = f"in progress (held by {rec.lease_owner})"
+    rows: list[tuple[str, Any]] = []
+    if state.status is not RunStatus.FINISHED:  # a finished run establishes nothing any more
+        rows.append(("establishing", answers.get("establishing") or "-"))
+    rows += [
+        ("evidence", evidence),
+        ("effects", effects_now or "none that may have happened"),
+        ("next", nxt),
+    ]
+    fields(out, rows)
 
     u, b = state.usage, state.budget
     if state.plan_version or u.model_calls or any(v is not None for v in b.model_dump().values()):

@@ -11,24 +11,10 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from ..client import Client
-from ..errors import BadInputError, TorporError
-from .context import open_client, parse_json
+from ..errors import BadInputError
+from .context import open_client, parse_json, resume_command
 from .render import console, emit_json
 from .root import Approver, JsonFlag, Person, RunId
-
-
-def _resume_cmd(client: Client, run_id: str) -> str:
-    """The command that continues ``run_id``: ``--import`` is needed only when the module that
-    defines its workflow was not recorded (a script run as ``python file.py``)."""
-    try:
-        module = client.state(run_id).module
-    except TorporError:
-        module = ""
-    if module and module != "__main__":
-        return f"torpor resume {run_id}"
-    return f"torpor resume {run_id} --import MODULE (the module that defines its workflow)"
-
 
 # --------------------------------------------------------------------------- approvals
 
@@ -50,7 +36,7 @@ def _decide(
         aid, hashes = client.decide(
             run_id, approval_id, decision, approver, expect_hash=prefix, comment=comment
         )
-        resume = _resume_cmd(client, run_id)
+        resume = resume_command(client, run_id)
     verb = "approved" if decision == "approve" else "denied"
     if json_out:
         emit_json(
@@ -138,7 +124,7 @@ def revoke(
     """
     with open_client(ctx) as client:
         hashes = client.revoke(run_id, approval_id, by, reason)
-        resume = _resume_cmd(client, run_id)
+        resume = resume_command(client, run_id)
     if json_out:
         emit_json({"run_id": run_id, "approval_id": approval_id, "by": by, "hashes": hashes})
         return
@@ -204,7 +190,7 @@ def cancel(
     """
     with open_client(ctx) as client:
         client.cancel(run_id, by=by, reason=reason)
-        resume = _resume_cmd(client, run_id)
+        resume = resume_command(client, run_id)
     if json_out:
         emit_json({"run_id": run_id, "cancel_requested": True, "by": by, "reason": reason})
         return
@@ -321,7 +307,7 @@ def retry(
     """
     with open_client(ctx) as client:
         client.retry(run_id, by, step=step, reason=reason)
-        resume = _resume_cmd(client, run_id)
+        resume = resume_command(client, run_id)
     what = f"step {step!r}" if step else "every open step"
     console().print(Text(f"reopened {run_id}: the crashed attempts of {what} are forgiven"))
     console().print(Text(f"continue the run: {resume}", style="cyan"))

@@ -85,6 +85,7 @@ def request(
         raise TorporError(f"run {j.run_id!r}: approval {name!r} binds no content")
     aid = f"{name}@{serde.sha256_hex(','.join(hashes))[:12]}"
     wid = f"approval:{aid}"
+    j.asked = wid  # (the id is the content's, not a use count: no next_id)
     j.boundary()
     comp = j.recorded(wid, Policy.DECISION)
     if comp is None:

@@ -27,6 +27,7 @@ from ..errors import (
     ApprovalInvalidError,
     Cancelled,
     EffectUnresolved,
+    LeaseLostError,
     NonDeterminismError,
     NotSerializable,
     PayloadError,
@@ -38,7 +39,7 @@ from ..errors import (
     UnknownWorkflowError,
     VersionMismatchError,
 )
-from ..history import Outcome, RunFinished, RunState, RunStatus
+from ..history import AttentionNeeded, Outcome, RunFinished, RunState, RunStatus
 from ..store.base import Lease
 from . import effects, inbox
 from .journal import Host, Journal
@@ -166,6 +167,9 @@ class Execution:
         except PayloadError as exc:
             j.replay.check_replayed(f"raised {type(exc).__name__}: {exc}", exc)
             return self.finish(Outcome.FAILED, f"a value could not be recorded: {exc}")
+        except NonDeterminismError as exc:
+            self.note_attention(f"replay diverged: {exc}")
+            raise
         except ENGINE_ERRORS:
             raise  # the record is intact and the run stays resumable once the cause is fixed
         except Exception as exc:
@@ -222,6 +226,21 @@ class Execution:
             why = f"the outcome {outcome.value} could not be recorded: {exc}"[:2000]
             j.append(RunFinished(outcome=fallback, reason=why), by_code=False)
         return self.result()
+
+    def note_attention(self, detail: str) -> bool:
+        """Record why the run cannot proceed (``attention_needed``), where ``ls`` and ``show``
+        look — once: False when the history already says so (or the run finished, or the lease
+        was lost meanwhile). Writes no lease record: an execution that cannot proceed did not
+        take the run."""
+        j = self.journal
+        detail = detail.strip()[:MAX_REASON_CHARS]
+        if j.state.status is RunStatus.FINISHED or j.state.attention == detail:
+            return False
+        try:
+            j.append(AttentionNeeded(detail=detail, by=j.lease.owner), by_code=False, lease=False)
+        except (LeaseLostError, TransitionError):
+            return False
+        return True
 
     def result(self, reason: str = "") -> RunResult:
         """Where the run is now, as a :class:`RunResult`."""

@@ -26,6 +26,7 @@ from ..artifacts import ArtifactStore
 from ..errors import (
     Cancelled,
     LeaseLostError,
+    NonDeterminismError,
     NotSerializable,
     PayloadError,
     ReleaseRun,
@@ -159,6 +160,7 @@ class Journal:
         if_inbox_empty: bool = False,
         consumes: list[tuple[str, int]] | None = None,
         by_code: bool = True,
+        lease: bool = True,
     ) -> list[Event]:
         """Fold ``payloads`` into the state (TransitionError, state unchanged, for an impossible
         one) and append them in one transaction under the lease (see
@@ -166,12 +168,25 @@ class Journal:
         first write also records its lease. A write ``by_code`` (a primitive the workflow asked
         for, as opposed to the engine's own: inbox messages, a takeover's verdicts, the
         outcome) passes the replay gate first: after a replay, the code must have caught up
-        with the history, and the first such write carries the version change."""
+        with the history, and the first such write carries the version change. ``lease=False``:
+        a note that does not take the run (why it cannot proceed) records no lease."""
         if self.lost is not None:
             raise self.lost
         first = self.replay.before_write(self.asked) if by_code else None
+        w = self.state.wait
+        if by_code and w is not None and self.asked != w.wait_id:
+            # The history has the run waiting; code that asks for anything else first left the
+            # recorded path (a step inserted before the wait, say): nothing is written.
+            raise NonDeterminismError(
+                f"run {self.run_id!r}: the code asked for step {self.asked!r} where the history "
+                f"has the run waiting ({w.wait_id}); the code no longer matches this run at "
+                "that point. Resume it with the code it was recorded under, or keep recorded "
+                'runs on the old path with `if run.patched("<change>"):`. Nothing was recorded.'
+            )
         batch = list(payloads) if not first else [*first, *payloads]
-        record_lease = not self.lease_recorded and self.state.status is not RunStatus.FINISHED
+        record_lease = (
+            lease and not self.lease_recorded and self.state.status is not RunStatus.FINISHED
+        )
         if record_lease:
             # (A finished run takes only its reopening first; the lease follows in the next
             # write, because the fold refuses a lease record on a finished run.)

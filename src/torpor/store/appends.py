@@ -6,6 +6,7 @@ connection died."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -115,12 +116,19 @@ class Appends:
                 # The connection failed around the commit: it may or may not have landed.
                 # Read back instead of guessing; retry only what certainly did not land.
                 landed = self.landed(events)
+                self._note_retry(lease.run_id)
                 if landed:
                     faults.point("append.landed")
                     return
                 if landed is None or attempt == 2:
                     raise
                 faults.point("append.absent")
+
+    def _note_retry(self, run_id: str) -> None:
+        """Leave a trace on the run row of an append that hit a lost connection (``show``
+        prints the count); best effort: the connection may still be down."""
+        with contextlib.suppress(StoreError), self.driver.transaction() as cur:
+            self.driver.execute(cur, self.q["note_infra_retry"], {"run_id": run_id})
 
     def landed(self, events: Sequence[Event]) -> bool | None:
         """Whether ``events`` are in the history exactly as given: True (all), False (none),

@@ -92,6 +92,8 @@ class RunRecord:
     #: Why the run cannot proceed, when it is not finished and cannot (a version no worker
     #: has, a replay that diverged, a step that crashes its process); None otherwise.
     attention: str | None = None
+    #: Appends the store retried or read back after losing its connection around a commit.
+    infra_retries: int = 0
 
 
 @dataclass(frozen=True)
@@ -242,8 +244,9 @@ class Store(Protocol):
         version not in it, not yet marked as such (a worker names them; it cannot run them)."""
         ...
 
-    def held_on_host(self, host: str, limit: int = 100) -> list[tuple[str, str, int]]:
-        """``(run id, owner, epoch)`` of unfinished runs leased by an owner on ``host``."""
+    def held_on_host(self, host: str, limit: int = 100) -> list[tuple[str, str, int, str, str]]:
+        """``(run id, owner, epoch, workflow, version)`` of unfinished runs leased by an owner
+        on ``host``."""
         ...
 
     def release_lease(self, lease: Lease) -> None: ...

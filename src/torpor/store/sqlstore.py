@@ -279,14 +279,15 @@ class SQLStore:
             )
         return [(str(r[0]), str(r[1])) for r in rows]
 
-    def held_on_host(self, host: str, limit: int = 100) -> list[tuple[str, str, int]]:
-        """``(run id, owner, epoch)`` of unfinished runs leased by an owner on ``host``."""
+    def held_on_host(self, host: str, limit: int = 100) -> list[tuple[str, str, int, str, str]]:
+        """``(run id, owner, epoch, workflow, version)`` of unfinished runs leased by an owner
+        on ``host``."""
         pattern = host.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ":%"
         with self.driver.read() as cur:
             rows = self.driver.fetchall(
                 cur, self.q["held_on_host"], {"host_prefix": pattern, "limit": limit}
             )
-        return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]
+        return [(str(r[0]), str(r[1]), int(r[2]), str(r[3]), str(r[4])) for r in rows]
 
     def release_lease(self, lease: Lease) -> None:
         """Give the lease up (no-op if it is no longer ours)."""

@@ -109,7 +109,7 @@ SELECT run_id, workflow, version, status, outcome, created_at_ms,
                                 ORDER BY seq DESC LIMIT 1)),
        wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
        (SELECT seq FROM events e WHERE e.run_id = runs.run_id ORDER BY seq DESC LIMIT 1),
-       checkpoint_seq, attention
+       checkpoint_seq, attention, infra_retries
 FROM runs WHERE run_id = :run_id;
 
 -- name: lock_run
@@ -189,7 +189,7 @@ SELECT run_id, workflow, version, status, outcome, created_at_ms,
                                 ORDER BY seq DESC LIMIT 1)),
        wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
        (SELECT seq FROM events e WHERE e.run_id = runs.run_id ORDER BY seq DESC LIMIT 1),
-       checkpoint_seq, attention
+       checkpoint_seq, attention, infra_retries
 FROM runs
 WHERE (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))
   AND (CAST(:outcome AS text) IS NULL OR outcome = CAST(:outcome AS text))
@@ -254,8 +254,11 @@ WHERE (status IN ('pending', 'running')
 LIMIT :limit;
 
 -- name: held_on_host
--- Runs whose lease is held by an owner on host :host (owner ids start with 'host:'), whatever
+-- Runs whose lease is held by an owner on a host (owner ids start with 'host:'), whatever
 -- its expiry: a worker takes over those whose holder it proves dead.
-SELECT run_id, lease_owner, lease_epoch FROM runs
+SELECT run_id, lease_owner, lease_epoch, workflow, version FROM runs
 WHERE lease_owner LIKE :host_prefix ESCAPE '\' AND status != 'finished'
 LIMIT :limit;
+
+-- name: note_infra_retry
+UPDATE runs SET infra_retries = infra_retries + 1 WHERE run_id = :run_id;

@@ -5,6 +5,8 @@
 -- crashes its process), as its history's latest `attention_needed` says; cleared when it
 -- proceeds. `lease_taken_from`: the owner whose unreleased lease the current one took over
 -- (NULL when the previous holder released it): a new owner that took over knows the run's
--- last execution died.
+-- last execution died. `infra_retries`: appends of the run that the store retried or read back
+-- after losing its connection around a commit (the run's trace of infrastructure trouble).
 ALTER TABLE runs ADD COLUMN attention TEXT;
 ALTER TABLE runs ADD COLUMN lease_taken_from TEXT;
+ALTER TABLE runs ADD COLUMN infra_retries INTEGER NOT NULL DEFAULT 0;
