@@ -49,6 +49,22 @@ def poison(run, marker):
     out = run.step("poison", die_unless_fixed, marker)
     run.step("after", lambda: 2)
     return out
+
+
+def outer_body(run, counter, deaths):
+    run.step("inner", lambda: "stored")  # a step nested in a step (an artifact, say)
+    n = int(open(counter).read()) if os.path.exists(counter) else 0
+    if n < deaths:
+        open(counter, "w").write(str(n + 1))
+        os.kill(os.getpid(), signal.SIGKILL)
+    return n
+
+
+@torpor.workflow("stuck.nested")
+def nested(run, args):
+    run.step("before", lambda: 1)
+    out = run.step("outer", lambda: outer_body(run, *args))
+    return run.step("after", lambda: out)
 """
 
 WORKER = """
@@ -184,6 +200,28 @@ def test_a_step_that_kills_its_process_every_time_is_parked(
         cp = _resume_in_a_process(store_url, flows, "poison")
         assert "RESULT finished succeeded" in cp.stdout, cp.stdout + cp.stderr
         assert rt.store.load("poison").result == "fixed"
+    finally:
+        rt.close()
+
+
+@pytest.mark.slow
+def test_a_step_with_a_nested_step_that_crashed_resumes(
+    store_url: str, flows: Path, tmp_path: Path
+) -> None:
+    """A step whose body completed a nested step and then crashed, three times over: each
+    takeover replays the nested completion and runs the outer step again (its start recorded
+    after the replay, not refused as a divergence), and the run finishes."""
+    counter = tmp_path / "deaths"
+    rt = torpor.Runtime(store_url)
+    try:
+        rt.start("stuck.nested", [str(counter), 3], run_id="nested")
+        codes = [_resume_in_a_process(store_url, flows, "nested") for _ in range(4)]
+        assert [c.returncode for c in codes] == [-9, -9, -9, 0], codes[-1].stderr
+        assert "RESULT finished succeeded" in codes[-1].stdout, codes[-1].stderr
+        st = rt.store.load("nested")
+        assert st.result == 3 and st.attention == ""
+        done = [e.step_id for e in rt.store.read_events("nested") if e.type == "step_completed"]
+        assert done == ["before", "inner", "outer", "after"]
     finally:
         rt.close()
 
@@ -332,12 +370,12 @@ def test_an_expired_lease_is_resumable_and_resume_can_wait_for_a_live_one(
                 ).returncode
                 == 0
             )
-        # A live holder with a 2 s lease that it never renews (a paused process, say).
+        # A live holder with an 8 s lease that it never renews (a paused process, say).
         holder = subprocess.Popen(
             [
                 sys.executable,
                 "-c",
-                HOLDER.format(tmp=str(tmp_path), url=store_url, ttl=5.0, hold=30),
+                HOLDER.format(tmp=str(tmp_path), url=store_url, ttl=8.0, hold=30),
             ],
             env=env,
             stdout=subprocess.PIPE,
@@ -412,7 +450,7 @@ import torpor
 @torpor.workflow("stuck.small")
 def small(run, n):
     run.step("a", lambda: n)
-    run.sleep(2.0)
+    run.sleep(5.0)
     return run.step("b", lambda: n + 1)
 
 

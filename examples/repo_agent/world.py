@@ -19,7 +19,10 @@ from .smtp import MailStore
 
 
 def remote_commits_with_key(remote: str | Path, key: str) -> list[str]:
-    """Every commit in any ref of ``remote`` whose message carries the key's trailer."""
+    """Every commit in any ref of ``remote`` whose message carries the key's trailer (none when
+    the run has not created its remote yet)."""
+    if not (Path(remote) / "HEAD").exists():
+        return []
     out = effects.git(
         "log",
         "--all",

@@ -58,7 +58,7 @@ def list_runs(
             when(r.updated_at_ms),
             relative(r.wake_at_ms) if r.status == RunStatus.WAITING.value else None,
             r.last_seq,
-            *([short(r.attention or "", 120)] if attention else []),
+            *([short((r.attention or "").split(": ", 1)[0], 60)] if attention else []),
         )
     out.print(table)
 

@@ -25,7 +25,7 @@ def console(stderr: bool = False) -> Console:
     """A console on stdout (or stderr) that prints recorded text as is."""
     stream = sys.stderr if stderr else sys.stdout
     # Not a terminal (a pipe, a log, a test): do not wrap tables at 80 columns.
-    width = None if stream.isatty() or os.environ.get("COLUMNS") else 160
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else 240
     return Console(file=stream, highlight=False, width=width, soft_wrap=False)
 
 

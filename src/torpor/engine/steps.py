@@ -121,6 +121,12 @@ def _before(
         # After a crash: the start is recorded before the body runs, so a step that kills its
         # process leaves a trace each time and is parked at the crash limit (G11).
         j.guard_crashes(sid, crash_limit)
+        if j.replay.replaying:
+            # Completions recorded after this point lie ahead: steps nested in this one (an
+            # artifact stored from inside its body) completed before the crash. Its start is
+            # written once the code has replayed them, with its completion; the takeover that
+            # led here counts toward the workflow's crash limit.
+            return sid, None, ih, pol
         j.append(
             StepStarted(
                 step_id=sid,
