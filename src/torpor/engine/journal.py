@@ -43,6 +43,7 @@ from ..history import (
     apply,
     type_of,
 )
+from ..keys import Trust
 from ..store.base import Completion, Lease, Store
 from .replay import Replay
 
@@ -57,10 +58,19 @@ class Host(Protocol):
     def artifacts(self) -> ArtifactStore: ...
 
     @property
-    def signing_key(self) -> bytes: ...
+    def signing_key(self) -> bytes:
+        """The local shared key: keyed hashes of secret values (G12)."""
+        ...
 
     @property
-    def auto_approve(self) -> str | None: ...
+    def trust(self) -> Trust:
+        """Verifies approval decisions against the trusted keyring (G6)."""
+        ...
+
+    @property
+    def auto_approve(self) -> str | None:
+        """The approver name of this process's ``--auto-approve`` flag (policy decisions)."""
+        ...
 
     @property
     def stopping(self) -> threading.Event:
