@@ -30,6 +30,7 @@ from ..errors import (
     ConfigError,
     Suspended,
     TorporError,
+    TransitionError,
 )
 from ..history import (
     ApprovalConsumed,
@@ -38,12 +39,16 @@ from ..history import (
     ApprovalRequested,
     ArtifactRef,
     DecisionInfo,
+    Event,
     Payload,
     Policy,
+    RunState,
     StepCompleted,
     StepStarted,
     WaitCompleted,
     WaitStarted,
+    apply,
+    type_of,
 )
 from ..store.base import Completion
 from .journal import Journal
@@ -221,10 +226,12 @@ def refusal(j: Journal, aid: str, d: DecisionInfo | ApprovalDecided) -> str | No
     return j.host.trust.check(j.run_id, aid, hashes, d)
 
 
-def screen(j: Journal, p: Payload) -> Payload:
-    """A payload delivered by the inbox, checked where it is delivered: a decision that fails
-    verification becomes its refusal (:class:`~torpor.history.ApprovalRefused`); a policy
-    decision cannot be delivered as a message at all."""
+def screen(j: Journal, state: RunState, p: Payload) -> Payload:
+    """A payload delivered by the inbox, checked where it is delivered (``state``: the run as
+    the messages before it leave it): a decision that fails verification, or that the approval
+    cannot take (already decided by that person, not one of its named approvers, too late),
+    becomes its refusal (:class:`~torpor.history.ApprovalRefused`); a policy decision cannot
+    be delivered as a message at all."""
     if not isinstance(p, ApprovalDecided):
         return p
     if p.scheme == "policy":
@@ -234,6 +241,13 @@ def screen(j: Journal, p: Payload) -> Payload:
         )
     else:
         why = refusal(j, p.approval_id, p)
+    if why is None:
+        probe = state.model_copy(deep=True)
+        try:
+            apply(probe, Event(run_id=j.run_id, seq=probe.seq + 1, type=type_of(p),
+                               payload=p, at_ms=0, epoch=0))  # fmt: skip
+        except TransitionError as exc:
+            why = exc.rule
     if why is None:
         return p
     return ApprovalRefused(

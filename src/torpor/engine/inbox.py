@@ -71,7 +71,7 @@ def _trial(j: Journal, trial: RunState, m: InboxMessage) -> list[Payload]:
         detail = f"malformed: {type(bad).__name__}: {bad}".splitlines()[0]
         raise TransitionError(trial.run_id, trial.seq + 1, m.kind, detail) from bad
     # A decision is verified where it is delivered: one that fails is recorded as refused.
-    converted = [approvals.screen(j, p) for p in converted]
+    converted = [approvals.screen(j, trial, p) for p in converted]
     for p in converted:
         ev = _apply(trial, p, j.lease.epoch)
         try:
