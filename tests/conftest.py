@@ -1,10 +1,13 @@
-"""Shared fixtures: every test gets its own TORPOR_HOME (SQLite file, artifacts, signing key)."""
+"""Shared fixtures: every test gets its own TORPOR_HOME (SQLite file, artifacts, signing key)
+and its own approvers' key folder and trusted keyring (outside TORPOR_HOME) with keys for the
+people tests approve as (:data:`APPROVERS`)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,17 +16,51 @@ import pytest
 import torpor
 
 ROOT = Path(__file__).resolve().parents[1]
+# Tables printed by CLI subprocesses are read by the tests: one width everywhere (pytest-xdist
+# workers inherit COLUMNS=80, a single process none).
+os.environ["COLUMNS"] = "200"
+
+#: The people tests approve as: each test's key folder holds a key pair for each, and its
+#: keyring trusts them (made once per test process, copied into each test's folders).
+APPROVERS = ("alice", "bob", "carol")
+_KEYS: dict[str, tuple[bytes, str]] = {}
+
+
+def _approver_keys() -> dict[str, tuple[bytes, str]]:
+    """``name -> (OpenSSH private key, public key line)``, generated once per process."""
+    if not _KEYS:
+        from torpor.keys import generate
+
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in APPROVERS:
+                path, public = generate(Path(tmp), name)
+                _KEYS[name] = (path.read_bytes(), public)
+    return _KEYS
 
 
 @pytest.fixture(autouse=True)
 def torpor_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Isolate each test: its own home, database and artifacts; no inherited TORPOR_* vars."""
+    """Isolate each test: its own home, database and artifacts, its own approvers' keys
+    (``TORPOR_CONFIG_DIR``) and trusted keyring (``TORPOR_KEYRING``); no inherited TORPOR_*
+    vars."""
     for k in list(os.environ):
         if k.startswith("TORPOR_") and k != "TORPOR_TEST_DATABASE_URL":
             monkeypatch.delenv(k)
     home = tmp_path / "torpor-home"
     monkeypatch.setenv("TORPOR_HOME", str(home))
     monkeypatch.setenv("TORPOR_SIGNING_KEY", "test-signing-key")
+    config = tmp_path / "torpor-config"
+    (config / "keys").mkdir(parents=True, mode=0o700)
+    lines = []
+    for name, (private, public) in _approver_keys().items():
+        key = config / "keys" / name
+        key.write_bytes(private)
+        key.chmod(0o600)
+        (config / "keys" / f"{name}.pub").write_text(public + "\n")
+        lines.append(f"{name} {public}\n")
+    (config / "keyring").write_text("".join(lines))
+    monkeypatch.setenv("TORPOR_CONFIG_DIR", str(config))
+    monkeypatch.setenv("TORPOR_KEYRING", str(config / "keyring"))
     return home
 
 

@@ -85,8 +85,10 @@ COMMANDS = [
     "worker",
     "budget",
     "retry",
+    "keys",
     "explore",
 ]
+KEYS_COMMANDS = ["init", "add", "remove", "list"]
 
 
 @pytest.fixture
@@ -323,7 +325,11 @@ def test_help_for_every_command(flows: Path) -> None:
     registered = sorted(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
     assert registered == sorted(COMMANDS)
     # One interpreter runs the real entry point for each --help (a process each costs ~1 s).
-    invocations = [["--help"], *([c, "--help"] for c in COMMANDS)]
+    invocations = [
+        ["--help"],
+        *([c, "--help"] for c in COMMANDS),
+        *(["keys", c, "--help"] for c in KEYS_COMMANDS),
+    ]
     proc = subprocess.run(
         [sys.executable, "-c", HELP_DRIVER, json.dumps(invocations)],
         cwd=flows,

@@ -33,6 +33,7 @@ from torpor.history import (
     REOPENABLE,
     ApprovalConsumed,
     ApprovalDecided,
+    ApprovalRefused,
     ApprovalRequested,
     ApprovalRevoked,
     ArtifactCreated,
@@ -308,7 +309,7 @@ def a_approval_request(draw: Draw, m: Model) -> list[Payload]:
     aid = m.fresh("appr-")
     pool = st.sampled_from(m.hashes) | hexes if m.hashes else hexes
     hashes = draw(st.lists(pool, min_size=1, max_size=3, unique=True))
-    m.approvals[aid] = {"hashes": hashes, "status": "requested", "by": None}
+    m.approvals[aid] = {"hashes": hashes, "status": "requested", "by": None, "decided": False}
     return [ApprovalRequested(approval_id=aid, name="ship", hashes=hashes)]
 
 
@@ -321,6 +322,7 @@ def a_approval_decide(draw: Draw, m: Model) -> list[Payload]:
     a = m.approvals[aid]
     decision = draw(st.sampled_from(["approve", "deny"]))
     a["status"] = "approved" if decision == "approve" else "denied"
+    a["decided"] = True
     return [
         ApprovalDecided(
             approval_id=aid,
@@ -329,6 +331,23 @@ def a_approval_decide(draw: Draw, m: Model) -> list[Payload]:
             hashes=draw(st.permutations(a["hashes"])),
             signature="sig",
             decided_at_ms=draw(st.integers(0, 2**41)),
+        )
+    ]
+
+
+def a_approval_refuse(draw: Draw, m: Model) -> list[Payload]:
+    """A decision refused where it was delivered (nothing changes), or a recorded one
+    withdrawn (it no longer counts: the approval is requested again, unless revoked)."""
+    aid = draw(st.sampled_from(sorted(m.approvals)))
+    a = m.approvals[aid]
+    withdrawn = a["decided"] and draw(st.booleans())
+    if withdrawn:
+        a["decided"] = False
+        if a["status"] != "revoked":
+            a["status"], a["by"] = "requested", None
+    return [
+        ApprovalRefused(
+            approval_id=aid, approver="alice", reason="does not verify", withdrawn=withdrawn
         )
     ]
 
@@ -575,6 +594,8 @@ def enabled(m: Model) -> dict[str, Action]:
         acts["effect_fail"] = a_effect_fail
     if in_status(m, "requested"):
         acts["approval_decide"] = a_approval_decide
+    if m.approvals:
+        acts["approval_refuse"] = a_approval_refuse
     if in_status(m, "approved"):
         acts["approval_revoke"] = a_approval_revoke
         if m.open_steps():
@@ -699,6 +720,10 @@ def impossible(s: RunState) -> list[tuple[str, Event]]:
         ),
     )
     add("approval revoked that was never requested", ApprovalRevoked(approval_id="never", by="a"))
+    add(
+        "decision refused on an approval never requested",
+        ApprovalRefused(approval_id="never", approver="a", reason="r"),
+    )
     add(
         "approval consumed that was never requested",
         ApprovalConsumed(approval_id="never", step_id="x", hashes=["h"]),
@@ -965,6 +990,11 @@ def impossible(s: RunState) -> list[tuple[str, Event]]:
                     hashes=[*a.hashes, "d" * 64],
                     signature="s",
                 ),
+            )
+        if not a.counted():
+            add(
+                "withdrawal of a decision never counted",
+                ApprovalRefused(approval_id=aid, approver="a", reason="r", withdrawn=True),
             )
         if a.status != "approved":
             add(f"approval revoked while {a.status}", ApprovalRevoked(approval_id=aid, by="a"))

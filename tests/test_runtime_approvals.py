@@ -15,6 +15,7 @@ import pytest
 
 import runtime_kit as kit
 import torpor
+import torpor.keys
 from runtime_kit import Lab
 
 
@@ -158,6 +159,9 @@ def test_deny_blocks(runtime: torpor.Runtime, client: torpor.Client) -> None:
 def test_tampered_signature_in_the_database_is_refused(
     runtime: torpor.Runtime, client: torpor.Client, db_url: str
 ) -> None:
+    """A decision changed in the database is refused when the effect is about to rely on it:
+    recorded as refused and withdrawn, nothing pushed, and the run waits for a valid decision
+    (G6: a writer of the database can delay a run, never approve for it)."""
     runtime.run(ship, {"content": "patch v1\n", "pause": True}, run_id="tam")
     aid, _ = decide(client, "tam")
     runtime.resume("tam")  # the decision is now in the history; the run waits for "go"
@@ -180,23 +184,56 @@ def test_tampered_signature_in_the_database_is_refused(
     assert client.state("tam").approvals[aid].approver == "mallory"
     client.signal("tam", "go")
     res = runtime.resume("tam")
-    assert res.outcome == "blocked", res
-    assert "signature does not verify" in res.reason
+    assert (res.status, res.wait_kind) == ("waiting", "approval"), res
+    assert "'mallory' has no key in the keyring" in res.reason
     assert kit.ledger_entries("effect") == []
+    refused = [e.payload for e in client.events("tam") if e.type == "approval_refused"]
+    assert [(r.approver, r.withdrawn) for r in refused] == [("mallory", True)]  # type: ignore[attr-defined]
+    info = client.state("tam").approvals[aid]
+    assert (info.status, info.approver) == ("requested", None)  # never "approved by mallory"
+
+    decide(client, "tam")  # a valid decision: the run goes on and pushes once
+    res = runtime.resume("tam")
+    assert res.outcome == "succeeded", res
+    assert len(kit.ledger_entries("effect")) == 1
 
 
 def test_decision_signed_with_another_key_is_refused(
-    runtime: torpor.Runtime, client: torpor.Client, db_url: str, monkeypatch: pytest.MonkeyPatch
+    runtime: torpor.Runtime,
+    client: torpor.Client,
+    db_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """A decision signed "as alice" with a key that is not alice's in the keyring (made in
+    another key folder, trusted by another keyring) is refused where it is delivered; the run
+    keeps waiting and a valid decision then goes through."""
     runtime.run(ship, {"content": "patch v1\n"}, run_id="forge")
-    monkeypatch.setenv("TORPOR_SIGNING_KEY", "not-the-deployment-key")
-    forger = torpor.Client(db_url)
-    forger.decide("forge", None, "approve", "alice")
-    forger.close()
+    forger_dir = tmp_path / "forger-config"
+    _, public = torpor.keys.generate(forger_dir, "alice")
+    with pytest.raises(torpor.errors.DecisionRefusedError, match="is not in the keyring"):
+        # Checked against this machine's keyring before anything is sent.
+        client.decide("forge", None, "approve", "alice", key=forger_dir / "keys" / "alice")
+    assert client.inbox("forge") == []
+    (forger_dir / "keyring").write_text(f"alice {public}\n")
+    with monkeypatch.context() as env:
+        env.setenv("TORPOR_CONFIG_DIR", str(forger_dir))
+        env.setenv("TORPOR_KEYRING", str(forger_dir / "keyring"))
+        forger = torpor.Client(db_url)
+        forger.decide("forge", None, "approve", "alice")  # its own keyring trusts it
+        forger.close()
     res = runtime.resume("forge")
-    assert res.outcome == "blocked", res
-    assert "signature does not verify" in res.reason
+    assert (res.status, res.wait_kind) == ("waiting", "approval"), res
+    assert "'alice''s key SHA256:" in res.reason and "is not in the keyring" in res.reason
     assert kit.ledger_entries("effect") == []
+    [refused] = [e.payload for e in client.events("forge") if e.type == "approval_refused"]
+    assert refused.approver == "alice" and not refused.withdrawn  # type: ignore[attr-defined]
+    assert client.state("forge").approvals[next(iter(client.state("forge").approvals))].status == (
+        "requested"
+    )
+    decide(client, "forge")
+    assert runtime.resume("forge").outcome == "succeeded"
+    assert len(kit.ledger_entries("effect")) == 1
 
 
 SHIP_MODULE = """

@@ -3,6 +3,7 @@
     uv run python -m examples.repo_agent --auto-approve            # stdlib json + email copy
     uv run python -m examples.repo_agent PATH                      # your code; waits for approval
     uv run python -m examples.repo_agent --resume RUN_ID           # continue a run (after kill -9)
+    uv run python -m examples.repo_agent --resume RUN_ID --auto-approve   # ... unattended
 
 Exit status: 0 succeeded (with or without warnings), 1 another outcome, 2 waiting for
 approval, 3 an error before an outcome (the record is intact; resume once the cause is fixed),
@@ -58,7 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--auto-approve",
         action="store_true",
-        help="approve the combined patch automatically (unattended runs; recorded and signed)",
+        help="approve the combined patch automatically (unattended runs): recorded as a "
+        "policy decision of this process, not a signature; give it again with --resume",
     )
     p.add_argument(
         "--approver", default="auto-approve", help="name recorded for --auto-approve decisions"
@@ -152,7 +154,13 @@ class Progress:
         elif t == "approval_requested":
             self.line("approval", f"{p.approval_id} requested for sha256:{p.hashes[0][:16]}…")
         elif t == "approval_decided":
-            self.line("approval", f"{p.decision} by {p.approver} (signed)", "magenta")
+            how = {
+                "policy": f"policy: --auto-approve given by {p.given_by}, not a signature",
+                "hmac": "local shared key: not attributable",
+            }.get(p.scheme, f"signed, key {p.key}")
+            self.line("approval", f"{p.decision} by {p.approver} ({how})", "magenta")
+        elif t == "approval_refused":
+            self.line("approval", f"refused a decision by {p.approver}: {p.reason}", "red")
         elif t == "effect_intended":
             self.effect_steps[p.key] = p.step_id
             self.line(
@@ -254,7 +262,8 @@ def _build_input(args: argparse.Namespace, run_id: str, home: Path) -> dict[str,
         **_planner(args),
         "tests": list(args.test_module),
         "test_packages": test_packages,
-        # Recorded so that `--resume` of an unattended run stays unattended.
+        # Recorded to remind a `--resume` without the flag (the permission itself is never
+        # read back from the database: whoever can write it could approve).
         "auto_approve": args.approver if args.auto_approve else None,
     }
 
@@ -350,7 +359,13 @@ def _summary(
     return data
 
 
-def _waiting(console: Console, client: torpor.Client, run_id: str, runtime: torpor.Runtime) -> None:
+def _waiting(
+    console: Console,
+    client: torpor.Client,
+    run_id: str,
+    runtime: torpor.Runtime,
+    started_unattended: str | None = None,
+) -> None:
     for aid, hashes in client.pending_approvals(run_id).items():
         h = hashes[0]
         console.print(Text(f"\nrun {run_id} is waiting for approval {aid}", style="bold yellow"))
@@ -360,7 +375,15 @@ def _waiting(console: Console, client: torpor.Client, run_id: str, runtime: torp
         if path.exists():
             console.print(Text(f"           (or: less {path})"))
         console.print(Text(f"  approve: uv run torpor approve {run_id} --as NAME --hash {h[:12]}"))
+        console.print(Text("           (no key yet? uv run torpor keys init --as NAME)"))
         console.print(Text(f"  then:    uv run python -m examples.repo_agent --resume {run_id}"))
+        if started_unattended and not runtime.auto_approve:
+            console.print(
+                Text(
+                    "  (this run was started with --auto-approve; that permission is never read "
+                    "back from the database: resume with --auto-approve to approve it unattended)"
+                )
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -380,9 +403,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume:
             run_id = args.resume
             cfg = client.state(run_id).input
-            if not args.auto_approve and cfg.get("auto_approve"):
-                args.auto_approve, args.approver = True, cfg["auto_approve"]
-                runtime.auto_approve = args.approver
         else:
             run_id = args.run_id or uuid.uuid4().hex[:12]
             run_id = runtime.start(
@@ -392,10 +412,6 @@ def main(argv: list[str] | None = None) -> int:
         rec = client.get(run_id)
         if rec.workflow != WORKFLOW:
             raise torpor.TorporError(f"run {run_id!r} is a {rec.workflow} run, not {WORKFLOW}")
-        if args.auto_approve:
-            pending = client.pending_approvals(run_id)
-            for aid in pending:
-                client.decide(run_id, aid, "approve", args.approver, comment="--auto-approve")
         server = smtp.ensure_server(Workspace(cfg["workdir"]).maildir)
         src = cfg["source"]
         what = (
@@ -416,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(Text(f"  store:   {settings.database_url}"))
         res = runtime.resume(run_id)
         if res.status == torpor.RunStatus.WAITING.value and not args.json:
-            _waiting(console, client, run_id, runtime)
+            _waiting(console, client, run_id, runtime, started_unattended=cfg.get("auto_approve"))
         data = _summary(console, client, res, t0, args.json)
         if res.status == torpor.RunStatus.WAITING.value:
             return EXIT_WAITING
@@ -425,7 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(
             "interrupted; the record is intact. Continue with: "
-            f"uv run python -m examples.repo_agent --resume {locals().get('run_id', 'RUN_ID')}\n"
+            f"uv run python -m examples.repo_agent --resume {locals().get('run_id', 'RUN_ID')}"
+            + (" --auto-approve" if args.auto_approve else "")
+            + "\n"
         )
         return 130
     except torpor.TorporError as exc:

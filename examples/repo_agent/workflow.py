@@ -15,7 +15,7 @@ modernize:<path>    compute    one file's patch (artifact ``patch/<path>``, text
 patch/combined      artifact   every patch, concatenated: what the approval binds
 materialize         read       ``tree/`` = pristine + the combined patch, hashes checked
 verify:*            read       evidence for the criteria compiles / lint_clean / tests_pass
-approval:publish@…  decision   a person's (or --auto-approve's) signed approval of the patch
+approval:publish@…  decision   a person's signed approval (or --auto-approve's policy decision)
 commit              compute    deterministic commits in a private git dir (trailer = key)
 push                effect     git push to the remote; reconciled by the key's trailer
 email               effect     SMTP notification; reconciled by the key's Message-ID

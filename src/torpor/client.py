@@ -10,12 +10,13 @@ requested, revoking one already consumed).
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
-from . import serde, signing
+from . import serde
 from .artifacts import ArtifactStore
 from .config import Settings
-from .errors import ArtifactNotFoundError, InboxError, RunFinishedError
+from .errors import ArtifactNotFoundError, DecisionRefusedError, InboxError, RunFinishedError
 from .history import (
     REOPENABLE,
     ArtifactRef,
@@ -35,7 +36,8 @@ from .store.base import InboxMessage, RunRecord
 
 
 class Client:
-    """Inspect and steer runs with only the store URL (and the signing key for decisions)."""
+    """Inspect and steer runs with only the store URL (and, to decide approvals, the
+    approver's own key: :meth:`decide`)."""
 
     def __init__(self, store: SQLStore | str | None = None, *, settings: Settings | None = None):
         self.settings = settings or Settings.from_env(store if isinstance(store, str) else None)
@@ -157,11 +159,25 @@ class Client:
         *,
         expect_hash: str | None = None,
         comment: str = "",
+        delegate: str | None = None,
+        key: str | Path | None = None,
+        agent: bool = False,
     ) -> tuple[str, list[str]]:
-        """Approve or deny. Returns ``(approval_id, hashes)`` decided on.
+        """Approve or deny, signed by ``approver``'s own key (G6). Returns ``(approval_id,
+        hashes)`` decided on.
 
         ``approval_id`` may be omitted when exactly one approval is pending. ``expect_hash``
         (a prefix of one bound sha256) guards against deciding on content you did not review.
+        The decision's canonical bytes (:mod:`torpor.signing`) are signed with Ed25519 by the
+        private key ``key`` (a path), by ``ssh-agent`` (``agent``), or by the key
+        ``torpor keys init --as NAME`` made (``$TORPOR_CONFIG_DIR/keys/NAME``), where NAME is
+        ``approver`` or — for a console signing for a person it authenticated — ``delegate``.
+        KeyringError when there is no such key (naming the command that makes one); in the
+        ``hmac-local`` mode, the shared key signs instead (not attributable).
+
+        The decision is checked against this machine's keyring before it is sent: one that
+        would be refused raises DecisionRefusedError with the reason and is not sent (with no
+        local keyring, the run's workers are the ones to check it).
         """
         if decision not in ("approve", "deny"):
             raise InboxError(f"decision must be approve or deny, not {decision!r}")
@@ -179,29 +195,97 @@ class Client:
             raise InboxError(f"run {run_id!r} has no approval {approval_id!r}")
         if info.status != "requested":
             raise InboxError(f"approval {approval_id!r} is already {info.status}")
+        if info.approvers and approver not in info.approvers:
+            raise InboxError(
+                f"approval {approval_id!r} is decided by {', '.join(info.approvers)}, "
+                f"not {approver!r}"
+            )
+        if any(d.approver == approver for d in info.decisions):
+            raise InboxError(f"{approver!r} already decided on approval {approval_id!r}")
         if expect_hash and not any(h.startswith(expect_hash) for h in info.hashes):
             raise InboxError(
                 f"approval {approval_id!r} binds {info.hashes}, not the content "
                 f"{expect_hash!r} you reviewed; review it again"
             )
-        at = self.store.now_ms()
-        body = signing.decision_body(run_id, approval_id, decision, approver, info.hashes, at)
-        sig = signing.sign(self.settings.signing_key(), body)
+        body = self._signed(
+            run_id, approval_id, decision, approver, info.hashes, comment, delegate, key, agent
+        )
+        signer = delegate or approver
         self.store.post_inbox(
             run_id,
             "decision",
-            {
-                "approval_id": approval_id,
-                "decision": decision,
-                "approver": approver,
-                "hashes": sorted(info.hashes),
-                "signature": sig,
-                "comment": comment,
-                "decided_at_ms": at,
-            },
-            message_id=f"decision:{run_id}:{approval_id}",
+            body,
+            message_id=f"decision:{run_id}:{approval_id}:{signer}:{uuid.uuid4().hex[:12]}",
         )
         return approval_id, list(info.hashes)
+
+    def _signed(
+        self,
+        run_id: str,
+        approval_id: str,
+        decision: str,
+        approver: str,
+        hashes: list[str],
+        comment: str,
+        delegate: str | None,
+        key: str | Path | None,
+        agent: bool,
+    ) -> dict[str, Any]:
+        """The decision's message body, signed (and checked against the local keyring)."""
+        from . import keys, signing
+        from .history import ApprovalDecided
+
+        at = self.store.now_ms()
+        body: dict[str, Any] = {
+            "approval_id": approval_id,
+            "decision": decision,
+            "approver": approver,
+            "hashes": sorted(hashes),
+            "comment": comment,
+            "decided_at_ms": at,
+        }
+        hmac_key = self.settings.hmac_key()
+        if hmac_key is not None and key is None and not agent and not delegate:
+            data = signing.hmac_bytes(run_id, approval_id, decision, approver, hashes, at)
+            return {**body, "scheme": "hmac", "signature": signing.hmac_sign(hmac_key, data)}
+        ring_path = self.settings.keyring_path()
+        ring = keys.Keyring.load(ring_path)
+        signer = keys.signer_for(
+            self.settings.config_dir(),
+            ring,
+            delegate or approver,
+            key=Path(key) if key is not None else None,
+            agent=agent,
+        )
+        fp = signing.fingerprint(signer.blob)
+        data = signing.decision_bytes(
+            run_id,
+            approval_id,
+            decision,
+            approver,
+            hashes,
+            at,
+            delegate=delegate or "",
+            key=fp,
+            comment=comment,
+        )
+        body.update(
+            scheme="ed25519",
+            key=fp,
+            delegate=delegate or "",
+            signature=signing.encode_signature(signer.sign(data)),
+        )
+        if ring.exists:
+            why = keys.Trust(ring_path).check(
+                run_id, approval_id, hashes, ApprovalDecided.model_validate(body)
+            )
+            if why is not None:
+                raise DecisionRefusedError(
+                    f"run {run_id!r} approval {approval_id!r}: the decision is refused, nothing "
+                    f"was sent: {why}",
+                    reason=why,
+                )
+        return body
 
     def revoke(self, run_id: str, approval_id: str, by: str, reason: str = "") -> list[str]:
         """Revoke an approval not yet consumed: the effect it authorized will not happen.

@@ -4,8 +4,22 @@
   signing key.
 - ``TORPOR_DATABASE_URL`` (default ``sqlite:///$TORPOR_HOME/torpor.db``).
 - ``TORPOR_ARTIFACTS_URL`` (default ``$TORPOR_HOME/artifacts``; any fsspec URL).
-- ``TORPOR_SIGNING_KEY``: hex or text key for signing approval decisions (HMAC-SHA256); without
-  it a random key is created once in ``$TORPOR_HOME/signing.key`` (mode 0600).
+- ``TORPOR_SIGNING_KEY``: the local shared key (text) for keyed hashes of secret values (G12)
+  and, only in the local single-user approval mode, for HMAC decisions; without it a random key
+  is created once in ``$TORPOR_HOME/signing.key`` (mode 0600).
+
+Approvals (G6; :mod:`torpor.keys`) — never read from the database nor from ``TORPOR_HOME``:
+
+- ``TORPOR_CONFIG_DIR`` (default ``$XDG_CONFIG_HOME/torpor``, else ``~/.config/torpor``): the
+  user's own folder; ``keys/NAME`` holds the private key ``torpor keys init --as NAME`` made.
+- ``TORPOR_KEYRING``: the trusted keyring file (the public keys allowed to sign decisions).
+  Without it: ``$TORPOR_CONFIG_DIR/keyring`` when it exists, else the system-wide
+  :data:`SYSTEM_KEYRING` when it exists, else ``$TORPOR_CONFIG_DIR/keyring`` (created by
+  ``torpor keys init``/``add``). A keyring or key folder under ``TORPOR_HOME`` is refused
+  (:class:`~torpor.errors.KeyringError`): whoever can write that folder must not be trusted.
+- ``TORPOR_APPROVALS``: ``keys`` (default: decisions signed per person) or ``hmac-local``
+  (also accept decisions made with the shared key above — one local user, not attributable;
+  the key must be at least 32 bytes).
 """
 
 from __future__ import annotations
@@ -15,9 +29,29 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import ConfigError, KeyringError
+
+#: The system-wide keyring, read when neither ``TORPOR_KEYRING`` nor a user keyring exists.
+SYSTEM_KEYRING = Path("/etc/torpor/keyring")
+
+#: The approval modes ``TORPOR_APPROVALS`` may name.
+APPROVAL_MODES = ("keys", "hmac-local")
+
 
 def _home() -> Path:
     return Path(os.environ.get("TORPOR_HOME", ".torpor"))
+
+
+def _outside(home: Path, path: Path, what: str, variable: str) -> Path:
+    """``path`` if it is not under ``home`` (KeyringError naming both otherwise)."""
+    resolved = path.expanduser().resolve()
+    if resolved.is_relative_to(home.expanduser().resolve()):
+        raise KeyringError(
+            f"{what} {path} is inside TORPOR_HOME ({home}); whoever can write that folder "
+            f"could make themselves an approver, so torpor refuses it: set {variable} to a "
+            "path outside it"
+        )
+    return resolved
 
 
 @dataclass(frozen=True)
@@ -37,8 +71,58 @@ class Settings:
         art = artifacts_url or os.environ.get("TORPOR_ARTIFACTS_URL") or str(home / "artifacts")
         return cls(database_url=db, artifacts_url=art, home=home)
 
+    def config_dir(self) -> Path:
+        """The user's own torpor folder (private keys under ``keys/``); never under
+        ``TORPOR_HOME`` (KeyringError)."""
+        env = os.environ.get("TORPOR_CONFIG_DIR")
+        if env:
+            path = Path(env)
+        else:
+            xdg = os.environ.get("XDG_CONFIG_HOME")
+            path = (Path(xdg) if xdg else Path.home() / ".config") / "torpor"
+        return _outside(self.home, path, "the key folder", "TORPOR_CONFIG_DIR")
+
+    def keyring_path(self) -> Path:
+        """The trusted keyring file (see the module docstring for the order); never under
+        ``TORPOR_HOME`` (KeyringError). The file need not exist yet."""
+        env = os.environ.get("TORPOR_KEYRING")
+        if env:
+            return _outside(self.home, Path(env), "the keyring", "TORPOR_KEYRING")
+        user = self.config_dir() / "keyring"
+        if not user.exists() and SYSTEM_KEYRING.exists():
+            return _outside(self.home, SYSTEM_KEYRING, "the keyring", "TORPOR_KEYRING")
+        return user
+
+    def approval_mode(self) -> str:
+        """``keys`` or ``hmac-local`` (``TORPOR_APPROVALS``; ConfigError for another value)."""
+        mode = os.environ.get("TORPOR_APPROVALS", "keys").strip() or "keys"
+        if mode not in APPROVAL_MODES:
+            raise ConfigError(
+                f"TORPOR_APPROVALS={mode!r}: expected one of {', '.join(APPROVAL_MODES)}"
+            )
+        return mode
+
+    def hmac_key(self) -> bytes | None:
+        """The shared key HMAC decisions are made and checked with, in the ``hmac-local``
+        mode only (None otherwise); ConfigError if it is shorter than 32 bytes."""
+        if self.approval_mode() != "hmac-local":
+            return None
+        key = self.signing_key()
+        if len(key) < 32:
+            source = (
+                "TORPOR_SIGNING_KEY"
+                if os.environ.get("TORPOR_SIGNING_KEY")
+                else (str(self.home / "signing.key"))
+            )
+            raise ConfigError(
+                f"TORPOR_APPROVALS=hmac-local needs a shared key of at least 32 bytes; "
+                f"the one in {source} has {len(key)}"
+            )
+        return key
+
     def signing_key(self) -> bytes:
-        """The approval signing key (see module docstring)."""
+        """The local shared key (see module docstring): keyed hashes of secret values, and
+        HMAC decisions in the ``hmac-local`` mode."""
         env = os.environ.get("TORPOR_SIGNING_KEY")
         if env:
             return env.encode()

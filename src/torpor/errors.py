@@ -12,6 +12,7 @@ involved are attributes (after procrastinate's and httpx's exception modules).
 
     TorporError
     ├── ConfigError                   bad URL, bad setting, bad run id
+    │   └── KeyringError              a key or the keyring: missing, malformed, misplaced
     ├── BadInputError                 malformed input given to the CLI (usage)
     ├── StoreError                    the store refused or failed
     │   ├── SchemaVersionError        database written by a newer torpor
@@ -36,6 +37,7 @@ involved are attributes (after procrastinate's and httpx's exception modules).
     ├── ApprovalError
     │   ├── ApprovalDeniedError
     │   └── ApprovalInvalidError      revoked, changed content, bad signature
+    │       └── DecisionRefusedError  a decision that fails verification where delivered
     ├── RunFinishedError              the run already has an outcome
     ├── InboxError                    a signal/decision the run cannot accept
     ├── ArtifactNotFoundError         no artifact matches a name or hash
@@ -75,6 +77,12 @@ class TorporError(Exception):
 
 class ConfigError(TorporError):
     """A configuration value (URL, setting, run id) is invalid."""
+
+
+class KeyringError(ConfigError):
+    """An approver's key pair or the trusted keyring is missing, malformed, of a kind torpor
+    does not accept, or in a place torpor refuses (under ``TORPOR_HOME``). The message names
+    the file and, for a missing key, the command that creates it."""
 
 
 class BadInputError(TorporError):
@@ -216,6 +224,16 @@ class ApprovalDeniedError(ApprovalError):
 
 class ApprovalInvalidError(ApprovalError):
     """The approval was revoked, its content changed, or its signature does not verify."""
+
+
+class DecisionRefusedError(ApprovalInvalidError):
+    """A decision fails verification against the trusted keyring (unknown or removed key, a
+    signature that does not match what was decided, a signer not allowed to sign for that
+    person); ``reason`` says which. Nothing was delivered."""
+
+    def __init__(self, message: str, *, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason or message
 
 
 class RunFinishedError(TorporError):

@@ -217,14 +217,29 @@ class Run:
         *,
         summary: str = "",
         timeout: timedelta | None = None,
+        approvers: Sequence[str] = (),
+        required: int = 1,
     ) -> Approval:
         """Ask a person to approve exactly this content; wait durably for the decision.
 
         The approval id is ``<name>@<hash of the content hashes>``: different content is a
         different approval. Returns an :class:`~torpor.Approval` to pass to :meth:`effect`.
+        Decisions are signed by each approver's own key and verified against the trusted
+        keyring (:mod:`torpor.keys`); one that does not verify is recorded as refused and the
+        run keeps waiting. ``approvers`` (names in the keyring): only they may decide, and
+        ``required`` distinct ones of them must approve (N-of-M; ConfigError unless
+        ``1 <= required <= len(approvers)``); any one of them denying denies.
         Raises ApprovalDeniedError when denied (or when ``timeout`` passes first).
         """
-        return approvals.request(self.journal, name, artifacts, summary=summary, timeout=timeout)
+        return approvals.request(
+            self.journal,
+            name,
+            artifacts,
+            summary=summary,
+            timeout=timeout,
+            approvers=approvers,
+            required=required,
+        )
 
     def artifact(
         self, name: str, data: bytes | str, *, media_type: str = "application/octet-stream"

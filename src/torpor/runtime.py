@@ -19,7 +19,6 @@ from typing import Any
 from . import serde
 from .artifacts import ArtifactStore
 from .config import Settings
-from .engine.approvals import signed_decision
 from .engine.execution import Execution, RunResult
 from .errors import (
     ConfigError,
@@ -28,7 +27,8 @@ from .errors import (
     PayloadError,
     VersionMismatchError,
 )
-from .history import ApprovalDecided, Event, RunStarted, RunStatus
+from .history import Event, RunStarted, RunStatus
+from .keys import Trust
 from .owners import new_owner_id
 from .run import Run
 from .store import SQLStore, open_store
@@ -73,8 +73,12 @@ class Runtime:
 
     ``lease_ttl_s``: lease lifetime in seconds; ``heartbeat_s`` (default a third of it) must be
     at most a third of the ttl (ConfigError otherwise): two late renewals do not lose the lease.
-    ``auto_approve``: approver name to grant approvals automatically (recorded, signed and
-    attributed like any decision). ``on_event``: called with each appended event (progress).
+    ``auto_approve``: grant every approval of the runs this runtime executes by policy,
+    recorded under this approver name as "approved by the start flag of run X, given by
+    user@host" — not a signature; only a runtime with the flag honours such a decision.
+    Signed decisions are verified against the trusted keyring (:mod:`torpor.keys`; KeyringError
+    if it is configured under ``TORPOR_HOME``, ConfigError for an HMAC key under 32 bytes in
+    the ``hmac-local`` mode). ``on_event``: called with each appended event (progress).
     """
 
     def __init__(
@@ -122,6 +126,7 @@ class Runtime:
         self.stopping = threading.Event()
         self.on_event = on_event
         self.signing_key = self.settings.signing_key()
+        self.trust = Trust(self.settings.keyring_path(), self.settings.hmac_key())
 
     def close(self) -> None:
         self.store.close()
@@ -256,23 +261,6 @@ class Runtime:
                 due_s = max(0.0, (rec.wake_at_ms - self.store.now_ms()) / 1000)
                 # A fake clock jumps to the deadline; the real one is polled for early wakes.
                 self.sleep(due_s if self.fake_clock else min(poll_s, due_s))
-
-    # ------------------------------------------------------------ decisions
-
-    def decide(
-        self,
-        run_id: str,
-        approval_id: str,
-        decision: str,
-        approver: str,
-        hashes: list[str],
-        comment: str = "",
-    ) -> ApprovalDecided:
-        """A signed decision payload (G6)."""
-        return signed_decision(
-            self.signing_key, run_id, approval_id, decision, approver, hashes,
-            self.store.now_ms(), comment,
-        )  # fmt: skip
 
 
 __all__ = ["RunResult", "Runtime"]

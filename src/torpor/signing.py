@@ -1,25 +1,91 @@
-"""Signed approval decisions (DESIGN.md G6): HMAC-SHA256 (RFC 2104) over the canonical JSON of
-what was decided — run, approval, decision, approver, the exact content hashes and the time."""
+"""What an approval decision signs, and the signature checks (DESIGN.md G6).
+
+**Canonical bytes (version 1)** of a decision — what an approver's Ed25519 key signs — are the
+ASCII bytes of::
+
+    torpor-approval-decision-v1\\n{JSON}
+
+where ``{JSON}`` is one JSON object with exactly these members, keys sorted, no whitespace
+(``separators=(",", ":")``), non-ASCII characters escaped (``ensure_ascii``):
+
+- ``run_id``, ``approval_id`` (strings): which run and which approval request;
+- ``hashes``: the sorted list of the sha256 hex digests of the content decided on;
+- ``decision``: ``"approve"`` or ``"deny"``;
+- ``approver``: the person the decision is from;
+- ``delegate``: the delegate key's name when a delegate (e.g. a web console) signed for that
+  person, else ``""``;
+- ``key``: the signing key's fingerprint (``SHA256:`` + unpadded base64 of the sha256 of its
+  OpenSSH wire-format public key, as ``ssh-keygen -l`` prints it);
+- ``decided_at_ms``: when, in milliseconds since the Unix epoch (the store's clock);
+- ``comment``: the note recorded with the decision.
+
+The signature is Ed25519 (RFC 8032, "pure" Ed25519 over those bytes; 64 bytes), stored in
+standard base64. Keys are OpenSSH ``ssh-ed25519`` keys (RFC 8709 wire format), so an existing
+``~/.ssh/id_ed25519`` or ``ssh-agent`` can sign. The ``cryptography`` package does the
+cryptography; it is imported only here, on first use.
+
+The local single-user mode (``TORPOR_APPROVALS=hmac-local``) signs the earlier body — the
+canonical JSON of ``run_id, approval_id, decision, approver, hashes, decided_at_ms`` without a
+prefix — with HMAC-SHA256 (RFC 2104) under one shared key, so decisions recorded before keys
+per person still verify in that mode. A shared key proves nothing about who decided: such
+decisions are labelled "not attributable".
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
+import json
+from collections.abc import Sequence
 from typing import Any
 
-from . import serde
+#: Prefix of version 1 of the canonical bytes (domain separation: these bytes are never valid
+#: as anything else a key might sign).
+DOMAIN = b"torpor-approval-decision-v1\n"
+
+#: Shortest HMAC key accepted in the local single-user mode, in bytes (HMAC-SHA256's output).
+MIN_HMAC_KEY_BYTES = 32
 
 
-def decision_body(
+def decision_bytes(
     run_id: str,
     approval_id: str,
     decision: str,
     approver: str,
-    hashes: list[str],
+    hashes: Sequence[str],
     decided_at_ms: int,
-) -> dict[str, Any]:
-    """The signed fields of a decision."""
-    return {
+    *,
+    delegate: str = "",
+    key: str = "",
+    comment: str = "",
+) -> bytes:
+    """The canonical bytes (version 1, see the module docstring) an Ed25519 key signs."""
+    body = {
+        "run_id": run_id,
+        "approval_id": approval_id,
+        "hashes": sorted(hashes),
+        "decision": decision,
+        "approver": approver,
+        "delegate": delegate,
+        "key": key,
+        "decided_at_ms": int(decided_at_ms),
+        "comment": comment,
+    }
+    return DOMAIN + json.dumps(body, sort_keys=True, separators=(",", ":")).encode("ascii")
+
+
+def hmac_bytes(
+    run_id: str,
+    approval_id: str,
+    decision: str,
+    approver: str,
+    hashes: Sequence[str],
+    decided_at_ms: int,
+) -> bytes:
+    """The bytes an HMAC decision signs (the body signed before keys per person)."""
+    body: dict[str, Any] = {
         "run_id": run_id,
         "approval_id": approval_id,
         "decision": decision,
@@ -27,13 +93,54 @@ def decision_body(
         "hashes": sorted(hashes),
         "decided_at_ms": decided_at_ms,
     }
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode()
 
 
-def sign(key: bytes, body: dict[str, Any]) -> str:
-    """Hex HMAC-SHA256 of the canonical JSON of ``body``."""
-    return hmac.new(key, serde.dumps(body).encode(), hashlib.sha256).hexdigest()
+def hmac_sign(key: bytes, data: bytes) -> str:
+    """Hex HMAC-SHA256 (RFC 2104) of ``data``."""
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
 
 
-def verify(key: bytes, body: dict[str, Any], signature: str) -> bool:
-    """Constant-time check of a signature."""
-    return hmac.compare_digest(sign(key, body), signature)
+def hmac_verify(key: bytes, data: bytes, signature: str) -> bool:
+    """Constant-time check of an HMAC-SHA256 hex signature."""
+    return hmac.compare_digest(hmac_sign(key, data), signature)
+
+
+def fingerprint(blob: bytes) -> str:
+    """The OpenSSH fingerprint of a public key in wire format: ``SHA256:`` + unpadded base64
+    of its sha256 (what ``ssh-keygen -l`` prints)."""
+    digest = hashlib.sha256(blob).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def public_line(blob: bytes) -> str:
+    """``ssh-ed25519 BASE64``: the OpenSSH text form of a public key in wire format."""
+    return "ssh-ed25519 " + base64.b64encode(blob).decode()
+
+
+def encode_signature(raw: bytes) -> str:
+    """A 64-byte Ed25519 signature as stored in a decision (standard base64)."""
+    return base64.b64encode(raw).decode()
+
+
+def ed25519_verify(blob: bytes, data: bytes, signature: str) -> bool:
+    """Whether ``signature`` (base64 of 64 bytes) is the Ed25519 signature (RFC 8032) of
+    ``data`` by the public key ``blob`` (OpenSSH wire format). A malformed signature or key is
+    False, never an exception."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from cryptography.hazmat.primitives.serialization import load_ssh_public_key
+
+    try:
+        raw = base64.b64decode(signature.encode("ascii"), validate=True)
+        public = load_ssh_public_key(public_line(blob).encode())
+    except (ValueError, binascii.Error, UnicodeEncodeError):
+        return False
+    if not isinstance(public, Ed25519PublicKey) or len(raw) != 64:
+        return False
+    try:
+        public.verify(raw, data)
+    except InvalidSignature:
+        return False
+    return True

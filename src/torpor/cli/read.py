@@ -10,9 +10,10 @@ from rich.text import Text
 from ..history import Outcome, RunStatus
 from ..owners import owner_is_dead
 from ..store.base import RunRecord
+from .approvals import approval_lines, trust_here
 from .context import open_client
 from .render import add_row, console, emit_json, fields, heading, new_table, relative, short, when
-from .root import JsonFlag, RunId
+from .root import JsonFlag, RunId, options
 
 
 def list_runs(
@@ -266,24 +267,14 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
     if state.approvals:
         heading(out, "Approvals")
         decided = {m.body.get("approval_id") for m in inbox if m.kind == "decision"}
+        trust = trust_here(options(ctx).settings())
         for aid, info in state.approvals.items():
-            line = f"{aid}  {info.status}"
-            if info.approver:
-                line += f" by {info.approver} at {when(info.decided_at_ms)}"
+            for text, style in approval_lines(
+                run_id, aid, info, trust, pending_here=aid in pending and aid not in decided
+            ):
+                out.print(Text(text, style=style))
             if aid in decided and info.status == "requested":
-                line += " (a decision is in the inbox; it applies on resume)"
-            out.print(Text(line, style="bold" if aid in pending else ""))
-            for h in info.hashes:
-                out.print(Text(f"  sha256:{h}"))
-            if aid in pending and aid not in decided:
-                out.print(
-                    Text(
-                        f"  decide: torpor approve {run_id} {aid} --as NAME "
-                        f"--hash {info.hashes[0][:12]}"
-                        f"   (or: torpor deny {run_id} {aid} --as NAME)",
-                        style="cyan",
-                    )
-                )
+                out.print(Text("  a decision is in the inbox; it is checked when the run resumes"))
 
     if inbox:
         heading(out, "Inbox (applied when the run resumes)")

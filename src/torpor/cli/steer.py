@@ -6,6 +6,7 @@ raise its budget (``budget``). Each records its decision; the run applies it whe
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -28,13 +29,25 @@ def _decide(
     expect_hash: str | None,
     comment: str,
     json_out: bool,
+    signing: tuple[Path | None, bool, str | None] = (None, False, None),
 ) -> None:
     prefix = expect_hash.strip().lower().removeprefix("sha256:") if expect_hash else None
     if expect_hash is not None and not prefix:
         raise BadInputError("--hash needs a prefix of the sha256 you reviewed")
+    key, agent, delegate = signing
+    if key is not None and agent:
+        raise BadInputError("give --key PATH or --agent, not both")
     with open_client(ctx) as client:
         aid, hashes = client.decide(
-            run_id, approval_id, decision, approver, expect_hash=prefix, comment=comment
+            run_id,
+            approval_id,
+            decision,
+            approver,
+            expect_hash=prefix,
+            comment=comment,
+            delegate=delegate,
+            key=key,
+            agent=agent,
         )
         resume = resume_command(client, run_id)
     verb = "approved" if decision == "approve" else "denied"
@@ -45,12 +58,14 @@ def _decide(
                 "approval_id": aid,
                 "decision": decision,
                 "approver": approver,
+                "delegate": delegate,
                 "hashes": hashes,
             }
         )
         return
     out = console()
-    out.print(Text(f"{verb} {aid} of run {run_id} as {approver}; the decision binds:"))
+    via = f" (signed by delegate {delegate})" if delegate else ""
+    out.print(Text(f"{verb} {aid} of run {run_id} as {approver}{via}; the decision binds:"))
     for h in hashes:
         out.print(Text(f"  sha256:{h}"))
     out.print(Text(f"it applies when the run resumes: {resume}", style="cyan"))
@@ -74,6 +89,27 @@ ApprovalIdOpt = Annotated[
         show_default=False,
     ),
 ]
+KeyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--key",
+        metavar="PATH",
+        help="Sign with this Ed25519 private key (OpenSSH or PEM) instead of the one "
+        "`torpor keys init --as NAME` made.",
+    ),
+]
+AgentOpt = Annotated[
+    bool, typer.Option("--agent", help="Sign with your key held by ssh-agent ($SSH_AUTH_SOCK).")
+]
+DelegateOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--delegate",
+        metavar="NAME",
+        help="Sign as delegate NAME for the person --as names (a console that authenticated "
+        "them; the keyring must allow it).",
+    ),
+]
 
 
 def approve(
@@ -83,13 +119,27 @@ def approve(
     approval_id: ApprovalIdOpt = None,
     expect_hash: HashOpt = None,
     comment: CommentOpt = "",
+    key: KeyOpt = None,
+    agent: AgentOpt = False,
+    delegate: DelegateOpt = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Approve exactly the content an approval binds; prints the sha256 hashes approved.
+    """Approve exactly the content an approval binds, signed with your own key; prints the
+    sha256 hashes approved. No key yet? `torpor keys init --as NAME`.
 
     Example: torpor approve deploy-42 --as alice --hash 3f2a9c
     """
-    _decide(ctx, "approve", run_id, approval_id, approver, expect_hash, comment, json_out)
+    _decide(
+        ctx,
+        "approve",
+        run_id,
+        approval_id,
+        approver,
+        expect_hash,
+        comment,
+        json_out,
+        (key, agent, delegate),
+    )
 
 
 def deny(
@@ -99,13 +149,27 @@ def deny(
     approval_id: ApprovalIdOpt = None,
     expect_hash: HashOpt = None,
     comment: CommentOpt = "",
+    key: KeyOpt = None,
+    agent: AgentOpt = False,
+    delegate: DelegateOpt = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Deny an approval (prints the sha256 hashes denied); the run ends blocked on resume.
+    """Deny an approval, signed with your own key (prints the sha256 hashes denied); the run
+    ends blocked on resume.
 
     Example: torpor deny deploy-42 --as alice --comment "touches prod config"
     """
-    _decide(ctx, "deny", run_id, approval_id, approver, expect_hash, comment, json_out)
+    _decide(
+        ctx,
+        "deny",
+        run_id,
+        approval_id,
+        approver,
+        expect_hash,
+        comment,
+        json_out,
+        (key, agent, delegate),
+    )
 
 
 def revoke(

@@ -1,34 +1,60 @@
 """Approvals (DESIGN.md G6): a person's decision bound to the exact content decided on.
 
-:func:`request` asks for a decision on a set of content hashes and waits durably for it (a
-``decision`` step, a wait of kind ``approval``); :func:`covering` and :func:`verify` are what an
-effect checks before it consumes an approval (:mod:`.effects`): the approval covers the content
-the effect acts on, is approved and unconsumed, and its decision's signature verifies. A
-decision is built by :func:`signed_decision`, the one place a decision is signed.
+:func:`request` asks for a decision on a set of content hashes — optionally by named people,
+``required`` of them (N-of-M) — and waits durably for it (a ``decision`` step, a wait of kind
+``approval``); :func:`covering` and :func:`verify` are what an effect checks before it consumes
+an approval (:mod:`.effects`): the approval covers the content the effect acts on, is approved
+and unconsumed, and its decisions verify.
+
+A decision is checked where it is delivered (:func:`screen`, as the inbox moves it into the
+history), when the decision step completes, and again before an effect relies on it
+(:func:`verify`, :func:`still_consumed`): a signed decision against the trusted keyring
+(:class:`torpor.keys.Trust`: a key removed since is refused), a policy decision only in a
+process started with ``--auto-approve``. A decision that fails is recorded as refused
+(``approval_refused``; when it had been counted, it is withdrawn) and the run keeps waiting for a
+valid one: a writer of the database can delay a run, never approve for it.
 """
 
 from __future__ import annotations
 
+import getpass
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from .. import faults, serde, signing
-from ..errors import ApprovalDeniedError, ApprovalInvalidError, Suspended, TorporError
+from .. import faults, serde
+from ..errors import (
+    ApprovalDeniedError,
+    ApprovalInvalidError,
+    ConfigError,
+    Suspended,
+    TorporError,
+    TransitionError,
+)
 from ..history import (
     ApprovalConsumed,
     ApprovalDecided,
+    ApprovalRefused,
     ApprovalRequested,
     ArtifactRef,
+    DecisionInfo,
+    Event,
     Payload,
     Policy,
+    RunState,
     StepCompleted,
     StepStarted,
     WaitCompleted,
     WaitStarted,
+    apply,
+    type_of,
 )
 from ..store.base import Completion
 from .journal import Journal
+
+#: Longest claimed approver name kept in a refusal record (a forged message may carry more).
+MAX_CLAIM_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -41,26 +67,28 @@ class Approval:
     approver: str
 
 
-def signed_decision(
-    key: bytes,
-    run_id: str,
-    approval_id: str,
-    decision: str,
-    approver: str,
-    hashes: Sequence[str],
-    at_ms: int,
-    comment: str = "",
-) -> ApprovalDecided:
-    """A decision on ``hashes``, signed over what was decided (:mod:`torpor.signing`)."""
-    body = signing.decision_body(run_id, approval_id, decision, approver, list(hashes), at_ms)
+def given_by() -> str:
+    """``user@host`` of this process: who gave an ``--auto-approve`` flag."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown-user"
+    return f"{user}@{socket.gethostname()}"
+
+
+def policy_decision(j: Journal, aid: str, hashes: Sequence[str]) -> ApprovalDecided:
+    """The decision of this process's ``--auto-approve`` flag: recorded, not signed."""
+    who = given_by()
     return ApprovalDecided(
-        approval_id=approval_id,
-        decision=decision,
-        approver=approver,
+        approval_id=aid,
+        decision="approve",
+        approver=j.host.auto_approve or "auto-approve",
         hashes=sorted(hashes),
-        signature=signing.sign(key, body),
-        comment=comment,
-        decided_at_ms=at_ms,
+        signature="",
+        scheme="policy",
+        given_by=who,
+        comment=f"approved by the start flag (--auto-approve) of run {j.run_id}, given by {who}",
+        decided_at_ms=j.now_ms(),
     )
 
 
@@ -76,6 +104,8 @@ def request(
     *,
     summary: str = "",
     timeout: timedelta | None = None,
+    approvers: Sequence[str] = (),
+    required: int = 1,
 ) -> Approval:
     """Ask a person to approve exactly this content; wait durably for the decision (see
     :meth:`torpor.Run.approval`). The approval id is ``<name>@<hash of the content hashes>``:
@@ -83,13 +113,29 @@ def request(
     hashes = hashes_of(artifacts)
     if not hashes:
         raise TorporError(f"run {j.run_id!r}: approval {name!r} binds no content")
+    people = list(approvers)
+    if required < 1 or (people and required > len(people)) or len(set(people)) != len(people):
+        raise ConfigError(
+            f"run {j.run_id!r}: approval {name!r} requires {required} of "
+            f"{len(people) or 'any'} approvers {people or ''}: need 1 <= required <= the "
+            "number of distinct approvers named"
+        )
     aid = f"{name}@{serde.sha256_hex(','.join(hashes))[:12]}"
     wid = f"approval:{aid}"
     j.asked = wid  # (the id is the content's, not a use count: no next_id)
     j.boundary()
     comp = j.recorded(wid, Policy.DECISION)
     if comp is None:
-        comp = _decide(j, name, aid, wid, hashes, summary, timeout)
+        ask = ApprovalRequested(
+            approval_id=aid,
+            name=name,
+            hashes=hashes,
+            step_id=wid,
+            summary=summary,
+            approvers=people,
+            required=required,
+        )
+        comp = _decide(j, ask, wid, timeout)
     res = comp.result or {}
     if res.get("decision") == "timeout":
         raise ApprovalDeniedError(f"approval {aid!r} timed out without a decision")
@@ -102,48 +148,32 @@ def request(
     return Approval(aid, name, tuple(hashes), res.get("approver") or "")
 
 
-def _decide(
-    j: Journal,
-    name: str,
-    aid: str,
-    wid: str,
-    hashes: list[str],
-    summary: str,
-    timeout: timedelta | None,
-) -> Completion:
-    """Record the request (once), then the decision when there is one; Suspended while none."""
+def _decide(j: Journal, ask: ApprovalRequested, wid: str, timeout: timedelta | None) -> Completion:
+    """Record the request (once), then the decision when there is a valid one; Suspended
+    while there is none."""
+    aid, hashes = ask.approval_id, ask.hashes
     j.sync()
     if aid not in j.state.approvals:
         deadline = j.now_ms() + int(timeout.total_seconds() * 1000) if timeout else None
         payloads: list[Payload] = [
-            StepStarted(step_id=wid, policy=Policy.DECISION, purpose=summary or name),
-            ApprovalRequested(
-                approval_id=aid, name=name, hashes=hashes, step_id=wid, summary=summary
-            ),
+            StepStarted(step_id=wid, policy=Policy.DECISION, purpose=ask.summary or ask.name),
+            ask,
             WaitStarted(
                 wait_id=wid,
                 kind="approval",
                 name=aid,
                 deadline_ms=deadline,
-                reason=summary or f"approval {name}",
+                reason=ask.summary or f"approval {ask.name}",
             ),
         ]
-        auto = j.host.auto_approve
-        if auto:
-            payloads.append(
-                signed_decision(
-                    j.host.signing_key,
-                    j.run_id,
-                    aid,
-                    "approve",
-                    auto,
-                    hashes,
-                    j.now_ms(),
-                    "auto-approved",
-                )
-            )
+        if j.host.auto_approve:
+            payloads.append(policy_decision(j, aid, hashes))
         j.append(*payloads, wake_at_ms=deadline)
+    check(j, aid)
     info = j.state.approvals[aid]
+    if info.status == "requested" and j.host.auto_approve:
+        j.append(policy_decision(j, aid, hashes))  # resumed by a process with the flag
+        info = j.state.approvals[aid]
     w = j.state.wait
     if info.status == "requested":
         if w is not None and w.deadline_ms is not None and j.now_ms() >= w.deadline_ms:
@@ -154,7 +184,7 @@ def _decide(
             )
             faults.point("wait.completed")
             raise ApprovalDeniedError(f"approval {aid!r} timed out without a decision")
-        raise Suspended(f"waiting for approval {aid!r} of {len(hashes)} content hash(es)")
+        raise Suspended(_waiting_reason(j, aid))
     decision = "deny" if info.status == "denied" else "approve"
     result = {"decision": decision, "approver": info.approver or ""}
     j.append(
@@ -165,6 +195,91 @@ def _decide(
     comp = j.recorded(wid, Policy.DECISION)
     assert comp is not None
     return comp
+
+
+def _waiting_reason(j: Journal, aid: str) -> str:
+    info = j.state.approvals[aid]
+    need = (
+        f"{info.required - len(info.counted())} more of {', '.join(info.approvers)}"
+        if info.approvers
+        else "a decision"
+    )
+    last = f" (refused so far: {info.refused}; latest: {info.refusals[-1]})" if info.refused else ""
+    return f"waiting for {need} on approval {aid!r} of {len(info.hashes)} content hash(es){last}"
+
+
+def refusal(j: Journal, aid: str, d: DecisionInfo | ApprovalDecided) -> str | None:
+    """Why decision ``d`` on approval ``aid`` of this run does not hold, or None when it does: a
+    signed one verifies against the trusted keyring (or, in the local single-user mode, the
+    shared key); a policy one holds only in a process started with ``--auto-approve``."""
+    if d.scheme == "policy":
+        if j.host.auto_approve:
+            return None
+        return (
+            "a policy decision (--auto-approve) holds only in a process started with that "
+            "flag; this one was not"
+        )
+    if isinstance(d, ApprovalDecided):
+        hashes = list(d.hashes)  # what it claims to decide on (the fold compares them)
+    else:
+        info = j.state.approvals.get(aid)
+        hashes = list(info.hashes) if info is not None else []
+    return j.host.trust.check(j.run_id, aid, hashes, d)
+
+
+def screen(j: Journal, state: RunState, p: Payload) -> Payload:
+    """A payload delivered by the inbox, checked where it is delivered (``state``: the run as
+    the messages before it leave it): a decision that fails verification, or that the approval
+    cannot take (already decided by that person, not one of its named approvers, too late),
+    becomes its refusal (:class:`~torpor.history.ApprovalRefused`); a policy decision cannot
+    be delivered as a message at all."""
+    if not isinstance(p, ApprovalDecided):
+        return p
+    if p.scheme == "policy":
+        why: str | None = (
+            "a policy decision cannot be delivered as a message: only a process started "
+            "with --auto-approve records one, for the runs it executes"
+        )
+    else:
+        why = refusal(j, p.approval_id, p)
+    if why is None:
+        probe = state.model_copy(deep=True)
+        try:
+            apply(probe, Event(run_id=j.run_id, seq=probe.seq + 1, type=type_of(p),
+                               payload=p, at_ms=0, epoch=0))  # fmt: skip
+        except TransitionError as exc:
+            why = exc.rule
+    if why is None:
+        return p
+    return ApprovalRefused(
+        approval_id=p.approval_id,
+        approver=p.approver[:MAX_CLAIM_CHARS],
+        decision=p.decision,
+        delegate=p.delegate[:MAX_CLAIM_CHARS],
+        reason=why,
+    )
+
+
+def check(j: Journal, aid: str) -> None:
+    """Check every counted decision on ``aid`` again; record each one that no longer holds as
+    refused and withdrawn (it stops counting: the approval may be requested again)."""
+    info = j.state.approvals.get(aid)
+    if info is None or info.status == "revoked" or not info.counted():
+        return
+    refused = [
+        ApprovalRefused(
+            approval_id=aid,
+            approver=d.approver,
+            decision=d.decision,
+            delegate=d.delegate,
+            reason=why,
+            withdrawn=True,
+        )
+        for d in info.counted()
+        if (why := refusal(j, aid, d)) is not None
+    ]
+    if refused:
+        j.append(*refused, by_code=False)
 
 
 def covering(
@@ -191,8 +306,10 @@ def consumption(approval_id: str, sid: str, hashes: list[str]) -> ApprovalConsum
 
 
 def verify(j: Journal, approval: Approval) -> None:
-    """Before an effect consumes ``approval``: apply pending messages (a revocation), then
-    check it is approved, unconsumed, and signed (ApprovalInvalidError otherwise)."""
+    """Before an effect consumes ``approval``: apply pending messages (a revocation), check it
+    is approved and unconsumed (ApprovalInvalidError otherwise) and that its decisions still
+    hold. A decision that no longer holds is withdrawn and the run waits (Suspended) for a
+    valid one; once one arrives the wait completes here and the effect goes on."""
     j.sync()
     aid = approval.approval_id
     info = j.state.approvals.get(aid)
@@ -200,12 +317,40 @@ def verify(j: Journal, approval: Approval) -> None:
         raise ApprovalInvalidError(f"approval {aid!r} was never requested")
     if info.status == "consumed":
         raise ApprovalInvalidError(f"approval {aid!r} was already consumed by another effect")
+    if info.status in ("revoked", "denied"):
+        raise ApprovalInvalidError(
+            f"approval {aid!r} is {info.status}; the effect is not authorized"
+        )
+    check(j, aid)
+    if j.state.approvals[aid].status == "requested" and j.host.auto_approve:
+        j.append(policy_decision(j, aid, approval.hashes))
+    info = j.state.approvals[aid]
+    w = j.state.wait
+    if info.status == "requested":
+        if w is None:
+            j.append(
+                WaitStarted(
+                    wait_id=f"approval:{aid}",
+                    kind="approval",
+                    name=aid,
+                    reason=f"approval {info.name}: a valid decision (one was refused)",
+                )
+            )
+        raise Suspended(_waiting_reason(j, aid))
     if info.status != "approved":
         raise ApprovalInvalidError(
             f"approval {aid!r} is {info.status}; the effect is not authorized"
         )
-    body = signing.decision_body(
-        j.run_id, aid, "approve", info.approver or "", info.hashes, info.decided_at_ms
-    )
-    if not signing.verify(j.host.signing_key, body, info.signature or ""):
-        raise ApprovalInvalidError(f"approval {aid!r}: the decision's signature does not verify")
+    if w is not None and w.kind == "approval" and w.name == aid:
+        j.append(WaitCompleted(wait_id=w.wait_id, via="decision"))
+        faults.point("wait.completed")
+
+
+def still_consumed(j: Journal, approval_id: str, sid: str) -> bool:
+    """For an effect tried again under the consumption recorded with its first intent (after
+    ``absent``): check the decisions again; whether the approval is still consumed by step
+    ``sid`` (False: a decision was withdrawn, the approval must be decided and consumed
+    anew)."""
+    check(j, approval_id)
+    info = j.state.approvals.get(approval_id)
+    return info is not None and info.status == "consumed" and info.consumed_by == sid

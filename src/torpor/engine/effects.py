@@ -294,8 +294,11 @@ def _intend(
         hashes = approvals.covering(j, approval, artifacts, sid)
         approval_id = approval.approval_id
         # A retry after `absent` (engine or person) stays under the consumption recorded
-        # with this effect's first intent; any other use must find the approval unconsumed.
+        # with this effect's first intent, once its decisions are checked again (G6); any
+        # other use must find the approval unconsumed.
         consume = info is None or info.approval_id != approval_id
+        if not consume:
+            consume = not approvals.still_consumed(j, approval_id, sid)
         if consume:
             approvals.verify(j, approval)
             payloads.append(approvals.consumption(approval_id, sid, hashes))

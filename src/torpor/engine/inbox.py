@@ -5,7 +5,8 @@ Nothing outside the lease holder writes a run's history: a message is posted to 
 (deduplicated by message id; :meth:`torpor.store.base.Store.post_inbox`) and the holder moves it
 into the history at its next boundary (:func:`sync`), each message converted to its events and
 validated by the fold like any other. A message the fold refuses, or whose body is malformed,
-becomes a warning naming it, so a bad message never blocks the run (G11).
+becomes a warning naming it, so a bad message never blocks the run (G11). A decision whose
+signature does not verify is recorded as refused (:func:`.approvals.screen`, G6).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..history import (
 )
 from ..store import codec
 from ..store.base import InboxMessage
+from . import approvals
 from .effects import resolution_payloads
 from .journal import Journal
 
@@ -68,6 +70,8 @@ def _trial(j: Journal, trial: RunState, m: InboxMessage) -> list[Payload]:
         # impossible transition: a warning, never an error that blocks the run for good.
         detail = f"malformed: {type(bad).__name__}: {bad}".splitlines()[0]
         raise TransitionError(trial.run_id, trial.seq + 1, m.kind, detail) from bad
+    # A decision is verified where it is delivered: one that fails is recorded as refused.
+    converted = [approvals.screen(j, trial, p) for p in converted]
     for p in converted:
         ev = _apply(trial, p, j.lease.epoch)
         try:

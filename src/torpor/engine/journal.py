@@ -43,11 +43,14 @@ from ..history import (
     RunStatus,
     StepCompleted,
     StepStarted,
+    WaitCompleted,
+    WaitInfo,
     apply,
     crashed_attempts,
     type_of,
     utc_text,
 )
+from ..keys import Trust
 from ..store.base import Completion, Lease, Store
 from .replay import Replay
 
@@ -65,10 +68,19 @@ class Host(Protocol):
     def artifacts(self) -> ArtifactStore: ...
 
     @property
-    def signing_key(self) -> bytes: ...
+    def signing_key(self) -> bytes:
+        """The local shared key: keyed hashes of secret values (G12)."""
+        ...
 
     @property
-    def auto_approve(self) -> str | None: ...
+    def trust(self) -> Trust:
+        """Verifies approval decisions against the trusted keyring (G6)."""
+        ...
+
+    @property
+    def auto_approve(self) -> str | None:
+        """The approver name of this process's ``--auto-approve`` flag (policy decisions)."""
+        ...
 
     @property
     def stopping(self) -> threading.Event:
@@ -174,9 +186,10 @@ class Journal:
             raise self.lost
         first = self.replay.before_write(self.asked) if by_code else None
         w = self.state.wait
-        if by_code and w is not None and self.asked != w.wait_id:
+        if by_code and w is not None and self.asked != w.wait_id and not _ends(payloads, w):
             # The history has the run waiting; code that asks for anything else first left the
-            # recorded path (a step inserted before the wait, say): nothing is written.
+            # recorded path (a step inserted before the wait, say): nothing is written. A wait
+            # a primitive started on its own (an effect's approval) it may end itself.
             raise NonDeterminismError(
                 f"run {self.run_id!r}: the code asked for step {self.asked!r} where the history "
                 f"has the run waiting ({w.wait_id}); the code no longer matches this run at "
@@ -360,3 +373,8 @@ class Journal:
     def now_ms(self) -> int:
         """The store clock, epoch milliseconds."""
         return self.store.now_ms()
+
+
+def _ends(payloads: tuple[Payload, ...], wait: WaitInfo) -> bool:
+    """Whether ``payloads`` complete ``wait``."""
+    return any(isinstance(p, WaitCompleted) and p.wait_id == wait.wait_id for p in payloads)

@@ -9,6 +9,7 @@ them. Nothing here does I/O; every layer above records through these types.
 - :mod:`.views` — the checkpoint's four answers, step and effect views for people.
 """
 
+from . import decisions as _decisions  # noqa: F401  (registers the approval rules)
 from .events import (
     EVENT_SCHEMA_VERSION,
     EVENT_TYPES,
@@ -16,6 +17,7 @@ from .events import (
     SHA256_RE,
     ApprovalConsumed,
     ApprovalDecided,
+    ApprovalRefused,
     ApprovalRequested,
     ApprovalRevoked,
     ArtifactCreated,
@@ -23,6 +25,7 @@ from .events import (
     BudgetSet,
     CancelRequested,
     CheckpointSaved,
+    DecisionScheme,
     EffectFailed,
     EffectIntended,
     EffectObserved,
@@ -59,6 +62,7 @@ from .state import (
     ApprovalInfo,
     ArtifactRef,
     Budget,
+    DecisionInfo,
     EffectInfo,
     PendingSignal,
     PlanStepInfo,
@@ -86,6 +90,7 @@ __all__ = [
     "ApprovalConsumed",
     "ApprovalDecided",
     "ApprovalInfo",
+    "ApprovalRefused",
     "ApprovalRequested",
     "ApprovalRevoked",
     "ArtifactCreated",
@@ -95,6 +100,8 @@ __all__ = [
     "BudgetSet",
     "CancelRequested",
     "CheckpointSaved",
+    "DecisionInfo",
+    "DecisionScheme",
     "EffectFailed",
     "EffectInfo",
     "EffectIntended",

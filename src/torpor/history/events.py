@@ -17,7 +17,9 @@ SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 #: Version of the event payload schema. A stored event with a higher version is refused.
 #: 2: ``step_completed`` may record a whole read/compute step attempt (``attempt`` >= 1).
-EVENT_SCHEMA_VERSION = 2
+#: 3: decisions signed per person (``approval_decided.scheme``/``key``/``delegate``), N-of-M
+#: approvals (``approval_requested.approvers``/``required``), ``approval_refused``.
+EVENT_SCHEMA_VERSION = 3
 
 
 class Policy(StrEnum):
@@ -167,14 +169,32 @@ class ArtifactCreated(Payload):
 
 
 class ApprovalRequested(Payload):
+    """A request for a decision on exactly ``hashes``. With ``approvers``, only those people
+    may decide, and ``required`` distinct ones of them must approve (N-of-M); any one of them
+    denying denies."""
+
     approval_id: str
     name: str
     hashes: list[str]
     step_id: str | None = None
     summary: str = ""
+    approvers: list[str] = Field(default_factory=list)
+    required: int = 1
+
+
+#: How a decision is authenticated: ``ed25519`` — signed by the approver's own key (or a
+#: delegate's) listed in the trusted keyring; ``hmac`` — the local single-user mode's shared
+#: key (not attributable; decisions recorded before keys per person are of this kind);
+#: ``policy`` — no signature: the ``--auto-approve`` flag of the process executing the run.
+DecisionScheme = Literal["ed25519", "hmac", "policy"]
 
 
 class ApprovalDecided(Payload):
+    """A decision, as verified where it was delivered (:mod:`torpor.signing` says what is
+    signed). ``key``: the signing key's fingerprint; ``delegate``: the delegate key that signed
+    for ``approver``; ``given_by``: for a policy decision, ``user@host`` of the process whose
+    flag approved."""
+
     approval_id: str
     decision: Literal["approve", "deny"]
     approver: str
@@ -182,6 +202,24 @@ class ApprovalDecided(Payload):
     signature: str
     comment: str = ""
     decided_at_ms: int = 0
+    scheme: DecisionScheme = "hmac"
+    key: str = ""
+    delegate: str = ""
+    given_by: str = ""
+
+
+class ApprovalRefused(Payload):
+    """A decision that failed verification: delivered (never applied), or — ``withdrawn`` —
+    recorded earlier and refused when checked again (its key was removed from the keyring,
+    or it was written into the history without a valid signature); a withdrawn decision no
+    longer counts. ``approver``/``decision`` are as claimed; ``reason`` says why."""
+
+    approval_id: str
+    approver: str
+    reason: str
+    decision: str = ""
+    delegate: str = ""
+    withdrawn: bool = False
 
 
 class ApprovalRevoked(Payload):
@@ -344,6 +382,7 @@ EVENT_TYPES: dict[str, type[Payload]] = {
     "artifact_created": ArtifactCreated,
     "approval_requested": ApprovalRequested,
     "approval_decided": ApprovalDecided,
+    "approval_refused": ApprovalRefused,
     "approval_revoked": ApprovalRevoked,
     "approval_consumed": ApprovalConsumed,
     "wait_started": WaitStarted,
@@ -402,6 +441,7 @@ __all__ = [
     "SHA256_RE",
     "ApprovalConsumed",
     "ApprovalDecided",
+    "ApprovalRefused",
     "ApprovalRequested",
     "ApprovalRevoked",
     "ArtifactCreated",
@@ -409,6 +449,7 @@ __all__ = [
     "BudgetSet",
     "CancelRequested",
     "CheckpointSaved",
+    "DecisionScheme",
     "EffectFailed",
     "EffectIntended",
     "EffectObserved",

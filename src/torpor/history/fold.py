@@ -9,6 +9,8 @@ checked against its indexes at append time.
 
 Each rule is a function of ``(state, payload, event, refuse)`` registered for its payload type
 with ``@rule(PayloadType)``; it validates first and mutates only once nothing can be refused.
+The rules of approvals live in :mod:`.decisions` and those of an agent's plans in :mod:`.plans`,
+registered into the same table.
 """
 
 from __future__ import annotations
@@ -21,9 +23,8 @@ from .events import (
     EVENT_TYPES,
     REOPENABLE,
     SHA256_RE,
-    ApprovalConsumed,
     ApprovalDecided,
-    ApprovalRequested,
+    ApprovalRefused,
     ApprovalRevoked,
     ArtifactCreated,
     AttentionNeeded,
@@ -55,7 +56,6 @@ from .events import (
     WarningRecorded,
 )
 from .state import (
-    ApprovalInfo,
     ArtifactRef,
     EffectInfo,
     PendingSignal,
@@ -74,6 +74,7 @@ _NOT_PROGRESS: frozenset[type[Payload]] = frozenset(
         LeaseAcquired,
         SignalReceived,
         ApprovalDecided,
+        ApprovalRefused,
         ApprovalRevoked,
         CancelRequested,
         BudgetSet,
@@ -355,63 +356,6 @@ def _artifact_created(s: RunState, p: ArtifactCreated, e: Event, refuse: Refuse)
     if not SHA256_RE.fullmatch(p.sha256):
         raise refuse("artifact sha256 must be 64 lowercase hex digits")
     s.artifacts[p.name] = ArtifactRef(**p.model_dump())
-
-
-@rule(ApprovalRequested)
-def _approval_requested(s: RunState, p: ApprovalRequested, e: Event, refuse: Refuse) -> None:
-    if p.approval_id in s.approvals:
-        raise refuse(f"approval {p.approval_id!r} already requested")
-    if not p.hashes:
-        raise refuse("an approval must bind at least one content hash")
-    s.approvals[p.approval_id] = ApprovalInfo(
-        name=p.name, hashes=list(p.hashes), status="requested"
-    )
-
-
-@rule(ApprovalDecided)
-def _approval_decided(s: RunState, p: ApprovalDecided, e: Event, refuse: Refuse) -> None:
-    cur = s.approvals.get(p.approval_id)
-    if cur is None:
-        raise refuse(f"approval {p.approval_id!r} was never requested")
-    if cur.status != "requested":
-        raise refuse(f"approval {p.approval_id!r} is already {cur.status}")
-    if sorted(p.hashes) != sorted(cur.hashes):
-        raise refuse(f"decision on approval {p.approval_id!r} names different content hashes")
-    cur.status = "approved" if p.decision == "approve" else "denied"
-    cur.approver, cur.signature = p.approver, p.signature
-    cur.decided_at_ms, cur.comment = p.decided_at_ms, p.comment
-
-
-@rule(ApprovalRevoked)
-def _approval_revoked(s: RunState, p: ApprovalRevoked, e: Event, refuse: Refuse) -> None:
-    cur = s.approvals.get(p.approval_id)
-    if cur is None or cur.status != "approved":
-        raise refuse(
-            f"approval {p.approval_id!r} cannot be revoked: it is "
-            f"{cur.status if cur else 'unknown'} (only an approved, unconsumed approval can)"
-        )
-    cur.status = "revoked"
-
-
-@rule(ApprovalConsumed)
-def _approval_consumed(s: RunState, p: ApprovalConsumed, e: Event, refuse: Refuse) -> None:
-    cur = s.approvals.get(p.approval_id)
-    if cur is None or cur.status != "approved":
-        raise refuse(
-            f"approval {p.approval_id!r} cannot be consumed: it is "
-            f"{cur.status if cur else 'unknown'}"
-        )
-    if not p.hashes:
-        raise refuse(f"consumption of approval {p.approval_id!r} names no content")
-    if not set(p.hashes) <= set(cur.hashes):
-        raise refuse(f"approval {p.approval_id!r} does not cover the content being consumed")
-    step = s.steps.get(p.step_id)
-    if step is None or step.status != "started":
-        raise refuse(
-            f"approval {p.approval_id!r} consumed by step {p.step_id!r}, which is not running"
-        )
-    cur.status = "consumed"
-    cur.consumed_by = p.step_id
 
 
 @rule(WaitStarted)

@@ -53,16 +53,58 @@ class ArtifactRef(BaseModel):
     step_id: str | None = None
 
 
+class DecisionInfo(BaseModel):
+    """One counted decision on an approval, as recorded (see
+    :class:`~torpor.history.events.ApprovalDecided`); checked again before it is relied on."""
+
+    approver: str
+    decision: Literal["approve", "deny"]
+    scheme: str = "hmac"
+    signature: str = ""
+    key: str = ""
+    delegate: str = ""
+    given_by: str = ""
+    decided_at_ms: int = 0
+    comment: str = ""
+
+
 class ApprovalInfo(BaseModel):
     name: str
     hashes: list[str]
     status: Literal["requested", "approved", "denied", "revoked", "consumed"]
+    #: Who decided (for N-of-M: the approvers, comma-separated), the latest decision's
+    #: signature, time and comment (``decisions`` has each one).
     approver: str | None = None
     signature: str | None = None
     decided_at_ms: int = 0
     comment: str = ""
     #: The step that consumed the approval: only that step's effects may cite it (G6).
     consumed_by: str | None = None
+    #: The people who may decide (empty: anyone with a key in the keyring) and how many
+    #: distinct ones of them must approve.
+    approvers: list[str] = Field(default_factory=list)
+    required: int = 1
+    #: The decisions that count (a refused one never enters; a withdrawn one leaves).
+    decisions: list[DecisionInfo] = Field(default_factory=list)
+    #: Decisions refused so far, and the latest refusals (``approver: reason``; at most 5).
+    refused: int = 0
+    refusals: list[str] = Field(default_factory=list)
+
+    def counted(self) -> list[DecisionInfo]:
+        """The decisions that count: ``decisions``, or, in a state folded before decisions
+        were kept one by one, the single recorded one (an HMAC decision)."""
+        if self.decisions or self.approver is None or self.status == "requested":
+            return list(self.decisions)
+        return [
+            DecisionInfo(
+                approver=self.approver,
+                decision="deny" if self.status == "denied" else "approve",
+                scheme="hmac",
+                signature=self.signature or "",
+                decided_at_ms=self.decided_at_ms,
+                comment=self.comment,
+            )
+        ]
 
 
 class WaitInfo(BaseModel):
@@ -181,6 +223,7 @@ __all__ = [
     "ApprovalInfo",
     "ArtifactRef",
     "Budget",
+    "DecisionInfo",
     "EffectInfo",
     "PendingSignal",
     "PlanStepInfo",

@@ -1,0 +1,144 @@
+"""The transition rules of approvals (G4, G6): a request binds content and, optionally, the
+people who may decide and how many must approve (N-of-M); decisions count once per person;
+any deny denies; a refused decision is recorded and, when it had been counted, withdrawn; a
+revocation stops an approved approval; a consumption is bound to the step that runs the effect.
+Registered into :data:`torpor.history.fold.RULES` like every other rule; signatures are checked
+outside this pure layer (:mod:`torpor.engine.approvals`).
+"""
+
+from __future__ import annotations
+
+from .events import (
+    ApprovalConsumed,
+    ApprovalDecided,
+    ApprovalRefused,
+    ApprovalRequested,
+    ApprovalRevoked,
+    Event,
+)
+from .fold import Refuse, rule
+from .state import ApprovalInfo, DecisionInfo, RunState
+
+
+@rule(ApprovalRequested)
+def _approval_requested(s: RunState, p: ApprovalRequested, e: Event, refuse: Refuse) -> None:
+    if p.approval_id in s.approvals:
+        raise refuse(f"approval {p.approval_id!r} already requested")
+    if not p.hashes:
+        raise refuse("an approval must bind at least one content hash")
+    if p.required < 1:
+        raise refuse(f"approval {p.approval_id!r} must require at least one approver")
+    if len(set(p.approvers)) != len(p.approvers):
+        raise refuse(f"approval {p.approval_id!r} names an approver twice")
+    if p.approvers and p.required > len(p.approvers):
+        raise refuse(
+            f"approval {p.approval_id!r} requires {p.required} of {len(p.approvers)} approvers"
+        )
+    s.approvals[p.approval_id] = ApprovalInfo(
+        name=p.name,
+        hashes=list(p.hashes),
+        status="requested",
+        approvers=list(p.approvers),
+        required=p.required,
+    )
+
+
+@rule(ApprovalDecided)
+def _approval_decided(s: RunState, p: ApprovalDecided, e: Event, refuse: Refuse) -> None:
+    cur = s.approvals.get(p.approval_id)
+    if cur is None:
+        raise refuse(f"approval {p.approval_id!r} was never requested")
+    if cur.status != "requested":
+        raise refuse(f"approval {p.approval_id!r} is already {cur.status}")
+    if sorted(p.hashes) != sorted(cur.hashes):
+        raise refuse(f"decision on approval {p.approval_id!r} names different content hashes")
+    if p.scheme != "policy" and cur.approvers and p.approver not in cur.approvers:
+        raise refuse(
+            f"{p.approver!r} is not one of the approvers of {p.approval_id!r} "
+            f"({', '.join(cur.approvers)})"
+        )
+    if any(d.approver == p.approver for d in cur.decisions):
+        raise refuse(f"{p.approver!r} already decided on approval {p.approval_id!r}")
+    cur.decisions.append(
+        DecisionInfo(
+            approver=p.approver,
+            decision=p.decision,
+            scheme=p.scheme,
+            signature=p.signature,
+            key=p.key,
+            delegate=p.delegate,
+            given_by=p.given_by,
+            decided_at_ms=p.decided_at_ms,
+            comment=p.comment,
+        )
+    )
+    cur.signature, cur.decided_at_ms, cur.comment = p.signature, p.decided_at_ms, p.comment
+    _settle(cur)
+
+
+def _settle(cur: ApprovalInfo) -> None:
+    """The approval's status from its counted decisions: any deny denies; enough distinct
+    approvals (or a policy decision) approve; else it is still requested. A consumed approval
+    that still holds stays consumed; one that no longer does is requested again."""
+    approves = [d for d in cur.decisions if d.decision == "approve"]
+    denies = [d for d in cur.decisions if d.decision == "deny"]
+    if denies:
+        cur.status, cur.approver = "denied", denies[0].approver
+    elif approves and (
+        len(approves) >= cur.required or any(d.scheme == "policy" for d in approves)
+    ):
+        if cur.status != "consumed":
+            cur.status = "approved"
+        cur.approver = ", ".join(d.approver for d in approves)
+    else:
+        cur.status, cur.approver, cur.consumed_by = "requested", None, None
+
+
+@rule(ApprovalRefused)
+def _approval_refused(s: RunState, p: ApprovalRefused, e: Event, refuse: Refuse) -> None:
+    cur = s.approvals.get(p.approval_id)
+    if cur is None:
+        raise refuse(f"approval {p.approval_id!r} was never requested")
+    if p.withdrawn:
+        counted = cur.counted()
+        kept = [d for d in counted if (d.approver, d.delegate) != (p.approver, p.delegate)]
+        if len(kept) == len(counted):
+            raise refuse(f"approval {p.approval_id!r} has no decision by {p.approver!r}")
+        cur.decisions = kept
+        if cur.status != "revoked":
+            _settle(cur)
+    who = p.approver + (f" via {p.delegate}" if p.delegate else "")
+    cur.refused += 1
+    cur.refusals = [*cur.refusals, f"{who}: {p.reason}"][-5:]
+
+
+@rule(ApprovalRevoked)
+def _approval_revoked(s: RunState, p: ApprovalRevoked, e: Event, refuse: Refuse) -> None:
+    cur = s.approvals.get(p.approval_id)
+    if cur is None or cur.status != "approved":
+        raise refuse(
+            f"approval {p.approval_id!r} cannot be revoked: it is "
+            f"{cur.status if cur else 'unknown'} (only an approved, unconsumed approval can)"
+        )
+    cur.status = "revoked"
+
+
+@rule(ApprovalConsumed)
+def _approval_consumed(s: RunState, p: ApprovalConsumed, e: Event, refuse: Refuse) -> None:
+    cur = s.approvals.get(p.approval_id)
+    if cur is None or cur.status != "approved":
+        raise refuse(
+            f"approval {p.approval_id!r} cannot be consumed: it is "
+            f"{cur.status if cur else 'unknown'}"
+        )
+    if not p.hashes:
+        raise refuse(f"consumption of approval {p.approval_id!r} names no content")
+    if not set(p.hashes) <= set(cur.hashes):
+        raise refuse(f"approval {p.approval_id!r} does not cover the content being consumed")
+    step = s.steps.get(p.step_id)
+    if step is None or step.status != "started":
+        raise refuse(
+            f"approval {p.approval_id!r} consumed by step {p.step_id!r}, which is not running"
+        )
+    cur.status = "consumed"
+    cur.consumed_by = p.step_id
