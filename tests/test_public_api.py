@@ -45,6 +45,7 @@ PUBLIC = [
     "WaitTimeout",
     "effect",
     "open_store",
+    "register_type",
     "step",
     "workflow",
 ]

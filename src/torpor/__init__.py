@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from .history import ArtifactRef, Budget, Event, Outcome, Policy, RunState, RunStatus
     from .run import Run
     from .runtime import Runtime
+    from .serde import register_type
     from .store import open_store
     from .workflows import workflow
 
@@ -101,6 +102,7 @@ _LAZY = {
     "WaitTimeout": ".errors",
     "effect": ".engine.effects",
     "open_store": ".store",
+    "register_type": ".serde",
     "step": ".agents",
     "workflow": ".workflows",
 }
@@ -159,6 +161,7 @@ __all__ = [
     "WaitTimeout",
     "effect",
     "open_store",
+    "register_type",
     "step",
     "workflow",
 ]

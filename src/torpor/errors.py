@@ -24,7 +24,9 @@ involved are attributes (after procrastinate's and httpx's exception modules).
     │   └── ConnectionBroken          (injected by a fault plan) the connection died here
     ├── TransitionError               an impossible event (G4)
     ├── PayloadError                  non-serializable or oversized payload (G10)
-    ├── NotSerializable               (also a ValueError) a value that is not JSON data
+    │   └── RecordedValueError        a recorded value cannot be read back (its class moved)
+    ├── NotSerializable               (also a ValueError) a value that cannot be recorded
+    ├── NotDecodable                  (also a ValueError) a recorded value that cannot be read
     ├── WorkflowError
     │   ├── UnknownWorkflowError
     │   ├── VersionMismatchError      resumed under incompatible code
@@ -157,8 +159,19 @@ class PayloadError(TorporError):
         self.step_id = step_id
 
 
+class RecordedValueError(PayloadError):
+    """A recorded value cannot be read back as what was recorded: its class cannot be found
+    (moved, renamed, its module not imported) or refuses the recorded fields. Nothing is
+    written; the run resumes once the class is found again (``torpor.register_type``)."""
+
+
 class NotSerializable(TorporError, ValueError):
-    """A value is not JSON data; the message names the path to the offending part."""
+    """A value cannot be recorded (see :mod:`torpor.serde`); the message names the path to the
+    offending part and its type."""
+
+
+class NotDecodable(TorporError, ValueError):
+    """A recorded value cannot be read back; the message names the path and the class."""
 
 
 class WorkflowError(TorporError):

@@ -167,7 +167,7 @@ def perform(
         j, step_id, fn, args, kwargs, key, approval, artifacts, operation, purpose, reconcile
     )
     if call is None:  # recorded (or reconciled as applied): its result, even None
-        return done
+        return j.value(sid, done)
     try:
         value = resolve(fn(*args, **call.kwargs))
         faults.point("effect.called")  # the world changed; `ack` faults raise here
@@ -197,7 +197,7 @@ async def aperform(
         j, step_id, fn, args, kwargs, key, approval, artifacts, operation, purpose, reconcile
     )
     if call is None:
-        return done
+        return j.value(sid, done)
     try:
         value = fn(*args, **call.kwargs)
         if inspect.isawaitable(value):
@@ -339,7 +339,7 @@ def _observe(j: Journal, sid: str, call: EffectCall, value: Any) -> Any:
         EffectObserved(key=key, result=data),
         StepCompleted(step_id=sid, result=data, policy=Policy.EFFECT),
     )
-    return data
+    return j.value(sid, data)
 
 
 def _on_error(
@@ -357,7 +357,7 @@ def _on_error(
             EffectReconciled(key=key, verdict=Verdict.APPLIED, result=data, reason=err),
             StepCompleted(step_id=sid, result=data, policy=Policy.EFFECT),
         )
-        return data
+        return j.value(sid, data)
     if isinstance(verdict, Unknown):
         reason = f"{err}; {verdict.reason}"
         j.append(EffectReconciled(key=key, verdict=Verdict.UNKNOWN, reason=reason))

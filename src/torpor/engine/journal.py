@@ -26,8 +26,10 @@ from ..artifacts import ArtifactStore
 from ..errors import (
     Cancelled,
     LeaseLostError,
+    NotDecodable,
     NotSerializable,
     PayloadError,
+    RecordedValueError,
     ReleaseRun,
     TransitionError,
 )
@@ -232,17 +234,19 @@ class Journal:
         ``boundary=False``: the outcome of calls recorded while a run is being cancelled), the
         recorded result on replay (a compute step's only while its ``input_hash`` matches), or
         else ``work(step_id) -> (result, facts)`` and one append of the step's start, the facts
-        and its completion with the result (JSON data; PayloadError naming the step)."""
+        and its completion with the result (recorded in the typed encoding, PayloadError naming
+        the step; the result given back is the recorded value read back: the same before and
+        after a replay)."""
         sid = self.next_id(name)
         if boundary:
             self.boundary()
         comp = self.recorded(sid, policy)
         if comp is not None and (policy is not Policy.COMPUTE or comp.input_hash == input_hash):
-            return Recorded(sid, comp.result, False)
+            return Recorded(sid, self.value(sid, comp.result), False)
         result, facts = work(sid)
         data = self.jsonable(sid, result)
         self.append(*self.step_events(sid, policy, data, facts, purpose, input_hash))
-        return Recorded(sid, data, True)
+        return Recorded(sid, self.value(sid, data), True)
 
     def step_events(
         self,
@@ -277,10 +281,11 @@ class Journal:
         ]
 
     def jsonable(self, sid: str | None, value: Any, what: str = "result") -> Any:
-        """``value`` as JSON data to record for step ``sid`` (PayloadError naming the step and
-        the path otherwise, or when it is over the payload limit)."""
+        """``value`` as JSON data to record for step ``sid``, in the typed encoding
+        (:func:`torpor.serde.encode`; PayloadError naming the step, the path and the type
+        otherwise, or when it is over the payload limit). Read it back with :meth:`value`."""
         try:
-            out = serde.to_jsonable(value)
+            out = serde.encode(value)
         except NotSerializable as exc:
             raise PayloadError(self.run_id, sid, f"{what} is not serializable: {exc}") from None
         kind = type(out)
@@ -297,6 +302,18 @@ class Journal:
                 "store it with run.artifact() and return the reference",
             )
         return out
+
+    def value(self, sid: str | None, data: Any, what: str = "result") -> Any:
+        """The value recorded as ``data`` for step ``sid`` (:func:`torpor.serde.decode`): what
+        went in, type included. RecordedValueError naming the step and the path when a
+        recorded class cannot be found (nothing is written; the run stays resumable)."""
+        kind = data.__class__
+        if kind is not dict and kind is not list:
+            return data  # a scalar is itself
+        try:
+            return serde.decode(data)
+        except NotDecodable as exc:
+            raise RecordedValueError(self.run_id, sid, f"recorded {what}: {exc}") from None
 
     def next_attempt(self, sid: str) -> int:
         """The attempt number a new start of step ``sid`` gets."""

@@ -50,7 +50,7 @@ def run_step(
     """A read/compute step from sync code (see :meth:`torpor.Run.step`)."""
     sid, cached, ih, pol = _before(j, step_id, policy, args, kwargs)
     if cached is not None:
-        return cached.result
+        return j.value(sid, cached.result)
     faults.note("step", sid)
     try:
         # (An async ``fn`` inside a running loop: calling it runs none of its body, and
@@ -75,7 +75,7 @@ async def arun_step(
     """Async twin of :func:`run_step` (``fn`` may be sync or async)."""
     sid, cached, ih, pol = _before(j, step_id, policy, args, kwargs)
     if cached is not None:
-        return cached.result
+        return j.value(sid, cached.result)
     faults.note("step", sid)
     try:
         value = fn(*args, **kwargs)
@@ -114,7 +114,7 @@ def _before(
 def _after(j: Journal, sid: str, pol: Policy, ih: str | None, purpose: str, value: Any) -> Any:
     data = j.jsonable(sid, value)
     j.append(*j.step_events(sid, pol, data, purpose=purpose, input_hash=ih))
-    return data
+    return j.value(sid, data)  # what a replay gives back: the same value, type included
 
 
 def _fail(j: Journal, sid: str, pol: Policy, ih: str | None, purpose: str, exc: Exception) -> None:
@@ -197,7 +197,9 @@ def restore(j: Journal, default: Any) -> Any:
     if j.state.user_checkpoint_seq == 0:
         return default
     j.counters = dict(j.state.counters)
-    return copy.deepcopy(j.state.user_state)
+    # (Decoding builds new containers: the state's own copy is never handed out.)
+    state = j.value(f"checkpoint#{j.counters.get('checkpoint', 0)}", j.state.user_state, "state")
+    return copy.deepcopy(state) if state is j.state.user_state else state
 
 
 def artifact(j: Journal, name: str, data: bytes | str, media_type: str) -> ArtifactRef:
