@@ -18,12 +18,15 @@ through one seam, the run's :class:`~torpor.engine.journal.Journal`.
 
 from __future__ import annotations
 
+import inspect
+import random as _random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID, uuid4
 
-from .engine import approvals, effects, steps, waits
+from .engine import approvals, draws, effects, steps, waits
 from .engine.approvals import Approval
 from .engine.effects import Reconcile
 from .engine.journal import Journal
@@ -286,9 +289,34 @@ class Run:
         """End the run ``blocked`` (missing authority, budget); a person may reopen it."""
         raise RunStopped(Outcome.BLOCKED, reason)
 
-    def now(self) -> float:
-        """The store clock, in epoch seconds (use instead of time.time() in workflows)."""
+    # ------------------------------------------------------------- runtime-supplied values
+
+    def now(self, name: str | None = None) -> float:
+        """The store clock, in epoch seconds (use instead of time.time() in workflows), read
+        once and recorded: a replay returns the recorded time. See :meth:`uuid` for ``name``."""
+        where = draws.site(inspect.currentframe().f_back)  # type: ignore[union-attr]
+        return float(draws.draw(self.journal, "now", name, self._clock_s, where))
+
+    def _clock_s(self) -> float:
         return self.journal.now_ms() / 1000
+
+    def uuid(self, name: str | None = None) -> UUID:
+        """A random UUID (version 4), drawn once and recorded: a replay returns the same id,
+        so an id used after a crash is the one drawn before it.
+
+        ``name`` identifies the draw (its step id is ``uuid:<name>``; unnamed draws are
+        ``uuid``, ``uuid#2`` … in call order). A code change that adds a draw before a recorded
+        one is refused with NonDeterminismError naming both draws (named draws by name,
+        unnamed ones by the source line they were drawn at), unless the new draw is under
+        :meth:`patched`; nothing is recorded then."""
+        where = draws.site(inspect.currentframe().f_back)  # type: ignore[union-attr]
+        value = draws.draw(self.journal, "uuid", name, uuid4, where)
+        return value if isinstance(value, UUID) else UUID(str(value))
+
+    def random(self, name: str | None = None) -> float:
+        """A random float in [0.0, 1.0), drawn once and recorded (see :meth:`uuid`)."""
+        where = draws.site(inspect.currentframe().f_back)  # type: ignore[union-attr]
+        return float(draws.draw(self.journal, "random", name, _random.random, where))
 
 
 __all__ = ["Run"]
