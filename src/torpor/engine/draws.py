@@ -12,6 +12,9 @@ Unnamed draws are numbered in call order (``uuid``, ``uuid#2``), so the new draw
 recorded one's id: a replayed unnamed draw is checked against the source line it was recorded
 at, and a different line is a :class:`~torpor.errors.NonDeterminismError` naming both draws,
 before anything is written. ``run.patched`` keeps old runs on the old path.
+
+A draw inside a step's own function (``run.step("t0", run.now)``) is not recorded on its own:
+the step records its result, and on replay the function does not run at all.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 
 from ..errors import NonDeterminismError
 from ..history import Policy
-from .journal import Journal
+from .journal import Journal, in_step_work
 
 
 def site(frame: FrameType | None) -> tuple[str, str]:
@@ -48,6 +51,8 @@ def draw(
     """Draw a ``kind`` value with ``make()`` once and record it (see the module docstring);
     on replay the recorded value. NonDeterminismError when a replayed unnamed draw was recorded
     at another source line (nothing is written)."""
+    if in_step_work():
+        return make()  # inside a step's function: the step records its outcome as a whole
     code, at = where
 
     def work(sid: str) -> tuple[Any, list[Any]]:

@@ -18,7 +18,9 @@ waits build on the same calls.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, NamedTuple, Protocol
 
 from .. import faults, serde
@@ -71,6 +73,29 @@ class Host(Protocol):
 
     @property
     def on_event(self) -> Callable[[Event], None] | None: ...
+
+
+#: True while a step's own work runs (a step's or an effect's function, a recorded step's
+#: ``work``): the step records its outcome as a whole, so a primitive used inside it — a draw
+#: (``run.now()`` in ``run.step("t0", run.now)``) — is not recorded on its own (on replay the
+#: step's function does not run, and its inner records would shift every later id). A
+#: ContextVar: per asyncio task, and copied into the thread of an attempt under a timeout.
+_IN_WORK: ContextVar[bool] = ContextVar("torpor_in_work", default=False)
+
+
+@contextmanager
+def step_work() -> Iterator[None]:
+    """Mark the code run inside it as a step's own work (see :func:`in_step_work`)."""
+    token = _IN_WORK.set(True)
+    try:
+        yield
+    finally:
+        _IN_WORK.reset(token)
+
+
+def in_step_work() -> bool:
+    """Whether the caller runs inside a step's own work (its outcome recorded by the step)."""
+    return _IN_WORK.get()
 
 
 class Recorded(NamedTuple):
@@ -243,7 +268,8 @@ class Journal:
         comp = self.recorded(sid, policy)
         if comp is not None and (policy is not Policy.COMPUTE or comp.input_hash == input_hash):
             return Recorded(sid, self.value(sid, comp.result), False)
-        result, facts = work(sid)
+        with step_work():
+            result, facts = work(sid)
         data = self.jsonable(sid, result)
         self.append(*self.step_events(sid, policy, data, facts, purpose, input_hash))
         return Recorded(sid, self.value(sid, data), True)

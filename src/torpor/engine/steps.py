@@ -35,7 +35,7 @@ from ..history import (
 )
 from ..store.base import Completion
 from .calls import resolve
-from .journal import Journal
+from .journal import Journal, step_work
 
 
 def run_step(
@@ -55,7 +55,8 @@ def run_step(
     try:
         # (An async ``fn`` inside a running loop: calling it runs none of its body, and
         # resolve() refuses the coroutine, so no check is needed before the call.)
-        value = resolve(fn(*args, **kwargs))
+        with step_work():
+            value = resolve(fn(*args, **kwargs))
     except AsyncMisuseError:
         raise
     except Exception as exc:
@@ -78,9 +79,10 @@ async def arun_step(
         return j.value(sid, cached.result)
     faults.note("step", sid)
     try:
-        value = fn(*args, **kwargs)
-        if inspect.isawaitable(value):
-            value = await value
+        with step_work():
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
     except Exception as exc:
         _fail(j, sid, pol, ih, purpose, exc)
     return _after(j, sid, pol, ih, purpose, value)
