@@ -38,6 +38,7 @@ PUBLIC = [
     "Secret",
     "Settings",
     "StepError",
+    "Timeout",
     "Tools",
     "TorporError",
     "TransientError",

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
         PlanView,
         Proposal,
         ReActPlanner,
-        Retry,
         Secret,
         Tools,
         step,
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
     from .client import Client
     from .config import Settings
     from .engine.approvals import Approval
+    from .engine.attempts import Retry, Timeout
     from .engine.effects import Absent, Applied, EffectCall, Unknown, effect
     from .engine.execution import RunResult
     from .errors import (
@@ -86,7 +86,7 @@ _LAZY = {
     "Policy": ".history",
     "Proposal": ".agents",
     "ReActPlanner": ".agents",
-    "Retry": ".agents",
+    "Retry": ".engine.attempts",
     "Run": ".run",
     "RunResult": ".engine.execution",
     "RunState": ".history",
@@ -95,6 +95,7 @@ _LAZY = {
     "Secret": ".agents",
     "Settings": ".config",
     "StepError": ".errors",
+    "Timeout": ".engine.attempts",
     "Tools": ".agents",
     "TorporError": ".errors",
     "TransientError": ".errors",
@@ -154,6 +155,7 @@ __all__ = [
     "Secret",
     "Settings",
     "StepError",
+    "Timeout",
     "Tools",
     "TorporError",
     "TransientError",

@@ -34,6 +34,7 @@ involved are attributes (after procrastinate's and httpx's exception modules).
     │   └── AsyncMisuseError          an async function given to the sync API in a loop
     ├── StepError                     a step failed (raised again on replay)
     ├── EffectNotApplied              raised by an effect that knows nothing happened
+    ├── AttemptTimeoutError           (also a TimeoutError) an attempt outlived its timeout
     ├── WaitTimeout                   a wait reached its deadline
     ├── ApprovalError
     │   ├── ApprovalDeniedError
@@ -213,6 +214,11 @@ class StepError(TorporError):
 class EffectNotApplied(TorporError):
     """Raise from an effect function when it *knows* nothing happened (e.g. refused before
     sending). The engine records the effect as absent instead of asking ``reconcile``."""
+
+
+class AttemptTimeoutError(TorporError, TimeoutError):
+    """An attempt of an effect did not return within its timeout and was stopped (killed in
+    its child process, or cancelled); the message says which attempt and how."""
 
 
 class WaitTimeout(TorporError):

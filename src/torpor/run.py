@@ -28,6 +28,7 @@ from uuid import UUID, uuid4
 
 from .engine import approvals, draws, effects, steps, waits
 from .engine.approvals import Approval
+from .engine.attempts import Retry, Timeout
 from .engine.effects import Reconcile
 from .engine.journal import Journal
 from .errors import NonDeterminismError, RunStopped
@@ -143,6 +144,8 @@ class Run:
         artifacts: Sequence[ArtifactRef | str] = (),
         operation: str | None = None,
         purpose: str = "",
+        timeout: float | timedelta | Timeout | None = None,
+        retry: Retry | None = None,
         **kwargs: Any,
     ) -> Any:
         """Perform an external effect at most once per idempotency key (G2).
@@ -153,9 +156,22 @@ class Run:
         ``fencing_token``, the lease epoch (an int that only grows) is passed in too.
         ``approval`` must be an approval granted on content covering ``artifacts`` (their
         hashes); it is consumed atomically with the intent (G6). ``fn`` declared with
-        :func:`torpor.effect` brings its operation name and reconcile.
-        Returns the recorded result. Raises StepError when the effect failed and reconcile
-        confirmed it absent; the run ends ``unresolved`` when the outcome cannot be known.
+        :func:`torpor.effect` brings its operation name, reconcile, timeout and retry.
+
+        ``timeout`` bounds each attempt: seconds, a timedelta, or a :class:`~torpor.Timeout`
+        (with the grace and ``kill``). Two attempts of one effect are never in flight at once:
+        a timed-out attempt is reconciled (``applied`` settles it); otherwise the run waits for
+        it up to the grace (default 30 s) — a late return is the result, a late error is
+        reconciled again — and one still running after the grace leaves the run
+        ``unresolved`` with the reason. ``Timeout(kill=True)`` runs attempts in a child
+        process, killed at the timeout and reconciled at once. ``retry`` (a
+        :class:`~torpor.Retry`) starts another attempt after a failure only when that cannot
+        duplicate the effect: reconcile (or EffectNotApplied) says absent, or ``fn`` takes the
+        ``idempotency_key``. Each attempt's intent is recorded.
+
+        Returns the recorded result (as it went in: see :mod:`torpor.serde`). Raises StepError
+        when the effect failed and reconcile confirmed it absent; the run ends ``unresolved``
+        when the outcome cannot be known.
         """
         return effects.perform(
             self.journal,
@@ -169,6 +185,8 @@ class Run:
             artifacts=artifacts,
             operation=operation,
             purpose=purpose,
+            timeout=timeout,
+            retry=retry,
         )
 
     async def aeffect(
@@ -182,9 +200,11 @@ class Run:
         artifacts: Sequence[ArtifactRef | str] = (),
         operation: str | None = None,
         purpose: str = "",
+        timeout: float | timedelta | Timeout | None = None,
+        retry: Retry | None = None,
         **kwargs: Any,
     ) -> Any:
-        """Async twin of :meth:`effect`."""
+        """Async twin of :meth:`effect` (an async ``fn``'s timed-out attempt is cancelled)."""
         with self._concurrent(step_id):
             return await effects.aperform(
                 self.journal,
@@ -198,6 +218,8 @@ class Run:
                 artifacts=artifacts,
                 operation=operation,
                 purpose=purpose,
+                timeout=timeout,
+                retry=retry,
             )
 
     # ------------------------------------------------------------- approvals, artifacts

@@ -1,31 +1,38 @@
 """Effects (DESIGN.md §1, G2): a change to the outside world, performed at most once per
 idempotency key, and reconciled — never blindly retried — when its outcome is not recorded.
 
-The life of an effect, all of it here:
+The life of an effect:
 
 - **intent** before the call: the step's start, the approval it consumes (G6), and
   ``effect_intended`` with its key and operation, in one append (:func:`perform`);
-- **call**, then **observation** (``effect_observed`` + the step's completion), or, when the call
-  raised, a **reconcile on error**: the world is asked what happened (``applied`` settles it,
-  ``absent`` records the failure, ``unknown`` leaves the run ``unresolved``);
+- **call** (an *attempt*, under the effect's timeout: :mod:`torpor.engine.attempts`), then
+  **observation** (``effect_observed`` + the step's completion), or, when the call raised, a
+  **reconcile on error**: the world is asked what happened (``applied`` settles it, ``absent``
+  records the failure — or, under a retry policy, a new intent and another attempt —
+  ``unknown`` leaves the run ``unresolved``);
+- **a timed-out attempt** is in doubt, and never overlapped by another attempt of the same
+  effect: one that can be stopped (a child process, a task) is stopped and reconciled at once;
+  one in a thread (which cannot be killed) is reconciled (``applied`` settles it), then waited
+  for up to the timeout's grace — its late return is the observation, its late error is
+  reconciled again — and if it is still running after the grace the run becomes ``unresolved``
+  with the reason, for a person (:func:`_timed_out`, :func:`_after_grace`);
 - **reconcile on replay**: an intent without an observation, met again when the code replays
-  the call, is reconciled before anything is repeated (:func:`_replay_intent`);
-- **reconcile at takeover**: a new lease owner reconciles in-flight effects whose reconcile is
-  registered with their operation (:func:`effect`; an agent's tools) before the workflow runs
-  again (:func:`reconcile_at_takeover`) — the verdict is in the history first;
-- **a person's resolution** of an effect in doubt (``torpor resolve``):
-  :func:`resolution_payloads`.
+  the call, is reconciled before anything is repeated; **reconcile at takeover** and **a
+  person's resolution**: :mod:`torpor.engine.reconcile`.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from .. import faults
 from ..errors import (
+    AttemptTimeoutError,
     EffectNotApplied,
     EffectUnresolved,
     InboxPendingError,
@@ -42,107 +49,125 @@ from ..history import (
     EffectReconciled,
     Payload,
     Policy,
-    RunReopened,
-    RunState,
-    RunStatus,
     StepCompleted,
     StepFailed,
     StepStarted,
     Verdict,
 )
-from . import approvals
+from . import approvals, attempts
 from .approvals import Approval
-from .calls import accepts_kw, refuse_async_in_loop, resolve
-from .journal import Journal
+from .attempts import Ended, Retry, Running, Timeout
+from .calls import accepts_kw, refuse_async_in_loop
+from .journal import Journal, step_work
+from .reconcile import (
+    Absent,
+    Applied,
+    EffectCall,
+    Reconcile,
+    Reconciliation,
+    Unknown,
+    ask,
+    reconcile_at_takeover,
+    reconcile_on_replay,
+    register,
+    registered_reconcile,
+    resolution_payloads,
+)
 
 #: How often a consuming intent refused for pending inbox messages is re-checked and retried.
 _GUARD_RETRIES = 20
 
 
-@dataclass(frozen=True)
-class Applied:
-    """Reconcile found the effect happened; ``result`` stands for its return value."""
-
-    result: Any = None
-
-
-@dataclass(frozen=True)
-class Absent:
-    """Reconcile found the effect did not happen: it is safe to perform it now."""
-
-
-@dataclass(frozen=True)
-class Unknown:
-    """Reconcile cannot tell: the run becomes ``unresolved`` and waits for a person."""
-
-    reason: str = "outcome cannot be determined"
-
-
-Reconciliation = Applied | Absent | Unknown
-Reconcile = Callable[["EffectCall"], Reconciliation]
-
-
-@dataclass(frozen=True)
-class EffectCall:
-    """What ``reconcile`` is asked about: the effect's identity and the call's arguments.
-    At takeover (before the code runs again) the arguments are not known: ``args`` is ``()``
-    and ``kwargs`` holds only the engine's (``idempotency_key``); a reconcile that needs more
-    raises, and the effect is reconciled when the code reaches the call."""
-
-    run_id: str
-    step_id: str
-    idempotency_key: str
-    operation: str
-    attempt: int
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-
-
-# ------------------------------------------------------------------ registered operations
+# ------------------------------------------------------------------ declared operations
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-#: Operations whose reconcile is known without running the code: operation -> reconcile.
-_REGISTRY: dict[str, Reconcile] = {}
+TimeoutSpec = float | timedelta | Timeout | None
 
 
 @dataclass(frozen=True)
 class EffectSpec:
-    """An effect function's operation identity and reconcile (set by :func:`effect`)."""
+    """An effect function's operation identity, reconcile, timeout and retry policy (set by
+    :func:`effect`)."""
 
     operation: str
     reconcile: Reconcile | None
+    timeout: Timeout | None = None
+    retry: Retry | None = None
 
 
 def effect(
-    fn: F | None = None, *, reconcile: Reconcile | None = None, operation: str | None = None
+    fn: F | None = None,
+    *,
+    reconcile: Reconcile | None = None,
+    operation: str | None = None,
+    timeout: TimeoutSpec = None,
+    retry: Retry | None = None,
 ) -> Any:
     """Declare a function an effect operation: ``run.effect(step_id, fn, ...)`` then records
-    ``operation`` (default ``module:qualname``) and uses ``reconcile`` unless the call gives
-    its own, and a new lease owner reconciles an in-flight call of it at takeover, before the
-    workflow runs again (the essay's "begins by reading the operation record and reconciling
-    any in-flight effects")::
+    ``operation`` (default ``module:qualname``) and uses ``reconcile``, ``timeout`` (seconds, a
+    timedelta or a :class:`~torpor.Timeout`) and ``retry`` (a :class:`~torpor.Retry`) unless
+    the call gives its own, and a new lease owner reconciles an in-flight call of it at
+    takeover, before the workflow runs again (the essay's "begins by reading the operation
+    record and reconciling any in-flight effects")::
 
-        @torpor.effect(reconcile=find_charge)
+        @torpor.effect(reconcile=find_charge, timeout=torpor.Timeout(10, kill=True))
         def charge(order: dict, idempotency_key: str) -> dict: ...
     """
+    spec_timeout = attempts.timeout_of(timeout)
 
     def deco(f: F) -> F:
         op = operation or f"{f.__module__}:{f.__qualname__}"
-        f.__torpor_effect__ = EffectSpec(op, reconcile)  # type: ignore[attr-defined]
+        spec = EffectSpec(op, reconcile, spec_timeout, retry)
+        f.__torpor_effect__ = spec  # type: ignore[attr-defined]
         if reconcile is not None:
-            _REGISTRY[op] = reconcile
+            register(op, reconcile)
         return f
 
     return deco(fn) if fn is not None else deco
 
 
-def registered_reconcile(operation: str) -> Reconcile | None:
-    """The reconcile registered for ``operation`` with :func:`effect`, or None."""
-    return _REGISTRY.get(operation)
-
-
 # ------------------------------------------------------------------ performing
+
+
+@dataclass(frozen=True)
+class _Policy:
+    """How one effect's attempts go: its reconcile, timeout, retry policy, whether ``fn``
+    takes the idempotency key (then a retry under the same key cannot duplicate it), and its
+    pickled call when attempts run in a child process."""
+
+    reconcile: Reconcile | None
+    timeout: Timeout | None
+    retry: Retry | None
+    keyed: bool
+
+
+@dataclass(frozen=True)
+class _Done:
+    """The effect is settled: ``value`` is its result as the workflow sees it."""
+
+    value: Any
+
+
+def _policy(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    reconcile: Reconcile | None,
+    timeout: TimeoutSpec,
+    retry: Retry | None,
+) -> _Policy:
+    """The effect's policy from the call and the declaration (the call wins). Refuses, before
+    anything is recorded, a bad timeout or a killable call that cannot be sent to a child."""
+    spec: EffectSpec | None = getattr(fn, "__torpor_effect__", None)
+    t = attempts.timeout_of(timeout) if timeout is not None else (spec.timeout if spec else None)
+    if t is not None and t.kill:
+        attempts.picklable_call(fn, args, kwargs)
+    return _Policy(
+        reconcile=reconcile or (spec.reconcile if spec else None),
+        timeout=t,
+        retry=retry if retry is not None else (spec.retry if spec else None),
+        keyed=accepts_kw(fn, "idempotency_key"),
+    )
 
 
 def perform(
@@ -158,22 +183,33 @@ def perform(
     artifacts: Sequence[ArtifactRef | str] = (),
     operation: str | None = None,
     purpose: str = "",
+    timeout: TimeoutSpec = None,
+    retry: Retry | None = None,
 ) -> Any:
     """Perform an effect from sync code (see :meth:`torpor.Run.effect`); its recorded result."""
     refuse_async_in_loop(fn)
-    spec: EffectSpec | None = getattr(fn, "__torpor_effect__", None)
-    reconcile = reconcile or (spec.reconcile if spec else None)
+    pol = _policy(fn, args, kwargs, reconcile, timeout, retry)
     sid, done, call = _intend(
-        j, step_id, fn, args, kwargs, key, approval, artifacts, operation, purpose, reconcile
+        j, step_id, fn, args, kwargs, key, approval, artifacts, operation, purpose, pol.reconcile
     )
     if call is None:  # recorded (or reconciled as applied): its result, even None
         return j.value(sid, done)
-    try:
-        value = resolve(fn(*args, **call.kwargs))
-        faults.point("effect.called")  # the world changed; `ack` faults raise here
-    except Exception as exc:
-        return _on_error(j, sid, call, reconcile, exc)
-    return _observe(j, sid, call, value)
+    tries = 1
+    while True:
+        with step_work():
+            out = attempts.call(fn, args, call.kwargs, pol.timeout)
+        if isinstance(out, Running):
+            settled = _timed_out(j, sid, call, pol, out)
+            if settled is not None:
+                return settled.value
+            assert pol.timeout is not None
+            out = _after_grace(j, call, pol, out, out.join(pol.timeout.grace_s))
+        nxt = _settle(j, sid, call, pol, out, tries)
+        if isinstance(nxt, _Done):
+            return nxt.value
+        assert pol.retry is not None
+        time.sleep(pol.retry.delay_s(tries))
+        tries, call = tries + 1, nxt
 
 
 async def aperform(
@@ -189,23 +225,132 @@ async def aperform(
     artifacts: Sequence[ArtifactRef | str] = (),
     operation: str | None = None,
     purpose: str = "",
+    timeout: TimeoutSpec = None,
+    retry: Retry | None = None,
 ) -> Any:
-    """Async twin of :func:`perform` (``fn`` may be sync or async)."""
-    spec: EffectSpec | None = getattr(fn, "__torpor_effect__", None)
-    reconcile = reconcile or (spec.reconcile if spec else None)
+    """Async twin of :func:`perform` (``fn`` may be sync or async; an async one's timed-out
+    attempt is a task, cancelled at the timeout)."""
+    pol = _policy(fn, args, kwargs, reconcile, timeout, retry)
     sid, done, call = _intend(
-        j, step_id, fn, args, kwargs, key, approval, artifacts, operation, purpose, reconcile
+        j, step_id, fn, args, kwargs, key, approval, artifacts, operation, purpose, pol.reconcile
     )
     if call is None:
         return j.value(sid, done)
-    try:
-        value = fn(*args, **call.kwargs)
-        if inspect.isawaitable(value):
-            value = await value
-        faults.point("effect.called")  # the world changed; `ack` faults raise here
-    except Exception as exc:
-        return _on_error(j, sid, call, reconcile, exc)
-    return _observe(j, sid, call, value)
+    tries = 1
+    while True:
+        with step_work():
+            out = await attempts.acall(fn, args, call.kwargs, pol.timeout)
+        if isinstance(out, Running):
+            settled = _timed_out(j, sid, call, pol, out)
+            if settled is not None:
+                return settled.value
+            assert pol.timeout is not None
+            out = _after_grace(j, call, pol, out, await out.ajoin(pol.timeout.grace_s))
+        nxt = _settle(j, sid, call, pol, out, tries)
+        if isinstance(nxt, _Done):
+            return nxt.value
+        assert pol.retry is not None
+        await asyncio.sleep(pol.retry.delay_s(tries))
+        tries, call = tries + 1, nxt
+
+
+def _late(call: EffectCall, pol: _Policy) -> str:
+    assert pol.timeout is not None
+    return f"attempt {call.attempt} did not return within {pol.timeout.seconds:g} s"
+
+
+def _timed_out(j: Journal, sid: str, call: EffectCall, pol: _Policy, out: Running) -> _Done | None:
+    """An attempt outlived its timeout. One that can be stopped is stopped (its end is then
+    awaited). One in a thread is in doubt: reconcile is asked, and ``applied`` settles it
+    (returned); otherwise the caller waits for the thread, up to the grace."""
+    if out.stoppable:
+        out.cancel()
+        return None
+    verdict = ask(call, pol.reconcile)
+    if not isinstance(verdict, Applied):
+        return None
+    data = j.jsonable(sid, verdict.result, "reconciled result")
+    reason = f"{_late(call, pol)}; reconcile found it applied"
+    j.append(
+        EffectReconciled(
+            key=call.idempotency_key, verdict=Verdict.APPLIED, result=data, reason=reason
+        ),
+        StepCompleted(step_id=sid, result=data, policy=Policy.EFFECT),
+    )
+    return _Done(j.value(sid, data))
+
+
+def _after_grace(
+    j: Journal, call: EffectCall, pol: _Policy, out: Running, ended: Ended | None
+) -> Ended:
+    """After waiting out the grace for a timed-out attempt: still running — the run becomes
+    ``unresolved`` with the reason (EffectUnresolved); stopped — a timeout error of the attempt,
+    to reconcile at once; else how it ended (a late return or error)."""
+    assert pol.timeout is not None
+    late = _late(call, pol)
+    if ended is None:
+        what = "was cancelled but had not stopped" if out.stoppable else "was still running"
+        reason = (
+            f"{late} and {what} {pol.timeout.grace_s:g} s later (the grace; {out.describe()}): "
+            "it may still change the world, and no other attempt starts while it may"
+        )
+        key = call.idempotency_key
+        j.append(EffectReconciled(key=key, verdict=Verdict.UNKNOWN, reason=reason))
+        raise EffectUnresolved(key, reason)
+    if ended.stopped:
+        how = "killed" if pol.timeout.kill else "cancelled"
+        return Ended(error=AttemptTimeoutError(f"{late} and was {how}"))
+    return ended
+
+
+def _settle(
+    j: Journal, sid: str, call: EffectCall, pol: _Policy, out: Ended, tries: int
+) -> _Done | EffectCall:
+    """An attempt ended: record its observation, or reconcile its error — ``applied`` settles
+    it; ``absent`` (or EffectNotApplied) with a retry left records the verdict and the next
+    intent and returns the next call; a keyed function's ``unknown`` with a retry left returns
+    the same call (its key deduplicates); otherwise the failure or the doubt is recorded and
+    raised (StepError, EffectUnresolved)."""
+    if out.error is None:
+        try:
+            faults.point("effect.called")  # the world changed; `ack` faults raise here
+        except Exception as lost:
+            out = Ended(error=lost)
+        else:
+            return _Done(_observe(j, sid, call, out.value))
+    exc = out.error
+    assert isinstance(exc, Exception)
+    not_applied = isinstance(exc, EffectNotApplied)
+    verdict = Absent() if not_applied else ask(call, pol.reconcile)
+    r = pol.retry
+    again = r is not None and tries < r.attempts and (not_applied or isinstance(exc, r.on))
+    key = call.idempotency_key
+    if again and isinstance(verdict, Absent):
+        err = f"{type(exc).__name__}: {exc}"
+        first: Payload = (
+            EffectFailed(key=key, error=err)
+            if not_applied
+            else EffectReconciled(
+                key=key, verdict=Verdict.ABSENT, reason=f"{err}; reconcile found no trace"
+            )
+        )
+        info = j.state.effects[key]
+        nxt = replace(call, attempt=call.attempt + 1)
+        j.append(
+            first,
+            EffectIntended(
+                step_id=sid,
+                key=key,
+                operation=call.operation,
+                attempt=nxt.attempt,
+                approval_id=info.approval_id,
+            ),
+        )
+        faults.point("effect.intended")
+        return nxt
+    if again and isinstance(verdict, Unknown) and pol.keyed:
+        return call  # the same intent again: the outside world deduplicates by the key
+    return _Done(_on_error(j, sid, call, exc, verdict))
 
 
 def _intend(
@@ -248,7 +393,7 @@ def _intend(
     if info is not None and info.status == "intended":
         # Crashed between intent and observation: ask the outside world (never retry blindly).
         call = EffectCall(j.run_id, sid, key, op, info.attempt, args, kw)
-        settled = _replay_intent(j, sid, call, reconcile)
+        settled = reconcile_on_replay(j, sid, call, reconcile)
         if settled is not None:
             return sid, settled[0], None
         info = j.state.effects[key]
@@ -301,28 +446,6 @@ def _raise_recorded_failure(j: Journal, sid: str) -> None:
         raise StepError(j.run_id, sid, j.failure_of(sid))
 
 
-def _replay_intent(
-    j: Journal, sid: str, call: EffectCall, reconcile: Reconcile | None
-) -> tuple[Any] | None:
-    """An intent without an observation, met again on replay: reconcile it. Applied: recorded
-    as the step's result, ``(result,)`` returned. Unknown: recorded, the run unresolved.
-    Absent: recorded; None returned (perform it now)."""
-    verdict = ask(call, reconcile)
-    key = call.idempotency_key
-    if isinstance(verdict, Applied):
-        data = j.jsonable(sid, verdict.result, "reconciled result")
-        j.append(
-            EffectReconciled(key=key, verdict=Verdict.APPLIED, result=data),
-            StepCompleted(step_id=sid, result=data, policy=Policy.EFFECT),
-        )
-        return (data,)
-    if isinstance(verdict, Unknown):
-        j.append(EffectReconciled(key=key, verdict=Verdict.UNKNOWN, reason=verdict.reason))
-        raise EffectUnresolved(key, verdict.reason)
-    j.append(EffectReconciled(key=key, verdict=Verdict.ABSENT, reason="reconcile found no trace"))
-    return None
-
-
 def _observe(j: Journal, sid: str, call: EffectCall, value: Any) -> Any:
     """The call returned: record the observation and the step's result."""
     key = call.idempotency_key
@@ -343,13 +466,12 @@ def _observe(j: Journal, sid: str, call: EffectCall, value: Any) -> Any:
 
 
 def _on_error(
-    j: Journal, sid: str, call: EffectCall, reconcile: Reconcile | None, exc: Exception
+    j: Journal, sid: str, call: EffectCall, exc: Exception, verdict: Reconciliation
 ) -> Any:
-    """The call raised: ask the world (unless the function said nothing happened) and record
-    the verdict — applied (the result stands), unknown (unresolved), or absent (the step
-    failed: StepError)."""
+    """The call raised and the world was asked (``verdict``; Absent when the function said
+    nothing happened): record it — applied (the result stands), unknown (unresolved), or
+    absent (the step failed: StepError)."""
     err = f"{type(exc).__name__}: {exc}"
-    verdict = Absent() if isinstance(exc, EffectNotApplied) else ask(call, reconcile)
     key = call.idempotency_key
     if isinstance(verdict, Applied):
         data = j.jsonable(sid, verdict.result, "reconciled result")
@@ -366,85 +488,19 @@ def _on_error(
     raise StepError(j.run_id, sid, err) from exc
 
 
-def ask(call: EffectCall, reconcile: Reconcile | None) -> Reconciliation:
-    """What ``reconcile`` says of ``call``; Unknown (with why) when there is no reconcile, it
-    raised, or it answered something else than Applied/Absent/Unknown."""
-    if reconcile is None:
-        # (The caller puts the call's own error, if any, in front of this reason.)
-        return Unknown("no reconcile function: whether it happened cannot be checked")
-    try:
-        verdict = reconcile(call)
-    except Exception as exc:
-        return Unknown(f"reconcile raised {type(exc).__name__}: {exc}")
-    if not isinstance(verdict, Applied | Absent | Unknown):
-        return Unknown(f"reconcile returned {verdict!r}, not Applied/Absent/Unknown")
-    return verdict
-
-
-# ------------------------------------------------------------------ takeover and people
-
-
-def reconcile_at_takeover(j: Journal, reconcilers: Mapping[str, Reconcile]) -> list[str]:
-    """Right after a new owner took the lease, before the workflow runs again: reconcile every
-    effect left intended whose operation has a known reconcile (``reconcilers``, then those
-    registered with :func:`effect`). ``applied`` and ``absent`` are recorded at once (the
-    verdict is in the history before the code replays); a reconcile that cannot tell — it
-    raised, or needs the call's arguments — leaves the effect to the call site. Returns the
-    keys settled."""
-    settled = []
-    for key, info in list(j.state.effects.items()):
-        if info.status != "intended":
-            continue
-        fn = reconcilers.get(info.operation) or registered_reconcile(info.operation)
-        if fn is None:
-            continue
-        call = EffectCall(
-            j.run_id, info.step_id, key, info.operation, info.attempt, (), {"idempotency_key": key}
-        )
-        try:
-            verdict = fn(call)
-        except Exception:
-            continue  # the call site, which has the arguments, will ask again
-        reason = f"reconciled at takeover by {j.lease.owner}"
-        if isinstance(verdict, Applied):
-            data = j.jsonable(info.step_id, verdict.result, "reconciled result")
-            j.append(
-                EffectReconciled(key=key, verdict=Verdict.APPLIED, result=data, reason=reason),
-                StepCompleted(step_id=info.step_id, result=data, policy=Policy.EFFECT),
-                by_code=False,
-            )
-        elif isinstance(verdict, Absent):
-            j.append(
-                EffectReconciled(key=key, verdict=Verdict.ABSENT, reason=reason), by_code=False
-            )
-        else:
-            continue
-        settled.append(key)
-    return settled
-
-
-def resolution_payloads(state: RunState, body: Mapping[str, Any]) -> list[Payload]:
-    """The events of a person's resolution of an effect in doubt (``torpor resolve``; a
-    ``resolve`` inbox message): the run reopened if it had ended unresolved, the verdict
-    (``applied`` with its result, or ``absent``: performed again on resume), and for applied
-    the effect step's completion."""
-    out: list[Payload] = []
-    if state.status is RunStatus.FINISHED:
-        out.append(RunReopened(by=body["by"], reason=f"effect {body['key']} resolved"))
-    verdict = Verdict(body["verdict"])
-    out.append(
-        EffectReconciled(
-            key=body["key"],
-            verdict=verdict,
-            result=body.get("result"),
-            reason=body.get("reason", ""),
-            by=body["by"],
-        )
-    )
-    if verdict is Verdict.APPLIED:
-        info = state.effects.get(body["key"])
-        if info is not None:
-            out.append(
-                StepCompleted(step_id=info.step_id, result=body.get("result"), policy=Policy.EFFECT)
-            )
-    return out
+__all__ = [
+    "Absent",
+    "Applied",
+    "EffectCall",
+    "EffectSpec",
+    "Reconcile",
+    "Reconciliation",
+    "Unknown",
+    "aperform",
+    "ask",
+    "effect",
+    "perform",
+    "reconcile_at_takeover",
+    "registered_reconcile",
+    "resolution_payloads",
+]
