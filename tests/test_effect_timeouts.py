@@ -234,3 +234,27 @@ def test_an_agent_tool_that_times_out_is_never_called_twice(
     assert res.outcome == "succeeded", res.reason
     settle(svc, 0.8)
     assert svc.count() == 1
+
+
+def test_bad_timeouts_and_unkillable_calls_are_refused_before_anything_is_recorded(
+    db_url: str,
+) -> None:
+    with pytest.raises(torpor.TorporError, match=r"timeout must be > 0 s"):
+        torpor.Timeout(0)
+    with pytest.raises(torpor.TorporError, match=r"attempts must be >= 1"):
+        torpor.Retry(attempts=0)
+
+    @torpor.workflow(name="timeouts.bad", version="1")
+    def bad(run: torpor.Run, how: str) -> Any:
+        if how == "text":
+            return run.effect("send", http_kit.charge, "u", 1, timeout="5")  # type: ignore[arg-type]
+        # A lambda cannot be sent to a child process.
+        return run.effect("send", lambda: 1, timeout=torpor.Timeout(1, kill=True))
+
+    with torpor.Runtime(db_url) as rt:
+        for how, problem in (("text", "must be seconds"), ("lambda", "cannot be pickled")):
+            res = rt.run(bad, how, run_id=f"bad-{how}")
+            assert res.outcome == "failed" and problem in res.reason, res.reason
+            assert f"run 'bad-{how}' effect 'send'" in res.reason
+            seen = [e.type for e in torpor.Client(rt.store).events(f"bad-{how}")]
+            assert "effect_intended" not in seen and "step_started" not in seen

@@ -149,6 +149,8 @@ class _Done:
 
 
 def _policy(
+    j: Journal,
+    step_id: str,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -159,9 +161,13 @@ def _policy(
     """The effect's policy from the call and the declaration (the call wins). Refuses, before
     anything is recorded, a bad timeout or a killable call that cannot be sent to a child."""
     spec: EffectSpec | None = getattr(fn, "__torpor_effect__", None)
-    t = attempts.timeout_of(timeout) if timeout is not None else (spec.timeout if spec else None)
-    if t is not None and t.kill:
-        attempts.picklable_call(fn, args, kwargs)
+    try:
+        t = attempts.timeout_of(timeout) if timeout is not None else None
+        t = t if t is not None or spec is None else spec.timeout
+        if t is not None and t.kill:
+            attempts.picklable_call(fn, args, kwargs)
+    except TorporError as exc:
+        raise TorporError(f"run {j.run_id!r} effect {step_id!r}: {exc}") from None
     return _Policy(
         reconcile=reconcile or (spec.reconcile if spec else None),
         timeout=t,
@@ -188,7 +194,7 @@ def perform(
 ) -> Any:
     """Perform an effect from sync code (see :meth:`torpor.Run.effect`); its recorded result."""
     refuse_async_in_loop(fn)
-    pol = _policy(fn, args, kwargs, reconcile, timeout, retry)
+    pol = _policy(j, step_id, fn, args, kwargs, reconcile, timeout, retry)
     sid, done, call = _intend(
         j, step_id, fn, args, kwargs, key, approval, artifacts, operation, purpose, pol.reconcile
     )
@@ -230,7 +236,7 @@ async def aperform(
 ) -> Any:
     """Async twin of :func:`perform` (``fn`` may be sync or async; an async one's timed-out
     attempt is a task, cancelled at the timeout)."""
-    pol = _policy(fn, args, kwargs, reconcile, timeout, retry)
+    pol = _policy(j, step_id, fn, args, kwargs, reconcile, timeout, retry)
     sid, done, call = _intend(
         j, step_id, fn, args, kwargs, key, approval, artifacts, operation, purpose, pol.reconcile
     )
