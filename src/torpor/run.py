@@ -68,8 +68,11 @@ class Run:
         """Run ``fn(*args, **kwargs)`` as a durable step; return its (recorded) result.
 
         ``policy`` is ``read`` (default; repeated if it never completed) or ``compute`` (the
-        result is reused while the hash of ``(args, kwargs)`` is unchanged). The result must be
-        JSON data (PayloadError naming the step otherwise). An exception from ``fn`` is recorded
+        result is reused while the hash of ``(args, kwargs)`` is unchanged). The result is
+        recorded in the typed encoding of :mod:`torpor.serde` and comes back as it went in,
+        type included (JSON data, tz-aware datetimes, Decimals, UUIDs, bytes, tuples, sets,
+        dataclasses, pydantic models, enums …; PayloadError naming the step, the path and the
+        type for anything else). An exception from ``fn`` is recorded
         and raised as :class:`~torpor.StepError`, also on replay.
         """
         return steps.run_step(self.journal, step_id, fn, args, kwargs, policy, purpose)
@@ -288,7 +291,8 @@ class Run:
         return steps.restore(self.journal, default)
 
     def checkpoint(self, state: Any) -> None:
-        """Mark a boundary: resume restarts from ``state`` (read back with :meth:`restore`)."""
+        """Mark a boundary: resume restarts from ``state`` (read back with :meth:`restore`, as
+        it went in: see :meth:`step`)."""
         steps.checkpoint(self.journal, state)
 
     def verify(self, name: str, check: bool | Callable[[], Any], detail: Any = None) -> bool:
