@@ -147,6 +147,36 @@ def test_a_thread_alive_past_the_grace_leaves_the_run_unresolved_for_a_person(
     assert svc.count() == 1
 
 
+def test_an_attempt_left_running_is_never_overlapped_even_once_a_person_says_absent(
+    store_url: str, svc: http_kit.Service
+) -> None:
+    """A person settles the effect ``absent`` too early, while the timed-out attempt's thread
+    still runs in this process: resuming here starts no attempt beside it; once it ended, its
+    return is the result."""
+    key = "early/charge"
+    svc.script(key, {"hang_s": 1.2})
+    cfg = {"url": svc.url, "timeout_s": 0.1, "grace_s": 0.2}
+    with torpor.Runtime(store_url) as rt:
+        client = torpor.Client(rt.store)
+        res = rt.run("timeouts.charge", cfg, run_id="early")
+        for _ in range(20):
+            if res.outcome != "unresolved":
+                break
+            assert svc.count(key) == 0 or "earlier attempt" in res.reason, res.reason
+            client.resolve("early", key, "absent", "bob", reason="looked too early")
+            res = rt.resume("early")
+    assert res.outcome == "succeeded", res.reason
+    assert res.result == {"charge": 1, "key": key}
+    settle(svc, 1.2)  # past the stuck attempt's hang: a second call would have landed by now
+    assert svc.count() == 1  # the stuck attempt's call only; no attempt ran beside it
+    reasons = [
+        e.payload.reason  # type: ignore[attr-defined]
+        for e in torpor.Client(store_url).events("early")
+        if e.type == "effect_reconciled" and e.payload.verdict == "unknown"  # type: ignore[attr-defined]
+    ]
+    assert any("earlier attempt of this effect is still running" in r for r in reasons)
+
+
 def test_an_async_attempt_is_cancelled_at_the_timeout_then_reconciled_and_retried(
     store_url: str, svc: http_kit.Service
 ) -> None:

@@ -340,6 +340,25 @@ class _Child(Running):
         return f"child process {self.proc.pid}"
 
 
+#: Attempts of effects that outlived their timeout and grace, by ``(store URL, idempotency
+#: key)``: while one is alive, no other attempt of that effect starts in this process
+#: (:func:`take_left_running`).
+_ALIVE: dict[tuple[str, str], Running] = {}
+
+
+def left_running(effect: tuple[str, str], running: Running) -> None:
+    """Note that an attempt of ``effect`` (store URL, idempotency key) was left running (its
+    run is unresolved)."""
+    _ALIVE[effect] = running
+
+
+def take_left_running(effect: tuple[str, str]) -> Running | None:
+    """The earlier attempt of ``effect`` (store URL, idempotency key) left running in this
+    process, if any (taken: note it again with :func:`left_running` if it is still running). A
+    person may settle the effect while it runs; it still must not be overlapped here."""
+    return _ALIVE.pop(effect, None)
+
+
 def call(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -391,4 +410,15 @@ async def acall(
     return ended if ended is not None else running
 
 
-__all__ = ["Ended", "Retry", "Running", "Timeout", "acall", "call", "picklable_call", "timeout_of"]
+__all__ = [
+    "Ended",
+    "Retry",
+    "Running",
+    "Timeout",
+    "acall",
+    "call",
+    "left_running",
+    "picklable_call",
+    "take_left_running",
+    "timeout_of",
+]

@@ -15,7 +15,8 @@ The life of an effect:
   one in a thread (which cannot be killed) is reconciled (``applied`` settles it), then waited
   for up to the timeout's grace — its late return is the observation, its late error is
   reconciled again — and if it is still running after the grace the run becomes ``unresolved``
-  with the reason, for a person (:func:`_timed_out`, :func:`_after_grace`);
+  with the reason, for a person; an attempt left running so is never overlapped in this
+  process, even once a person settled the effect (:mod:`torpor.engine.settle`);
 - **reconcile on replay**: an intent without an observation, met again when the code replays
   the call, is reconciled before anything is repeated; **reconcile at takeover** and **a
   person's resolution**: :mod:`torpor.engine.reconcile`.
@@ -26,35 +27,26 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from .. import faults
 from ..errors import (
-    AttemptTimeoutError,
-    EffectNotApplied,
     EffectUnresolved,
     InboxPendingError,
     NonDeterminismError,
-    PayloadError,
     StepError,
     TorporError,
 )
 from ..history import (
     ArtifactRef,
-    EffectFailed,
     EffectIntended,
-    EffectObserved,
-    EffectReconciled,
     Payload,
     Policy,
-    StepCompleted,
-    StepFailed,
     StepStarted,
-    Verdict,
 )
-from . import approvals, attempts
+from . import approvals, attempts, settle
 from .approvals import Approval
 from .attempts import Ended, Retry, Running, Timeout
 from .calls import accepts_kw, refuse_async_in_loop
@@ -129,25 +121,6 @@ def effect(
 # ------------------------------------------------------------------ performing
 
 
-@dataclass(frozen=True)
-class _Policy:
-    """How one effect's attempts go: its reconcile, timeout, retry policy, whether ``fn``
-    takes the idempotency key (then a retry under the same key cannot duplicate it), and its
-    pickled call when attempts run in a child process."""
-
-    reconcile: Reconcile | None
-    timeout: Timeout | None
-    retry: Retry | None
-    keyed: bool
-
-
-@dataclass(frozen=True)
-class _Done:
-    """The effect is settled: ``value`` is its result as the workflow sees it."""
-
-    value: Any
-
-
 def _policy(
     j: Journal,
     step_id: str,
@@ -157,7 +130,7 @@ def _policy(
     reconcile: Reconcile | None,
     timeout: TimeoutSpec,
     retry: Retry | None,
-) -> _Policy:
+) -> settle.AttemptPolicy:
     """The effect's policy from the call and the declaration (the call wins). Refuses, before
     anything is recorded, a bad timeout or a killable call that cannot be sent to a child."""
     spec: EffectSpec | None = getattr(fn, "__torpor_effect__", None)
@@ -168,7 +141,7 @@ def _policy(
             attempts.picklable_call(fn, args, kwargs)
     except TorporError as exc:
         raise TorporError(f"run {j.run_id!r} effect {step_id!r}: {exc}") from None
-    return _Policy(
+    return settle.AttemptPolicy(
         reconcile=reconcile or (spec.reconcile if spec else None),
         timeout=t,
         retry=retry if retry is not None else (spec.retry if spec else None),
@@ -200,18 +173,22 @@ def perform(
     )
     if call is None:  # recorded (or reconciled as applied): its result, even None
         return j.value(sid, done)
-    tries = 1
+    tries, grace_s = 1, settle.grace_s(pol)
     while True:
-        with step_work():
-            out = attempts.call(fn, args, call.kwargs, pol.timeout)
+        out: Ended | Running
+        earlier = attempts.take_left_running((j.store.url, call.idempotency_key))
+        if earlier is not None:  # an attempt left running here: none starts beside it
+            out = settle.left_running(j, call, pol, earlier, earlier.join(grace_s))
+        else:
+            with step_work():
+                out = attempts.call(fn, args, call.kwargs, pol.timeout)
         if isinstance(out, Running):
-            settled = _timed_out(j, sid, call, pol, out)
+            settled = settle.timed_out(j, sid, call, pol, out)
             if settled is not None:
                 return settled.value
-            assert pol.timeout is not None
-            out = _after_grace(j, call, pol, out, out.join(pol.timeout.grace_s))
-        nxt = _settle(j, sid, call, pol, out, tries)
-        if isinstance(nxt, _Done):
+            out = settle.after_grace(j, call, pol, out, out.join(grace_s))
+        nxt = settle.ended(j, sid, call, pol, out, tries)
+        if isinstance(nxt, settle.Settled):
             return nxt.value
         assert pol.retry is not None
         time.sleep(pol.retry.delay_s(tries))
@@ -242,121 +219,26 @@ async def aperform(
     )
     if call is None:
         return j.value(sid, done)
-    tries = 1
+    tries, grace_s = 1, settle.grace_s(pol)
     while True:
-        with step_work():
-            out = await attempts.acall(fn, args, call.kwargs, pol.timeout)
+        out: Ended | Running
+        earlier = attempts.take_left_running((j.store.url, call.idempotency_key))
+        if earlier is not None:
+            out = settle.left_running(j, call, pol, earlier, await earlier.ajoin(grace_s))
+        else:
+            with step_work():
+                out = await attempts.acall(fn, args, call.kwargs, pol.timeout)
         if isinstance(out, Running):
-            settled = _timed_out(j, sid, call, pol, out)
+            settled = settle.timed_out(j, sid, call, pol, out)
             if settled is not None:
                 return settled.value
-            assert pol.timeout is not None
-            out = _after_grace(j, call, pol, out, await out.ajoin(pol.timeout.grace_s))
-        nxt = _settle(j, sid, call, pol, out, tries)
-        if isinstance(nxt, _Done):
+            out = settle.after_grace(j, call, pol, out, await out.ajoin(grace_s))
+        nxt = settle.ended(j, sid, call, pol, out, tries)
+        if isinstance(nxt, settle.Settled):
             return nxt.value
         assert pol.retry is not None
         await asyncio.sleep(pol.retry.delay_s(tries))
         tries, call = tries + 1, nxt
-
-
-def _late(call: EffectCall, pol: _Policy) -> str:
-    assert pol.timeout is not None
-    return f"attempt {call.attempt} did not return within {pol.timeout.seconds:g} s"
-
-
-def _timed_out(j: Journal, sid: str, call: EffectCall, pol: _Policy, out: Running) -> _Done | None:
-    """An attempt outlived its timeout. One that can be stopped is stopped (its end is then
-    awaited). One in a thread is in doubt: reconcile is asked, and ``applied`` settles it
-    (returned); otherwise the caller waits for the thread, up to the grace."""
-    if out.stoppable:
-        out.cancel()
-        return None
-    verdict = ask(call, pol.reconcile)
-    if not isinstance(verdict, Applied):
-        return None
-    data = j.jsonable(sid, verdict.result, "reconciled result")
-    reason = f"{_late(call, pol)}; reconcile found it applied"
-    j.append(
-        EffectReconciled(
-            key=call.idempotency_key, verdict=Verdict.APPLIED, result=data, reason=reason
-        ),
-        StepCompleted(step_id=sid, result=data, policy=Policy.EFFECT),
-    )
-    return _Done(j.value(sid, data))
-
-
-def _after_grace(
-    j: Journal, call: EffectCall, pol: _Policy, out: Running, ended: Ended | None
-) -> Ended:
-    """After waiting out the grace for a timed-out attempt: still running — the run becomes
-    ``unresolved`` with the reason (EffectUnresolved); stopped — a timeout error of the attempt,
-    to reconcile at once; else how it ended (a late return or error)."""
-    assert pol.timeout is not None
-    late = _late(call, pol)
-    if ended is None:
-        what = "was cancelled but had not stopped" if out.stoppable else "was still running"
-        reason = (
-            f"{late} and {what} {pol.timeout.grace_s:g} s later (the grace; {out.describe()}): "
-            "it may still change the world, and no other attempt starts while it may"
-        )
-        key = call.idempotency_key
-        j.append(EffectReconciled(key=key, verdict=Verdict.UNKNOWN, reason=reason))
-        raise EffectUnresolved(key, reason)
-    if ended.stopped:
-        how = "killed" if pol.timeout.kill else "cancelled"
-        return Ended(error=AttemptTimeoutError(f"{late} and was {how}"))
-    return ended
-
-
-def _settle(
-    j: Journal, sid: str, call: EffectCall, pol: _Policy, out: Ended, tries: int
-) -> _Done | EffectCall:
-    """An attempt ended: record its observation, or reconcile its error — ``applied`` settles
-    it; ``absent`` (or EffectNotApplied) with a retry left records the verdict and the next
-    intent and returns the next call; a keyed function's ``unknown`` with a retry left returns
-    the same call (its key deduplicates); otherwise the failure or the doubt is recorded and
-    raised (StepError, EffectUnresolved)."""
-    if out.error is None:
-        try:
-            faults.point("effect.called")  # the world changed; `ack` faults raise here
-        except Exception as lost:
-            out = Ended(error=lost)
-        else:
-            return _Done(_observe(j, sid, call, out.value))
-    exc = out.error
-    assert isinstance(exc, Exception)
-    not_applied = isinstance(exc, EffectNotApplied)
-    verdict = Absent() if not_applied else ask(call, pol.reconcile)
-    r = pol.retry
-    again = r is not None and tries < r.attempts and (not_applied or isinstance(exc, r.on))
-    key = call.idempotency_key
-    if again and isinstance(verdict, Absent):
-        err = f"{type(exc).__name__}: {exc}"
-        first: Payload = (
-            EffectFailed(key=key, error=err)
-            if not_applied
-            else EffectReconciled(
-                key=key, verdict=Verdict.ABSENT, reason=f"{err}; reconcile found no trace"
-            )
-        )
-        info = j.state.effects[key]
-        nxt = replace(call, attempt=call.attempt + 1)
-        j.append(
-            first,
-            EffectIntended(
-                step_id=sid,
-                key=key,
-                operation=call.operation,
-                attempt=nxt.attempt,
-                approval_id=info.approval_id,
-            ),
-        )
-        faults.point("effect.intended")
-        return nxt
-    if again and isinstance(verdict, Unknown) and pol.keyed:
-        return call  # the same intent again: the outside world deduplicates by the key
-    return _Done(_on_error(j, sid, call, exc, verdict))
 
 
 def _intend(
@@ -450,48 +332,6 @@ def _raise_recorded_failure(j: Journal, sid: str) -> None:
     info = j.state.steps.get(sid)
     if info is not None and info.status == "failed":
         raise StepError(j.run_id, sid, j.failure_of(sid))
-
-
-def _observe(j: Journal, sid: str, call: EffectCall, value: Any) -> Any:
-    """The call returned: record the observation and the step's result."""
-    key = call.idempotency_key
-    try:
-        data = j.jsonable(sid, value)
-    except PayloadError as exc:
-        # The effect happened: record that fact honestly, then refuse the result.
-        j.append(
-            EffectObserved(key=key, result={"unserializable": repr(value)[:500]}),
-            StepFailed(step_id=sid, error=str(exc)),
-        )
-        raise
-    j.append(
-        EffectObserved(key=key, result=data),
-        StepCompleted(step_id=sid, result=data, policy=Policy.EFFECT),
-    )
-    return j.value(sid, data)
-
-
-def _on_error(
-    j: Journal, sid: str, call: EffectCall, exc: Exception, verdict: Reconciliation
-) -> Any:
-    """The call raised and the world was asked (``verdict``; Absent when the function said
-    nothing happened): record it — applied (the result stands), unknown (unresolved), or
-    absent (the step failed: StepError)."""
-    err = f"{type(exc).__name__}: {exc}"
-    key = call.idempotency_key
-    if isinstance(verdict, Applied):
-        data = j.jsonable(sid, verdict.result, "reconciled result")
-        j.append(
-            EffectReconciled(key=key, verdict=Verdict.APPLIED, result=data, reason=err),
-            StepCompleted(step_id=sid, result=data, policy=Policy.EFFECT),
-        )
-        return j.value(sid, data)
-    if isinstance(verdict, Unknown):
-        reason = f"{err}; {verdict.reason}"
-        j.append(EffectReconciled(key=key, verdict=Verdict.UNKNOWN, reason=reason))
-        raise EffectUnresolved(key, reason)
-    j.append(EffectFailed(key=key, error=err), StepFailed(step_id=sid, error=err))
-    raise StepError(j.run_id, sid, err) from exc
 
 
 __all__ = [
