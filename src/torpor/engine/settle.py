@@ -146,7 +146,8 @@ def ended(
         else:
             return Settled(observe(j, sid, call, out.value))
     exc = out.error
-    assert isinstance(exc, Exception)
+    if not isinstance(exc, Exception):  # (SystemExit in a child process or a thread)
+        exc = RuntimeError(f"the attempt ended with {type(exc).__name__}: {exc}")
     not_applied = isinstance(exc, EffectNotApplied)
     verdict = Absent() if not_applied else ask(call, pol.reconcile)
     r = pol.retry
