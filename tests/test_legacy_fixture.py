@@ -10,12 +10,14 @@ import json
 import shutil
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 import legacy_flows
 import torpor
+from torpor import serde
 from torpor.store.postgres import MIGRATIONS as PG_MIGRATIONS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "legacy"
@@ -108,3 +110,47 @@ def test_legacy_runs_migrate_and_resume_to_their_end(legacy_url: str) -> None:
             "loop/emit#4": 1,
         }
     )
+
+
+def _same_plain(a: Any, b: Any) -> None:
+    assert type(a) is type(b) and a == b, (a, b)
+    if isinstance(a, dict):
+        for k in a:
+            _same_plain(a[k], b[k])
+    elif isinstance(a, list):
+        for x, y in zip(a, b, strict=True):
+            _same_plain(x, y)
+
+
+def test_legacy_values_read_back_as_recorded_and_compute_hashes_still_match(
+    legacy_url: str,
+) -> None:
+    """The typed value encoding (issue 14) reads histories written before it: every recorded
+    value (plain JSON then) reads back as itself, and every compute step's recorded input hash
+    is today's hash of the same input, so recorded compute steps are still reused."""
+    with torpor.Runtime(legacy_url) as rt:
+        client = torpor.Client(rt.store)
+        values = 0
+        for rid in RUN_IDS:
+            for e in client.events(rid):
+                for name in ("result", "state", "input", "payload", "detail"):
+                    v = getattr(e.payload, name, None)
+                    if v is not None:
+                        _same_plain(serde.decode(v), v)
+                        values += 1
+        assert values > 20
+        hashes = {
+            (e.run_id, e.payload.step_id): e.payload.input_hash  # type: ignore[attr-defined]
+            for rid in ("done", "loop")
+            for e in client.events(rid)
+            if e.type == "step_completed"
+            and e.payload.policy == "compute"  # type: ignore[attr-defined]
+            and not e.payload.step_id.startswith("artifact:")  # type: ignore[attr-defined]
+        }
+    rows = [{"i": i, "v": i * i} for i in range(4)]  # legacy_flows.done's input of 4
+    assert hashes == {
+        ("done", "sum"): serde.hash_value([[rows], {}]),
+        ("loop", "item"): serde.hash_value([[0], {}]),
+        ("loop", "item#2"): serde.hash_value([[1], {}]),
+        ("loop", "item#3"): serde.hash_value([[2], {}]),
+    }

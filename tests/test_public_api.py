@@ -38,6 +38,7 @@ PUBLIC = [
     "Secret",
     "Settings",
     "StepError",
+    "Timeout",
     "Tools",
     "TorporError",
     "TransientError",
@@ -45,6 +46,7 @@ PUBLIC = [
     "WaitTimeout",
     "effect",
     "open_store",
+    "register_type",
     "step",
     "workflow",
 ]

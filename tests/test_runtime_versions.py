@@ -6,6 +6,7 @@ is refused when it is recorded, naming run and step, and nothing recorded before
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +128,9 @@ def bad_result(run: torpor.Run, kind: str) -> Any:
     run.checkpoint({"after": "ok"})
     bad = {
         "object": Opaque(),
-        "set": {"a": {1, 2}},
+        # (A set is a recorded value since the typed encoding, issue 14; a naive datetime,
+        # nested the same way, is refused.)
+        "naive": {"a": {datetime(2026, 1, 1)}},
         "nan": [math.nan],
         "key": {1: "int key"},
         "huge": "x" * (2 << 20),
@@ -135,7 +138,7 @@ def bad_result(run: torpor.Run, kind: str) -> Any:
     return [ok, run.step("bad", _returns, bad)]
 
 
-@pytest.mark.parametrize("kind", ["object", "set", "nan", "key", "huge"])
+@pytest.mark.parametrize("kind", ["object", "naive", "nan", "key", "huge"])
 def test_unserializable_step_result_is_refused_when_recorded(
     runtime: torpor.Runtime, client: torpor.Client, kind: str
 ) -> None:

@@ -916,8 +916,14 @@ def test_a_non_serializable_value_names_its_path(
     with pytest.raises(serde.NotSerializable) as info:
         serde.to_jsonable(value)
     assert str(info.value).startswith(f"{path}:"), str(info.value)
-    with pytest.raises(serde.NotSerializable):
-        serde.hash_value(value)
+    if isinstance(value, bytes) or path == "$.a[1]":
+        # bytes and sets are recorded values in the typed encoding (issue 14): a compute
+        # step may take them, so they hash (a set whatever its order); the payload's plain
+        # JSON form above still refuses them.
+        assert serde.hash_value(value) == serde.hash_value(serde.decode(serde.encode(value)))
+    else:
+        with pytest.raises(serde.NotSerializable):
+            serde.hash_value(value)
     # The store refuses it at append time with run, step and path; nothing is written.
     w = new_run(store)
     before = all_rows(db)

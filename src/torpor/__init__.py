@@ -31,7 +31,6 @@ if TYPE_CHECKING:
         PlanView,
         Proposal,
         ReActPlanner,
-        Retry,
         Secret,
         Tools,
         step,
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
     from .client import Client
     from .config import Settings
     from .engine.approvals import Approval
+    from .engine.attempts import Retry, Timeout
     from .engine.effects import Absent, Applied, EffectCall, Unknown, effect
     from .engine.execution import RunResult
     from .errors import (
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from .history import ArtifactRef, Budget, Event, Outcome, Policy, RunState, RunStatus
     from .run import Run
     from .runtime import Runtime
+    from .serde import register_type
     from .store import open_store
     from .workflows import workflow
 
@@ -85,7 +86,7 @@ _LAZY = {
     "Policy": ".history",
     "Proposal": ".agents",
     "ReActPlanner": ".agents",
-    "Retry": ".agents",
+    "Retry": ".engine.attempts",
     "Run": ".run",
     "RunResult": ".engine.execution",
     "RunState": ".history",
@@ -94,6 +95,7 @@ _LAZY = {
     "Secret": ".agents",
     "Settings": ".config",
     "StepError": ".errors",
+    "Timeout": ".engine.attempts",
     "Tools": ".agents",
     "TorporError": ".errors",
     "TransientError": ".errors",
@@ -101,6 +103,7 @@ _LAZY = {
     "WaitTimeout": ".errors",
     "effect": ".engine.effects",
     "open_store": ".store",
+    "register_type": ".serde",
     "step": ".agents",
     "workflow": ".workflows",
 }
@@ -152,6 +155,7 @@ __all__ = [
     "Secret",
     "Settings",
     "StepError",
+    "Timeout",
     "Tools",
     "TorporError",
     "TransientError",
@@ -159,6 +163,7 @@ __all__ = [
     "WaitTimeout",
     "effect",
     "open_store",
+    "register_type",
     "step",
     "workflow",
 ]

@@ -25,7 +25,9 @@ involved are attributes (after procrastinate's and httpx's exception modules).
     │   └── ConnectionBroken          (injected by a fault plan) the connection died here
     ├── TransitionError               an impossible event (G4)
     ├── PayloadError                  non-serializable or oversized payload (G10)
-    ├── NotSerializable               (also a ValueError) a value that is not JSON data
+    │   └── RecordedValueError        a recorded value cannot be read back (its class moved)
+    ├── NotSerializable               (also a ValueError) a value that cannot be recorded
+    ├── NotDecodable                  (also a ValueError) a recorded value that cannot be read
     ├── WorkflowError
     │   ├── UnknownWorkflowError
     │   ├── VersionMismatchError      resumed under incompatible code
@@ -33,6 +35,7 @@ involved are attributes (after procrastinate's and httpx's exception modules).
     │   └── AsyncMisuseError          an async function given to the sync API in a loop
     ├── StepError                     a step failed (raised again on replay)
     ├── EffectNotApplied              raised by an effect that knows nothing happened
+    ├── AttemptTimeoutError           (also a TimeoutError) an attempt outlived its timeout
     ├── WaitTimeout                   a wait reached its deadline
     ├── ApprovalError
     │   ├── ApprovalDeniedError
@@ -165,8 +168,19 @@ class PayloadError(TorporError):
         self.step_id = step_id
 
 
+class RecordedValueError(PayloadError):
+    """A recorded value cannot be read back as what was recorded: its class cannot be found
+    (moved, renamed, its module not imported) or refuses the recorded fields. Nothing is
+    written; the run resumes once the class is found again (``torpor.register_type``)."""
+
+
 class NotSerializable(TorporError, ValueError):
-    """A value is not JSON data; the message names the path to the offending part."""
+    """A value cannot be recorded (see :mod:`torpor.serde`); the message names the path to the
+    offending part and its type."""
+
+
+class NotDecodable(TorporError, ValueError):
+    """A recorded value cannot be read back; the message names the path and the class."""
 
 
 class WorkflowError(TorporError):
@@ -208,6 +222,11 @@ class StepError(TorporError):
 class EffectNotApplied(TorporError):
     """Raise from an effect function when it *knows* nothing happened (e.g. refused before
     sending). The engine records the effect as absent instead of asking ``reconcile``."""
+
+
+class AttemptTimeoutError(TorporError, TimeoutError):
+    """An attempt of an effect did not return within its timeout and was stopped (killed in
+    its child process, or cancelled); the message says which attempt and how."""
 
 
 class WaitTimeout(TorporError):

@@ -18,13 +18,17 @@ through one seam, the run's :class:`~torpor.engine.journal.Journal`.
 
 from __future__ import annotations
 
+import inspect
+import random as _random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID, uuid4
 
-from .engine import approvals, effects, steps, waits
+from .engine import approvals, draws, effects, steps, waits
 from .engine.approvals import Approval
+from .engine.attempts import Retry, Timeout
 from .engine.effects import Reconcile
 from .engine.journal import Journal
 from .errors import NonDeterminismError, RunStopped
@@ -65,11 +69,14 @@ class Run:
         """Run ``fn(*args, **kwargs)`` as a durable step; return its (recorded) result.
 
         ``policy`` is ``read`` (default; repeated if it never completed) or ``compute`` (the
-        result is reused while the hash of ``(args, kwargs)`` is unchanged). The result must be
-        JSON data (a value that cannot be recorded ends the run ``failed`` naming the step). An
-        exception from ``fn`` is recorded and raised as :class:`~torpor.StepError`, also on
-        replay. ``crash_limit``: after this many attempts that killed their process, the run is
-        parked ``blocked`` (default: the workflow's, 5); ``torpor retry`` reopens it.
+        result is reused while the hash of ``(args, kwargs)`` is unchanged). The result is
+        recorded in the typed encoding of :mod:`torpor.serde` and comes back as it went in,
+        type included (JSON data, tz-aware datetimes, Decimals, UUIDs, bytes, tuples, sets,
+        dataclasses, pydantic models, enums …; a value that cannot be recorded ends the run
+        ``failed`` naming the step, the path and the type). An exception from ``fn`` is
+        recorded and raised as :class:`~torpor.StepError`, also on replay. ``crash_limit``:
+        after this many attempts that killed their process, the run is parked ``blocked``
+        (default: the workflow's, 5); ``torpor retry`` reopens it.
         """
         return steps.run_step(self.journal, step_id, fn, args, kwargs, policy, purpose, crash_limit)
 
@@ -147,6 +154,8 @@ class Run:
         operation: str | None = None,
         purpose: str = "",
         crash_limit: int | None = None,
+        timeout: float | timedelta | Timeout | None = None,
+        retry: Retry | None = None,
         **kwargs: Any,
     ) -> Any:
         """Perform an external effect at most once per idempotency key (G2).
@@ -157,10 +166,23 @@ class Run:
         ``fencing_token``, the lease epoch (an int that only grows) is passed in too.
         ``approval`` must be an approval granted on content covering ``artifacts`` (their
         hashes); it is consumed atomically with the intent (G6). ``fn`` declared with
-        :func:`torpor.effect` brings its operation name and reconcile.
-        Returns the recorded result. Raises StepError when the effect failed and reconcile
-        confirmed it absent; the run ends ``unresolved`` when the outcome cannot be known.
-        ``crash_limit`` as for :meth:`step` (a call that kills its process every time).
+        :func:`torpor.effect` brings its operation name, reconcile, timeout and retry.
+
+        ``timeout`` bounds each attempt: seconds, a timedelta, or a :class:`~torpor.Timeout`
+        (with the grace and ``kill``). Two attempts of one effect are never in flight at once:
+        a timed-out attempt is reconciled (``applied`` settles it); otherwise the run waits for
+        it up to the grace (default 30 s) — a late return is the result, a late error is
+        reconciled again — and one still running after the grace leaves the run
+        ``unresolved`` with the reason. ``Timeout(kill=True)`` runs attempts in a child
+        process, killed at the timeout and reconciled at once. ``retry`` (a
+        :class:`~torpor.Retry`) starts another attempt after a failure only when that cannot
+        duplicate the effect: reconcile (or EffectNotApplied) says absent, or ``fn`` takes the
+        ``idempotency_key``. Each attempt's intent is recorded.
+
+        Returns the recorded result (as it went in: see :mod:`torpor.serde`). Raises StepError
+        when the effect failed and reconcile confirmed it absent; the run ends ``unresolved``
+        when the outcome cannot be known. ``crash_limit`` as for :meth:`step` (a call that
+        kills its process every time).
         """
         return effects.perform(
             self.journal,
@@ -175,6 +197,8 @@ class Run:
             operation=operation,
             purpose=purpose,
             crash_limit=crash_limit,
+            timeout=timeout,
+            retry=retry,
         )
 
     async def aeffect(
@@ -189,9 +213,11 @@ class Run:
         operation: str | None = None,
         purpose: str = "",
         crash_limit: int | None = None,
+        timeout: float | timedelta | Timeout | None = None,
+        retry: Retry | None = None,
         **kwargs: Any,
     ) -> Any:
-        """Async twin of :meth:`effect`."""
+        """Async twin of :meth:`effect` (an async ``fn``'s timed-out attempt is cancelled)."""
         with self._concurrent(step_id):
             return await effects.aperform(
                 self.journal,
@@ -206,6 +232,8 @@ class Run:
                 operation=operation,
                 purpose=purpose,
                 crash_limit=crash_limit,
+                timeout=timeout,
+                retry=retry,
             )
 
     # ------------------------------------------------------------- approvals, artifacts
@@ -289,7 +317,8 @@ class Run:
         return steps.restore(self.journal, default)
 
     def checkpoint(self, state: Any) -> None:
-        """Mark a boundary: resume restarts from ``state`` (read back with :meth:`restore`)."""
+        """Mark a boundary: resume restarts from ``state`` (read back with :meth:`restore`, as
+        it went in: see :meth:`step`)."""
         steps.checkpoint(self.journal, state)
 
     def verify(self, name: str, check: bool | Callable[[], Any], detail: Any = None) -> bool:
@@ -312,9 +341,34 @@ class Run:
         """End the run ``blocked`` (missing authority, budget); a person may reopen it."""
         raise RunStopped(Outcome.BLOCKED, reason)
 
-    def now(self) -> float:
-        """The store clock, in epoch seconds (use instead of time.time() in workflows)."""
+    # ------------------------------------------------------------- runtime-supplied values
+
+    def now(self, name: str | None = None) -> float:
+        """The store clock, in epoch seconds (use instead of time.time() in workflows), read
+        once and recorded: a replay returns the recorded time. See :meth:`uuid` for ``name``."""
+        where = draws.site(inspect.currentframe().f_back)  # type: ignore[union-attr]
+        return float(draws.draw(self.journal, "now", name, self._clock_s, where))
+
+    def _clock_s(self) -> float:
         return self.journal.now_ms() / 1000
+
+    def uuid(self, name: str | None = None) -> UUID:
+        """A random UUID (version 4), drawn once and recorded: a replay returns the same id,
+        so an id used after a crash is the one drawn before it.
+
+        ``name`` identifies the draw (its step id is ``uuid:<name>``; unnamed draws are
+        ``uuid``, ``uuid#2`` … in call order). A code change that adds a draw before a recorded
+        one is refused with NonDeterminismError naming both draws (named draws by name,
+        unnamed ones by the source line they were drawn at), unless the new draw is under
+        :meth:`patched`; nothing is recorded then."""
+        where = draws.site(inspect.currentframe().f_back)  # type: ignore[union-attr]
+        value = draws.draw(self.journal, "uuid", name, uuid4, where)
+        return value if isinstance(value, UUID) else UUID(str(value))
+
+    def random(self, name: str | None = None) -> float:
+        """A random float in [0.0, 1.0), drawn once and recorded (see :meth:`uuid`)."""
+        where = draws.site(inspect.currentframe().f_back)  # type: ignore[union-attr]
+        return float(draws.draw(self.journal, "random", name, _random.random, where))
 
 
 __all__ = ["Run"]

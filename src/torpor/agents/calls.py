@@ -6,25 +6,29 @@ or an ``effect`` — its outcome recorded by the loop (``tool_call_settled``).""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .. import serde
 from ..engine.approvals import Approval
+from ..engine.calls import resolve
 from ..engine.effects import EffectCall, Unknown
 from ..errors import (
     ApprovalDeniedError,
+    AttemptTimeoutError,
     EffectNotApplied,
     StepError,
     ToolArgsError,
     ToolFailedError,
-    ToolTimeoutError,
+    TransientError,
 )
 from ..history import Policy
 from .context import Context
 from .proposals import clip
-from .tools import is_secret_marker
+from .tools import Scrubber, Tool, is_secret_marker
 
 
 @dataclass
@@ -150,44 +154,81 @@ def execute_call(ctx: Context, c: PlannedCall) -> str:
     return c.status
 
 
+@dataclass(frozen=True)
+class ToolAttempt:
+    """One attempt of an effect tool, as the engine calls it (``run.effect``): the tool's
+    function with the validated arguments and provided secrets, its result scrubbed of secrets
+    and made JSON data; its error scrubbed and mapped — EffectNotApplied kept (nothing
+    happened), the tool's transient types (its retry policy's ``on``) to TransientError, any
+    other to ToolFailedError. Picklable when the function and arguments are (a tool with
+    ``Timeout(kill=True)`` runs it in a child process). Its signature names only the engine
+    parameters the tool takes, so the engine passes just those (and retries under the same
+    idempotency key only for a tool that takes one)."""
+
+    fn: Callable[..., Any]
+    kwargs: dict[str, Any]
+    scrub: Scrubber
+    transient: tuple[type[BaseException], ...]
+    engine_params: frozenset[str]
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        kw = inspect.Parameter.KEYWORD_ONLY
+        return inspect.Signature([inspect.Parameter(p, kw) for p in sorted(self.engine_params)])
+
+    def __call__(self, **engine: Any) -> Any:
+        scrub = self.scrub
+        try:
+            # (An async tool runs to its end in this thread's own loop: in a sync agent loop
+            # that is the workflow's thread, or the attempt's thread under a timeout.)
+            return scrub(serde.to_jsonable(resolve(self.fn(**self.kwargs, **engine))))
+        except EffectNotApplied as exc:
+            raise EffectNotApplied(scrub(str(exc))) from None
+        except self.transient as exc:
+            raise TransientError(scrub(f"{type(exc).__name__}: {exc}")) from None
+        except Exception as exc:
+            raise ToolFailedError(scrub(f"{type(exc).__name__}: {exc}")) from None
+
+
 def _effect(
     ctx: Context,
     sid: str,
-    tool: Any,
+    tool: Tool,
     validated: dict[str, Any],
     provided: dict[str, str],
     approval: Approval | None,
     hashes: list[str],
 ) -> Any:
-    scrub = ctx.vault.scrub
-    timed_out: list[ToolTimeoutError] = []
-
-    def body(**kw: Any) -> Any:
-        engine = {k: kw[k] for k in ("idempotency_key", "fencing_token") if k in kw}
-        try:
-            return scrub(serde.to_jsonable(tool.invoke(validated, secrets=provided, **engine)))
-        except EffectNotApplied as exc:
-            raise EffectNotApplied(scrub(str(exc))) from None
-        except ToolTimeoutError as exc:
-            timed_out.append(exc)
-            raise ToolFailedError(scrub(str(exc))) from None
-        except Exception as exc:
-            raise ToolFailedError(scrub(f"{type(exc).__name__}: {exc}")) from None
+    r = tool.retry
+    retry = None
+    if r is not None and r.attempts > 1:
+        # The attempt maps the tool's transient errors to TransientError; an attempt stopped
+        # at its timeout is transient when the tool's policy retries timeouts.
+        on: tuple[type[BaseException], ...] = (TransientError,)
+        if issubclass(AttemptTimeoutError, r.on):
+            on += (AttemptTimeoutError,)
+        retry = dataclasses.replace(r, on=on)
+    attempt = ToolAttempt(
+        tool.fn,
+        {**validated, **provided},
+        ctx.vault.scrubber(),
+        r.on if r is not None else (),
+        tool.engine_params,
+    )
 
     def reconcile(call: EffectCall) -> Any:
-        fut = timed_out[-1].future if timed_out else None
-        if fut is not None and not fut.done():
-            return Unknown("the call timed out and may still complete")
         if tool.reconcile is None:
             return Unknown("the tool has no reconcile: whether it happened cannot be checked")
         return tool.reconcile(dataclasses.replace(call, kwargs={**validated, **call.kwargs}))
 
     return ctx.run.effect(
         sid,
-        body,
+        attempt,
         reconcile=reconcile,
         approval=approval,
         artifacts=hashes,
         operation=tool.name,
         purpose=f"{tool.name} (effect)",
+        timeout=tool.timeout,
+        retry=retry,
     )

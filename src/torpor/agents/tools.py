@@ -1,8 +1,11 @@
 """Tools: plain Python functions (sync or async) an agent's planner may call.
 
 A tool is registered with a recovery policy (``read``, ``compute``, ``effect``), a timeout, a
-retry policy for transient errors (tenacity's exponential backoff with jitter), and for effects
-a ``reconcile``. Its argument schema is derived from the function's type hints by pydantic::
+retry policy for transient errors (:class:`~torpor.Retry`: exponential backoff with jitter), and
+for effects a ``reconcile``. Timeouts and retries are the engine's one mechanism
+(:mod:`torpor.engine.attempts`): a read or compute tool is retried freely; an effect tool's
+attempts are the run's (``run.effect(..., timeout=, retry=)``): never two in flight at once.
+Its argument schema is derived from the function's type hints by pydantic::
 
     tools = Tools()
 
@@ -22,26 +25,24 @@ a ``reconcile``. Its argument schema is derived from the function's type hints b
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import hashlib
 import hmac
 import inspect
+import time
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-import tenacity
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from ..engine.attempts import Retry, Running, Timeout, call, timeout_of
 from ..engine.effects import EffectCall, Reconciliation
 from ..errors import (
     EffectNotApplied,
     ToolArgsError,
     ToolTimeoutError,
     TorporError,
-    TransientError,
 )
 from ..history import Policy
 from .models.base import ToolSpec
@@ -77,23 +78,6 @@ ArtifactHash = Annotated[
 ENGINE_PARAMS = ("idempotency_key", "fencing_token")
 
 
-@dataclass(frozen=True)
-class Retry:
-    """Retry transient failures in-process: ``attempts`` in all, exponential backoff with
-    jitter from ``initial`` up to ``max_wait`` seconds, on the exception types ``on``.
-
-    An effect is retried only when the retry cannot duplicate it: when it raised
-    :class:`~torpor.EffectNotApplied` (it *knows* nothing happened), or when the tool takes an
-    ``idempotency_key`` (the outside world deduplicates by it). Any other failure of an effect
-    goes to its ``reconcile``.
-    """
-
-    attempts: int = 3
-    on: tuple[type[BaseException], ...] = (TransientError, ConnectionError, TimeoutError)
-    initial: float = 0.1
-    max_wait: float = 5.0
-
-
 def _marker(annotation: Any, marker: object) -> bool:
     """Whether ``marker`` annotates the type, or a member of it (``X | None``, ``list[X]``)."""
     if typing.get_origin(annotation) is Annotated:
@@ -110,7 +94,7 @@ class Tool:
     fn: Callable[..., Any]
     policy: Policy = Policy.READ
     description: str = ""
-    timeout: float | None = None
+    timeout: float | Timeout | None = None
     retry: Retry | None = None
     reconcile: Callable[[EffectCall], Reconciliation] | None = None
     requires_approval: bool | Callable[[dict[str, Any]], bool] = False
@@ -201,68 +185,66 @@ class Tool:
 
     # ------------------------------------------------------------ calling
 
-    def _retrying(self, is_effect: bool) -> tenacity.Retrying | None:
-        r = self.retry
-        if r is None or r.attempts <= 1:
-            return None
-        idempotent = "idempotency_key" in self.engine_params
-
-        def transient(exc: BaseException) -> bool:
-            if not is_effect:
-                return isinstance(exc, r.on)
-            if isinstance(exc, EffectNotApplied):
-                return True  # it knows nothing happened
-            return idempotent and isinstance(exc, r.on)  # the outside world deduplicates
-
-        return tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(r.attempts),
-            wait=tenacity.wait_exponential(multiplier=r.initial, max=r.max_wait)
-            + tenacity.wait_random(0, r.initial),
-            retry=tenacity.retry_if_exception(transient),
-            reraise=True,
-        )
-
     def provided_secrets(self) -> dict[str, str]:
         """The values of the secrets filled from providers (never shown to a model)."""
         return {pname: provider() for pname, provider in self.secrets.items()}
 
-    def invoke(
-        self, args: dict[str, Any], *, secrets: dict[str, str] | None = None, **engine: Any
-    ) -> Any:
-        """Call the function with validated ``args`` (plus provided secrets and the engine
-        parameters it takes), under its timeout and retry policy."""
+    def arguments(
+        self, args: dict[str, Any], secrets: dict[str, str] | None, engine: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The keyword arguments of a call: validated ``args``, the provided secrets, and the
+        engine parameters the function takes."""
         kwargs = dict(args)
         kwargs.update(self.provided_secrets() if secrets is None else secrets)
         for pname in self.engine_params:
             if pname in engine:
                 kwargs[pname] = engine[pname]
-        retrying = self._retrying(self.policy is Policy.EFFECT)
-        if retrying is None:
-            return self._call_once(kwargs)
-        return retrying(self._call_once, kwargs)
+        return kwargs
 
-    def _call_once(self, kwargs: dict[str, Any]) -> Any:
-        fn, timeout = self.fn, self.timeout
-        if inspect.iscoroutinefunction(fn):
+    def transient(self, exc: BaseException) -> bool:
+        """Whether a failed attempt may be retried on its own (outside a run): a read or
+        compute tool on the retry policy's exception types; an effect only when that cannot
+        duplicate it (EffectNotApplied, or a tool that takes the idempotency key)."""
+        r = self.retry
+        if r is None:
+            return False
+        if self.policy is not Policy.EFFECT:
+            return isinstance(exc, r.on)
+        if isinstance(exc, EffectNotApplied):
+            return True  # it knows nothing happened
+        return "idempotency_key" in self.engine_params and isinstance(exc, r.on)
 
-            async def bounded() -> Any:
-                if timeout is None:
-                    return await fn(**kwargs)
-                try:
-                    return await asyncio.wait_for(fn(**kwargs), timeout)
-                except TimeoutError:
-                    raise ToolTimeoutError(self.name, timeout, None) from None
-
-            return asyncio.run(bounded())
-        if timeout is None:
-            return fn(**kwargs)
-        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"tool-{self.name}")
-        fut = pool.submit(fn, **kwargs)
-        pool.shutdown(wait=False)
-        try:
-            return fut.result(timeout)
-        except concurrent.futures.TimeoutError:
-            raise ToolTimeoutError(self.name, timeout, fut) from None
+    def invoke(
+        self, args: dict[str, Any], *, secrets: dict[str, str] | None = None, **engine: Any
+    ) -> Any:
+        """Call the function with validated ``args`` (plus provided secrets and the engine
+        parameters it takes), under its timeout and retry policy. A timed-out attempt raises
+        ToolTimeoutError (``future``: the attempt, still running if it could not be stopped);
+        it is retried like a transient error, except an effect's attempt that may still be
+        running: that is never overlapped by another. (In a run, an effect tool's attempts
+        are the engine's: :func:`torpor.engine.effects.perform`.)"""
+        kwargs = self.arguments(args, secrets, engine)
+        timeout = timeout_of(self.timeout)
+        r = self.retry
+        tries = 0
+        while True:
+            tries += 1
+            out = call(self.fn, (), kwargs, timeout)
+            if isinstance(out, Running):
+                assert timeout is not None
+                if out.stoppable:
+                    out.cancel()
+                    out.join(timeout.grace_s)
+                exc: BaseException = ToolTimeoutError(self.name, timeout.seconds, out)
+                alive = not out.done()
+            elif out.error is None:
+                return out.value
+            else:
+                exc, alive = out.error, False
+            effect_alive = alive and self.policy is Policy.EFFECT
+            if r is None or tries >= r.attempts or effect_alive or not self.transient(exc):
+                raise exc
+            time.sleep(r.delay_s(tries))
 
 
 class Tools:
@@ -286,7 +268,7 @@ class Tools:
         name: str | None = None,
         policy: Policy | str = Policy.READ,
         description: str = "",
-        timeout: float | None = None,
+        timeout: float | Timeout | None = None,
         retry: Retry | None = Retry(),
         reconcile: Callable[[EffectCall], Reconciliation] | None = None,
         requires_approval: bool | Callable[[dict[str, Any]], bool] = False,
@@ -373,17 +355,32 @@ class Vault:
         return None
 
     def scrub(self, data: Any) -> Any:
-        if not self._values:
+        return self.scrubber()(data) if self._values else data
+
+    def scrubber(self) -> Scrubber:
+        """A picklable :class:`Scrubber` of the secrets known now (for an attempt that runs in
+        a child process)."""
+        return Scrubber(tuple((v, f"[secret:{h[:12]}]") for h, v in self._values.items()))
+
+
+@dataclass(frozen=True)
+class Scrubber:
+    """Replaces each known secret value by its marker in JSON data (see :meth:`Vault.scrub`)."""
+
+    pairs: tuple[tuple[str, str], ...] = ()
+
+    def __call__(self, data: Any) -> Any:
+        if not self.pairs:
             return data
         if isinstance(data, str):
-            for h, v in self._values.items():
-                if v in data:
-                    data = data.replace(v, f"[secret:{h[:12]}]")
+            for value, marker in self.pairs:
+                if value in data:
+                    data = data.replace(value, marker)
             return data
         if isinstance(data, list):
-            return [self.scrub(x) for x in data]
+            return [self(x) for x in data]
         if isinstance(data, dict):
-            return {self.scrub(k): self.scrub(v) for k, v in data.items()}
+            return {self(k): self(v) for k, v in data.items()}
         return data
 
 

@@ -1,148 +1,152 @@
 """Effects (DESIGN.md §1, G2): a change to the outside world, performed at most once per
 idempotency key, and reconciled — never blindly retried — when its outcome is not recorded.
 
-The life of an effect, all of it here:
+The life of an effect:
 
 - **intent** before the call: the step's start, the approval it consumes (G6), and
   ``effect_intended`` with its key and operation, in one append (:func:`perform`);
-- **call**, then **observation** (``effect_observed`` + the step's completion), or, when the call
-  raised, a **reconcile on error**: the world is asked what happened (``applied`` settles it,
-  ``absent`` records the failure, ``unknown`` leaves the run ``unresolved``);
+- **call** (an *attempt*, under the effect's timeout: :mod:`torpor.engine.attempts`), then
+  **observation** (``effect_observed`` + the step's completion), or, when the call raised, a
+  **reconcile on error**: the world is asked what happened (``applied`` settles it, ``absent``
+  records the failure — or, under a retry policy, a new intent and another attempt —
+  ``unknown`` leaves the run ``unresolved``);
+- **a timed-out attempt** is in doubt, and never overlapped by another attempt of the same
+  effect: one that can be stopped (a child process, a task) is stopped and reconciled at once;
+  one in a thread (which cannot be killed) is reconciled (``applied`` settles it), then waited
+  for up to the timeout's grace — its late return is the observation, its late error is
+  reconciled again — and if it is still running after the grace the run becomes ``unresolved``
+  with the reason, for a person; an attempt left running so is never overlapped in this
+  process, even once a person settled the effect (:mod:`torpor.engine.settle`);
 - **reconcile on replay**: an intent without an observation, met again when the code replays
-  the call, is reconciled before anything is repeated (:func:`_replay_intent`);
-- **reconcile at takeover**: a new lease owner reconciles in-flight effects whose reconcile is
-  registered with their operation (:func:`effect`; an agent's tools) before the workflow runs
-  again (:func:`reconcile_at_takeover`) — the verdict is in the history first;
-- **a person's resolution** of an effect in doubt (``torpor resolve``):
-  :func:`resolution_payloads`.
+  the call, is reconciled before anything is repeated; **reconcile at takeover** and **a
+  person's resolution**: :mod:`torpor.engine.reconcile`.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping, Sequence
+import asyncio
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from .. import faults
 from ..errors import (
-    EffectNotApplied,
     EffectUnresolved,
     InboxPendingError,
     NonDeterminismError,
-    PayloadError,
     StepError,
     TorporError,
 )
 from ..history import (
     ArtifactRef,
-    EffectFailed,
     EffectIntended,
-    EffectObserved,
-    EffectReconciled,
     Payload,
     Policy,
-    RunReopened,
-    RunState,
-    RunStatus,
-    StepCompleted,
-    StepFailed,
     StepStarted,
-    Verdict,
 )
-from . import approvals
+from . import approvals, attempts, settle
 from .approvals import Approval
-from .calls import accepts_kw, refuse_async_in_loop, resolve
-from .journal import Journal
+from .attempts import Ended, Retry, Running, Timeout
+from .calls import accepts_kw, refuse_async_in_loop
+from .journal import Journal, step_work
+from .reconcile import (
+    Absent,
+    Applied,
+    EffectCall,
+    Reconcile,
+    Reconciliation,
+    Unknown,
+    ask,
+    reconcile_at_takeover,
+    reconcile_on_replay,
+    register,
+    registered_reconcile,
+    resolution_payloads,
+)
 
 #: How often a consuming intent refused for pending inbox messages is re-checked and retried.
 _GUARD_RETRIES = 20
 
 
-@dataclass(frozen=True)
-class Applied:
-    """Reconcile found the effect happened; ``result`` stands for its return value."""
-
-    result: Any = None
-
-
-@dataclass(frozen=True)
-class Absent:
-    """Reconcile found the effect did not happen: it is safe to perform it now."""
-
-
-@dataclass(frozen=True)
-class Unknown:
-    """Reconcile cannot tell: the run becomes ``unresolved`` and waits for a person."""
-
-    reason: str = "outcome cannot be determined"
-
-
-Reconciliation = Applied | Absent | Unknown
-Reconcile = Callable[["EffectCall"], Reconciliation]
-
-
-@dataclass(frozen=True)
-class EffectCall:
-    """What ``reconcile`` is asked about: the effect's identity and the call's arguments.
-    At takeover (before the code runs again) the arguments are not known: ``args`` is ``()``
-    and ``kwargs`` holds only the engine's (``idempotency_key``); a reconcile that needs more
-    raises, and the effect is reconciled when the code reaches the call."""
-
-    run_id: str
-    step_id: str
-    idempotency_key: str
-    operation: str
-    attempt: int
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-
-
-# ------------------------------------------------------------------ registered operations
+# ------------------------------------------------------------------ declared operations
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-#: Operations whose reconcile is known without running the code: operation -> reconcile.
-_REGISTRY: dict[str, Reconcile] = {}
+TimeoutSpec = float | timedelta | Timeout | None
 
 
 @dataclass(frozen=True)
 class EffectSpec:
-    """An effect function's operation identity and reconcile (set by :func:`effect`)."""
+    """An effect function's operation identity, reconcile, timeout and retry policy (set by
+    :func:`effect`)."""
 
     operation: str
     reconcile: Reconcile | None
+    timeout: Timeout | None = None
+    retry: Retry | None = None
 
 
 def effect(
-    fn: F | None = None, *, reconcile: Reconcile | None = None, operation: str | None = None
+    fn: F | None = None,
+    *,
+    reconcile: Reconcile | None = None,
+    operation: str | None = None,
+    timeout: TimeoutSpec = None,
+    retry: Retry | None = None,
 ) -> Any:
     """Declare a function an effect operation: ``run.effect(step_id, fn, ...)`` then records
-    ``operation`` (default ``module:qualname``) and uses ``reconcile`` unless the call gives
-    its own, and a new lease owner reconciles an in-flight call of it at takeover, before the
-    workflow runs again (the essay's "begins by reading the operation record and reconciling
-    any in-flight effects")::
+    ``operation`` (default ``module:qualname``) and uses ``reconcile``, ``timeout`` (seconds, a
+    timedelta or a :class:`~torpor.Timeout`) and ``retry`` (a :class:`~torpor.Retry`) unless
+    the call gives its own, and a new lease owner reconciles an in-flight call of it at
+    takeover, before the workflow runs again (the essay's "begins by reading the operation
+    record and reconciling any in-flight effects")::
 
-        @torpor.effect(reconcile=find_charge)
+        @torpor.effect(reconcile=find_charge, timeout=torpor.Timeout(10, kill=True))
         def charge(order: dict, idempotency_key: str) -> dict: ...
     """
+    spec_timeout = attempts.timeout_of(timeout)
 
     def deco(f: F) -> F:
         op = operation or f"{f.__module__}:{f.__qualname__}"
-        f.__torpor_effect__ = EffectSpec(op, reconcile)  # type: ignore[attr-defined]
+        spec = EffectSpec(op, reconcile, spec_timeout, retry)
+        f.__torpor_effect__ = spec  # type: ignore[attr-defined]
         if reconcile is not None:
-            _REGISTRY[op] = reconcile
+            register(op, reconcile)
         return f
 
     return deco(fn) if fn is not None else deco
 
 
-def registered_reconcile(operation: str) -> Reconcile | None:
-    """The reconcile registered for ``operation`` with :func:`effect`, or None."""
-    return _REGISTRY.get(operation)
-
-
 # ------------------------------------------------------------------ performing
+
+
+def _policy(
+    j: Journal,
+    step_id: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    reconcile: Reconcile | None,
+    timeout: TimeoutSpec,
+    retry: Retry | None,
+) -> settle.AttemptPolicy:
+    """The effect's policy from the call and the declaration (the call wins). Refuses, before
+    anything is recorded, a bad timeout or a killable call that cannot be sent to a child."""
+    spec: EffectSpec | None = getattr(fn, "__torpor_effect__", None)
+    try:
+        t = attempts.timeout_of(timeout) if timeout is not None else None
+        t = t if t is not None or spec is None else spec.timeout
+        if t is not None and t.kill:
+            attempts.picklable_call(fn, args, kwargs)
+    except TorporError as exc:
+        raise TorporError(f"run {j.run_id!r} effect {step_id!r}: {exc}") from None
+    return settle.AttemptPolicy(
+        reconcile=reconcile or (spec.reconcile if spec else None),
+        timeout=t,
+        retry=retry if retry is not None else (spec.retry if spec else None),
+        keyed=accepts_kw(fn, "idempotency_key"),
+    )
 
 
 def perform(
@@ -159,11 +163,12 @@ def perform(
     operation: str | None = None,
     purpose: str = "",
     crash_limit: int | None = None,
+    timeout: TimeoutSpec = None,
+    retry: Retry | None = None,
 ) -> Any:
     """Perform an effect from sync code (see :meth:`torpor.Run.effect`); its recorded result."""
     refuse_async_in_loop(fn)
-    spec: EffectSpec | None = getattr(fn, "__torpor_effect__", None)
-    reconcile = reconcile or (spec.reconcile if spec else None)
+    pol = _policy(j, step_id, fn, args, kwargs, reconcile, timeout, retry)
     sid, done, call = _intend(
         j,
         step_id,
@@ -175,17 +180,31 @@ def perform(
         artifacts,
         operation,
         purpose,
-        reconcile,
+        pol.reconcile,
         crash_limit,
     )
     if call is None:  # recorded (or reconciled as applied): its result, even None
-        return done
-    try:
-        value = resolve(fn(*args, **call.kwargs))
-        faults.point("effect.called")  # the world changed; `ack` faults raise here
-    except Exception as exc:
-        return _on_error(j, sid, call, reconcile, exc)
-    return _observe(j, sid, call, value)
+        return j.value(sid, done)
+    tries, grace_s = 1, settle.grace_s(pol)
+    while True:
+        out: Ended | Running
+        earlier = attempts.take_left_running((j.store.url, call.idempotency_key))
+        if earlier is not None:  # an attempt left running here: none starts beside it
+            out = settle.left_running(j, call, pol, earlier, earlier.join(grace_s))
+        else:
+            with step_work():
+                out = attempts.call(fn, args, call.kwargs, pol.timeout)
+        if isinstance(out, Running):
+            settled = settle.timed_out(j, sid, call, pol, out)
+            if settled is not None:
+                return settled.value
+            out = settle.after_grace(j, call, pol, out, out.join(grace_s))
+        nxt = settle.ended(j, sid, call, pol, out, tries)
+        if isinstance(nxt, settle.Settled):
+            return nxt.value
+        assert pol.retry is not None
+        time.sleep(pol.retry.delay_s(tries))
+        tries, call = tries + 1, nxt
 
 
 async def aperform(
@@ -202,10 +221,12 @@ async def aperform(
     operation: str | None = None,
     purpose: str = "",
     crash_limit: int | None = None,
+    timeout: TimeoutSpec = None,
+    retry: Retry | None = None,
 ) -> Any:
-    """Async twin of :func:`perform` (``fn`` may be sync or async)."""
-    spec: EffectSpec | None = getattr(fn, "__torpor_effect__", None)
-    reconcile = reconcile or (spec.reconcile if spec else None)
+    """Async twin of :func:`perform` (``fn`` may be sync or async; an async one's timed-out
+    attempt is a task, cancelled at the timeout)."""
+    pol = _policy(j, step_id, fn, args, kwargs, reconcile, timeout, retry)
     sid, done, call = _intend(
         j,
         step_id,
@@ -217,19 +238,31 @@ async def aperform(
         artifacts,
         operation,
         purpose,
-        reconcile,
+        pol.reconcile,
         crash_limit,
     )
     if call is None:
-        return done
-    try:
-        value = fn(*args, **call.kwargs)
-        if inspect.isawaitable(value):
-            value = await value
-        faults.point("effect.called")  # the world changed; `ack` faults raise here
-    except Exception as exc:
-        return _on_error(j, sid, call, reconcile, exc)
-    return _observe(j, sid, call, value)
+        return j.value(sid, done)
+    tries, grace_s = 1, settle.grace_s(pol)
+    while True:
+        out: Ended | Running
+        earlier = attempts.take_left_running((j.store.url, call.idempotency_key))
+        if earlier is not None:
+            out = settle.left_running(j, call, pol, earlier, await earlier.ajoin(grace_s))
+        else:
+            with step_work():
+                out = await attempts.acall(fn, args, call.kwargs, pol.timeout)
+        if isinstance(out, Running):
+            settled = settle.timed_out(j, sid, call, pol, out)
+            if settled is not None:
+                return settled.value
+            out = settle.after_grace(j, call, pol, out, await out.ajoin(grace_s))
+        nxt = settle.ended(j, sid, call, pol, out, tries)
+        if isinstance(nxt, settle.Settled):
+            return nxt.value
+        assert pol.retry is not None
+        await asyncio.sleep(pol.retry.delay_s(tries))
+        tries, call = tries + 1, nxt
 
 
 def _intend(
@@ -273,7 +306,7 @@ def _intend(
     if info is not None and info.status == "intended":
         # Crashed between intent and observation: ask the outside world (never retry blindly).
         call = EffectCall(j.run_id, sid, key, op, info.attempt, args, kw)
-        settled = _replay_intent(j, sid, call, reconcile)
+        settled = reconcile_on_replay(j, sid, call, reconcile)
         if settled is not None:
             return sid, settled[0], None
         j.guard_crashes(sid, crash_limit)  # absent after every crash: parked at the limit
@@ -330,150 +363,19 @@ def _raise_recorded_failure(j: Journal, sid: str) -> None:
         raise StepError(j.run_id, sid, j.failure_of(sid))
 
 
-def _replay_intent(
-    j: Journal, sid: str, call: EffectCall, reconcile: Reconcile | None
-) -> tuple[Any] | None:
-    """An intent without an observation, met again on replay: reconcile it. Applied: recorded
-    as the step's result, ``(result,)`` returned. Unknown: recorded, the run unresolved.
-    Absent: recorded; None returned (perform it now)."""
-    verdict = ask(call, reconcile)
-    key = call.idempotency_key
-    if isinstance(verdict, Applied):
-        data = j.jsonable(sid, verdict.result, "reconciled result")
-        j.append(
-            EffectReconciled(key=key, verdict=Verdict.APPLIED, result=data),
-            StepCompleted(step_id=sid, result=data, policy=Policy.EFFECT),
-        )
-        return (data,)
-    if isinstance(verdict, Unknown):
-        j.append(EffectReconciled(key=key, verdict=Verdict.UNKNOWN, reason=verdict.reason))
-        raise EffectUnresolved(key, verdict.reason)
-    j.append(EffectReconciled(key=key, verdict=Verdict.ABSENT, reason="reconcile found no trace"))
-    return None
-
-
-def _observe(j: Journal, sid: str, call: EffectCall, value: Any) -> Any:
-    """The call returned: record the observation and the step's result."""
-    key = call.idempotency_key
-    try:
-        data = j.jsonable(sid, value)
-    except PayloadError as exc:
-        # The effect happened: record that fact honestly, then refuse the result.
-        j.append(
-            EffectObserved(key=key, result={"unserializable": repr(value)[:500]}),
-            StepFailed(step_id=sid, error=str(exc)),
-        )
-        raise
-    j.append(
-        EffectObserved(key=key, result=data),
-        StepCompleted(step_id=sid, result=data, policy=Policy.EFFECT),
-    )
-    return data
-
-
-def _on_error(
-    j: Journal, sid: str, call: EffectCall, reconcile: Reconcile | None, exc: Exception
-) -> Any:
-    """The call raised: ask the world (unless the function said nothing happened) and record
-    the verdict — applied (the result stands), unknown (unresolved), or absent (the step
-    failed: StepError)."""
-    err = f"{type(exc).__name__}: {exc}"
-    verdict = Absent() if isinstance(exc, EffectNotApplied) else ask(call, reconcile)
-    key = call.idempotency_key
-    if isinstance(verdict, Applied):
-        data = j.jsonable(sid, verdict.result, "reconciled result")
-        j.append(
-            EffectReconciled(key=key, verdict=Verdict.APPLIED, result=data, reason=err),
-            StepCompleted(step_id=sid, result=data, policy=Policy.EFFECT),
-        )
-        return data
-    if isinstance(verdict, Unknown):
-        reason = f"{err}; {verdict.reason}"
-        j.append(EffectReconciled(key=key, verdict=Verdict.UNKNOWN, reason=reason))
-        raise EffectUnresolved(key, reason)
-    j.append(EffectFailed(key=key, error=err), StepFailed(step_id=sid, error=err))
-    raise StepError(j.run_id, sid, err) from exc
-
-
-def ask(call: EffectCall, reconcile: Reconcile | None) -> Reconciliation:
-    """What ``reconcile`` says of ``call``; Unknown (with why) when there is no reconcile, it
-    raised, or it answered something else than Applied/Absent/Unknown."""
-    if reconcile is None:
-        # (The caller puts the call's own error, if any, in front of this reason.)
-        return Unknown("no reconcile function: whether it happened cannot be checked")
-    try:
-        verdict = reconcile(call)
-    except Exception as exc:
-        return Unknown(f"reconcile raised {type(exc).__name__}: {exc}")
-    if not isinstance(verdict, Applied | Absent | Unknown):
-        return Unknown(f"reconcile returned {verdict!r}, not Applied/Absent/Unknown")
-    return verdict
-
-
-# ------------------------------------------------------------------ takeover and people
-
-
-def reconcile_at_takeover(j: Journal, reconcilers: Mapping[str, Reconcile]) -> list[str]:
-    """Right after a new owner took the lease, before the workflow runs again: reconcile every
-    effect left intended whose operation has a known reconcile (``reconcilers``, then those
-    registered with :func:`effect`). ``applied`` and ``absent`` are recorded at once (the
-    verdict is in the history before the code replays); a reconcile that cannot tell — it
-    raised, or needs the call's arguments — leaves the effect to the call site. Returns the
-    keys settled."""
-    settled = []
-    for key, info in list(j.state.effects.items()):
-        if info.status != "intended":
-            continue
-        fn = reconcilers.get(info.operation) or registered_reconcile(info.operation)
-        if fn is None:
-            continue
-        call = EffectCall(
-            j.run_id, info.step_id, key, info.operation, info.attempt, (), {"idempotency_key": key}
-        )
-        try:
-            verdict = fn(call)
-        except Exception:
-            continue  # the call site, which has the arguments, will ask again
-        reason = f"reconciled at takeover by {j.lease.owner}"
-        if isinstance(verdict, Applied):
-            data = j.jsonable(info.step_id, verdict.result, "reconciled result")
-            j.append(
-                EffectReconciled(key=key, verdict=Verdict.APPLIED, result=data, reason=reason),
-                StepCompleted(step_id=info.step_id, result=data, policy=Policy.EFFECT),
-                by_code=False,
-            )
-        elif isinstance(verdict, Absent):
-            j.append(
-                EffectReconciled(key=key, verdict=Verdict.ABSENT, reason=reason), by_code=False
-            )
-        else:
-            continue
-        settled.append(key)
-    return settled
-
-
-def resolution_payloads(state: RunState, body: Mapping[str, Any]) -> list[Payload]:
-    """The events of a person's resolution of an effect in doubt (``torpor resolve``; a
-    ``resolve`` inbox message): the run reopened if it had ended unresolved, the verdict
-    (``applied`` with its result, or ``absent``: performed again on resume), and for applied
-    the effect step's completion."""
-    out: list[Payload] = []
-    if state.status is RunStatus.FINISHED:
-        out.append(RunReopened(by=body["by"], reason=f"effect {body['key']} resolved"))
-    verdict = Verdict(body["verdict"])
-    out.append(
-        EffectReconciled(
-            key=body["key"],
-            verdict=verdict,
-            result=body.get("result"),
-            reason=body.get("reason", ""),
-            by=body["by"],
-        )
-    )
-    if verdict is Verdict.APPLIED:
-        info = state.effects.get(body["key"])
-        if info is not None:
-            out.append(
-                StepCompleted(step_id=info.step_id, result=body.get("result"), policy=Policy.EFFECT)
-            )
-    return out
+__all__ = [
+    "Absent",
+    "Applied",
+    "EffectCall",
+    "EffectSpec",
+    "Reconcile",
+    "Reconciliation",
+    "Unknown",
+    "aperform",
+    "ask",
+    "effect",
+    "perform",
+    "reconcile_at_takeover",
+    "registered_reconcile",
+    "resolution_payloads",
+]

@@ -31,6 +31,7 @@ from ..errors import (
     NonDeterminismError,
     NotSerializable,
     PayloadError,
+    RecordedValueError,
     ReleaseRun,
     RunStopped,
     StoreError,
@@ -67,7 +68,9 @@ class RunResult:
 #: Errors that stop an execution without an outcome: the history is intact and the run can
 #: resume once the cause (the store, the code's version, a replay that diverged) is fixed.
 #: A PayloadError is not one of them: the code produced a value that cannot be recorded, and
-#: running it again produces it again — the run ends failed on the first attempt (G11).
+#: running it again produces it again — the run ends failed on the first attempt (G11). Its
+#: subclass RecordedValueError (a recorded value this code cannot read back) is: it is noted
+#: as needing attention and raised.
 ENGINE_ERRORS = (
     StoreError,
     NonDeterminismError,
@@ -164,6 +167,11 @@ class Execution:
             return self.finish(Outcome(s.outcome), s.reason)
         except (ApprovalDeniedError, ApprovalInvalidError) as exc:
             return self.finish(Outcome.BLOCKED, str(exc))
+        except RecordedValueError as exc:
+            # A recorded value this code cannot read back (its class moved): the deploy's
+            # problem, not the run's — it stays resumable once the class is found again.
+            self.note_attention(f"a recorded value cannot be read: {exc}")
+            raise
         except PayloadError as exc:
             j.replay.check_replayed(f"raised {type(exc).__name__}: {exc}", exc)
             return self.finish(Outcome.FAILED, f"a value could not be recorded: {exc}")

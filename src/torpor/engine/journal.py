@@ -18,7 +18,9 @@ waits build on the same calls.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, NamedTuple, Protocol
 
 from .. import faults, serde
@@ -27,8 +29,10 @@ from ..errors import (
     Cancelled,
     LeaseLostError,
     NonDeterminismError,
+    NotDecodable,
     NotSerializable,
     PayloadError,
+    RecordedValueError,
     ReleaseRun,
     RunStopped,
     TransitionError,
@@ -89,6 +93,29 @@ class Host(Protocol):
 
     @property
     def on_event(self) -> Callable[[Event], None] | None: ...
+
+
+#: True while a step's own work runs (a step's or an effect's function, a recorded step's
+#: ``work``): the step records its outcome as a whole, so a primitive used inside it — a draw
+#: (``run.now()`` in ``run.step("t0", run.now)``) — is not recorded on its own (on replay the
+#: step's function does not run, and its inner records would shift every later id). A
+#: ContextVar: per asyncio task, and copied into the thread of an attempt under a timeout.
+_IN_WORK: ContextVar[bool] = ContextVar("torpor_in_work", default=False)
+
+
+@contextmanager
+def step_work() -> Iterator[None]:
+    """Mark the code run inside it as a step's own work (see :func:`in_step_work`)."""
+    token = _IN_WORK.set(True)
+    try:
+        yield
+    finally:
+        _IN_WORK.reset(token)
+
+
+def in_step_work() -> bool:
+    """Whether the caller runs inside a step's own work (its outcome recorded by the step)."""
+    return _IN_WORK.get()
 
 
 class Recorded(NamedTuple):
@@ -274,17 +301,20 @@ class Journal:
         ``boundary=False``: the outcome of calls recorded while a run is being cancelled), the
         recorded result on replay (a compute step's only while its ``input_hash`` matches), or
         else ``work(step_id) -> (result, facts)`` and one append of the step's start, the facts
-        and its completion with the result (JSON data; PayloadError naming the step)."""
+        and its completion with the result (recorded in the typed encoding, PayloadError naming
+        the step; the result given back is the recorded value read back: the same before and
+        after a replay)."""
         sid = self.next_id(name)
         if boundary:
             self.boundary()
         comp = self.recorded(sid, policy)
         if comp is not None and (policy is not Policy.COMPUTE or comp.input_hash == input_hash):
-            return Recorded(sid, comp.result, False)
-        result, facts = work(sid)
+            return Recorded(sid, self.value(sid, comp.result), False)
+        with step_work():
+            result, facts = work(sid)
         data = self.jsonable(sid, result)
         self.append(*self.step_events(sid, policy, data, facts, purpose, input_hash))
-        return Recorded(sid, data, True)
+        return Recorded(sid, self.value(sid, data), True)
 
     def step_events(
         self,
@@ -319,10 +349,11 @@ class Journal:
         ]
 
     def jsonable(self, sid: str | None, value: Any, what: str = "result") -> Any:
-        """``value`` as JSON data to record for step ``sid`` (PayloadError naming the step and
-        the path otherwise, or when it is over the payload limit)."""
+        """``value`` as JSON data to record for step ``sid``, in the typed encoding
+        (:func:`torpor.serde.encode`; PayloadError naming the step, the path and the type
+        otherwise, or when it is over the payload limit). Read it back with :meth:`value`."""
         try:
-            out = serde.to_jsonable(value)
+            out = serde.encode(value)
         except NotSerializable as exc:
             raise PayloadError(self.run_id, sid, f"{what} is not serializable: {exc}") from None
         kind = type(out)
@@ -340,6 +371,18 @@ class Journal:
                 "run.artifact() and return the reference",
             )
         return out
+
+    def value(self, sid: str | None, data: Any, what: str = "result") -> Any:
+        """The value recorded as ``data`` for step ``sid`` (:func:`torpor.serde.decode`): what
+        went in, type included. RecordedValueError naming the step and the path when a
+        recorded class cannot be found (nothing is written; the run stays resumable)."""
+        kind = data.__class__
+        if kind is not dict and kind is not list:
+            return data  # a scalar is itself
+        try:
+            return serde.decode(data)
+        except NotDecodable as exc:
+            raise RecordedValueError(self.run_id, sid, f"recorded {what}: {exc}") from None
 
     def next_attempt(self, sid: str) -> int:
         """The attempt number a new start of step ``sid`` gets."""

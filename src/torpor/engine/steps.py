@@ -36,7 +36,7 @@ from ..history import (
 )
 from ..store.base import Completion
 from .calls import resolve
-from .journal import Journal
+from .journal import Journal, step_work
 
 
 def run_step(
@@ -52,12 +52,13 @@ def run_step(
     """A read/compute step from sync code (see :meth:`torpor.Run.step`)."""
     sid, cached, ih, pol = _before(j, step_id, policy, args, kwargs, purpose, crash_limit)
     if cached is not None:
-        return cached.result
+        return j.value(sid, cached.result)
     faults.note("step", sid)
     try:
         # (An async ``fn`` inside a running loop: calling it runs none of its body, and
         # resolve() refuses the coroutine, so no check is needed before the call.)
-        value = resolve(fn(*args, **kwargs))
+        with step_work():
+            value = resolve(fn(*args, **kwargs))
     except AsyncMisuseError:
         raise
     except Exception as exc:
@@ -78,12 +79,13 @@ async def arun_step(
     """Async twin of :func:`run_step` (``fn`` may be sync or async)."""
     sid, cached, ih, pol = _before(j, step_id, policy, args, kwargs, purpose, crash_limit)
     if cached is not None:
-        return cached.result
+        return j.value(sid, cached.result)
     faults.note("step", sid)
     try:
-        value = fn(*args, **kwargs)
-        if inspect.isawaitable(value):
-            value = await value
+        with step_work():
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
     except Exception as exc:
         _fail(j, sid, pol, ih, purpose, exc)
     return _after(j, sid, pol, ih, purpose, value)
@@ -147,7 +149,7 @@ def _after(j: Journal, sid: str, pol: Policy, ih: str | None, purpose: str, valu
         j.careful = False  # past the first new step after a crash
     else:
         j.append(*j.step_events(sid, pol, data, purpose=purpose, input_hash=ih))
-    return data
+    return j.value(sid, data)  # what a replay gives back: the same value, type included
 
 
 def _fail(j: Journal, sid: str, pol: Policy, ih: str | None, purpose: str, exc: Exception) -> None:
@@ -237,7 +239,9 @@ def restore(j: Journal, default: Any) -> Any:
     if j.state.user_checkpoint_seq == 0:
         return default
     j.counters = dict(j.state.counters)
-    return copy.deepcopy(j.state.user_state)
+    # (Decoding builds new containers: the state's own copy is never handed out.)
+    state = j.value(f"checkpoint#{j.counters.get('checkpoint', 0)}", j.state.user_state, "state")
+    return copy.deepcopy(state) if state is j.state.user_state else state
 
 
 def artifact(j: Journal, name: str, data: bytes | str, media_type: str) -> ArtifactRef:

@@ -1,8 +1,10 @@
 """Rows <-> records: how events, checkpoints, completions and inbox bodies are stored.
 
-Every stored value goes through :func:`torpor.serde.to_jsonable`, the one rule for recorded
-values (bytes, sets, non-string keys, NaN or lone surrogates are refused with their path instead
-of being silently converted). Decoding never repairs anything: a row that cannot be read is a
+Every payload field is checked by :func:`torpor.serde.to_jsonable`, which refuses anything that
+is not JSON data (bytes, sets, non-string keys, NaN or lone surrogates, with their path) instead
+of converting it silently; the values a workflow records (results, checkpoint states) arrive
+already in the typed encoding of :func:`torpor.serde.encode` (JSON data with tags), made by the
+journal. Decoding never repairs anything: a row that cannot be read is a
 :class:`~torpor.errors.CorruptRecordError` naming the run and the seq.
 """
 
