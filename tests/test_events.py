@@ -47,6 +47,7 @@ from torpor.history import (
     EffectReconciled,
     Event,
     LeaseAcquired,
+    MessageRefused,
     ModelCalled,
     Outcome,
     Payload,
@@ -119,7 +120,8 @@ class Model:
     hashes: list[str] = field(default_factory=list)
     approvals: dict[str, dict[str, Any]] = field(default_factory=dict)
     wait: dict[str, Any] | None = None
-    signals: dict[str, list[str]] = field(default_factory=dict)
+    #: Buffered signals by name: {"id", "arrived" (ms or None), "wait" (the wait it answers)}.
+    signals: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     verifications: dict[str, bool] = field(default_factory=dict)
     warnings: int = 0
     applied: int = 0
@@ -323,6 +325,7 @@ def a_approval_decide(draw: Draw, m: Model) -> list[Payload]:
     decision = draw(st.sampled_from(["approve", "deny"]))
     a["status"] = "approved" if decision == "approve" else "denied"
     a["decided"] = True
+    a["arrived"] = draw(st.none() | st.integers(0, 2**41))
     return [
         ApprovalDecided(
             approval_id=aid,
@@ -331,6 +334,7 @@ def a_approval_decide(draw: Draw, m: Model) -> list[Payload]:
             hashes=draw(st.permutations(a["hashes"])),
             signature="sig",
             decided_at_ms=draw(st.integers(0, 2**41)),
+            arrived_at_ms=a["arrived"],
         )
     ]
 
@@ -383,11 +387,63 @@ def a_wait_start(draw: Draw, m: Model) -> list[Payload]:
     return [WaitStarted(wait_id=m.wait["id"], kind=kind, name=name, deadline_ms=deadline)]
 
 
+def in_time(arrived: int | None, deadline: int | None) -> bool:
+    """A message satisfies a wait only if it arrived before its deadline (unknown: in time)."""
+    return deadline is None or arrived is None or arrived < deadline
+
+
+def answering(m: Model) -> list[str]:
+    """Buffered signals the open wait may take: of its name, addressed to it or to none,
+    arrived before its deadline."""
+    w = m.wait
+    if w is None or w["kind"] != "signal":
+        return []
+    return [
+        sig["id"]
+        for sig in m.signals.get(w["name"], [])
+        if sig["wait"] in (None, w["id"]) and in_time(sig["arrived"], w["deadline"])
+    ]
+
+
 def a_signal(draw: Draw, m: Model) -> list[Payload]:
     name = draw(st.sampled_from(SIGNALS))
     sig = m.fresh("sig-")
-    m.signals.setdefault(name, []).append(sig)
-    return [SignalReceived(signal_id=sig, name=name, payload=draw(json_values))]
+    arrived = draw(st.none() | st.integers(0, 2**41))
+    w = m.wait
+    wait_id = None
+    if (
+        w is not None
+        and w["kind"] == "signal"
+        and w["name"] == name
+        and in_time(arrived, w["deadline"])
+        and draw(st.booleans())
+    ):
+        wait_id = w["id"]  # an answer addressed to the open wait
+    m.signals.setdefault(name, []).append({"id": sig, "arrived": arrived, "wait": wait_id})
+    return [
+        SignalReceived(
+            signal_id=sig,
+            name=name,
+            payload=draw(json_values),
+            arrived_at_ms=arrived,
+            wait_id=wait_id,
+        )
+    ]
+
+
+def buffered(m: Model) -> list[tuple[str, str]]:
+    return [(name, sig["id"]) for name, sigs in m.signals.items() for sig in sigs]
+
+
+def a_refuse(draw: Draw, m: Model) -> list[Payload]:
+    """A message with no effect: a buffered signal no wait will take, or one never received."""
+    options = buffered(m)
+    if options and draw(st.booleans()):
+        name, sig = draw(st.sampled_from(options))
+        m.signals[name] = [x for x in m.signals[name] if x["id"] != sig]
+        return [MessageRefused(message_id=sig, kind="signal", reason="unused", name=name)]
+    kind = draw(st.sampled_from(["signal", "decision", "cancel"]))
+    return [MessageRefused(message_id=m.fresh("msg-"), kind=kind, reason="run already finished")]
 
 
 def wait_endings(m: Model) -> list[str]:
@@ -395,14 +451,19 @@ def wait_endings(m: Model) -> list[str]:
     if w is None:
         return []
     out = []
-    if w["kind"] == "signal" and m.signals.get(w["name"]):
+    if answering(m):
         out.append("signal")
     if w["kind"] == "timer":
         out.append("timer")
-    if w["deadline"] is not None:
+    decided = False
+    if w["kind"] == "approval":
+        a = m.approvals[w["name"]]
+        decided = a["status"] != "requested" and in_time(a.get("arrived"), w["deadline"])
+        if decided:
+            out.append("decision")
+    # Decided by arrival: a wait whose answer arrived in time cannot time out.
+    if w["deadline"] is not None and not answering(m) and not decided:
         out.append("deadline")
-    if w["kind"] == "approval" and m.approvals[w["name"]]["status"] != "requested":
-        out.append("decision")
     return out
 
 
@@ -411,9 +472,9 @@ def a_wait_complete(draw: Draw, m: Model) -> list[Payload]:
     via = draw(st.sampled_from(wait_endings(m)))
     sig = None
     if via == "signal":
-        pending = m.signals[m.wait["name"]]
-        sig = draw(st.sampled_from(pending))
-        pending.remove(sig)
+        sig = draw(st.sampled_from(answering(m)))
+        name = m.wait["name"]
+        m.signals[name] = [x for x in m.signals[name] if x["id"] != sig]
     wid, m.wait = m.wait["id"], None
     return [WaitCompleted(wait_id=wid, via=via, signal_id=sig)]
 
@@ -553,8 +614,12 @@ def a_budget(draw: Draw, m: Model) -> list[Payload]:
 
 def enabled(m: Model) -> dict[str, Action]:
     if m.outcome is not None:
-        return {"reopen": a_reopen} if m.outcome in REOPENABLE else {}
+        after: dict[str, Action] = {"refuse": a_refuse}  # a message that came too late
+        if m.outcome in REOPENABLE:
+            after["reopen"] = a_reopen
+        return after
     acts: dict[str, Action] = {
+        "refuse": a_refuse,
         "lease": a_lease,
         "version": a_version,
         "artifact": a_artifact,
@@ -607,6 +672,7 @@ def enabled(m: Model) -> dict[str, Action]:
 #: run and need several actions in a row, an outcome ends the history.
 WEIGHTS = {
     "finish": 1,
+    "refuse": 1,
     "cancel": 1,
     "version": 1,
     "step_new": 5,
@@ -683,6 +749,7 @@ def impossible(s: RunState) -> list[tuple[str, Event]]:
         add("signal after run_finished", SignalReceived(signal_id="late", name="go"))
         add("lease after run_finished", LeaseAcquired(owner="w", epoch=s.epoch + 1))
         add("second run_finished", RunFinished(outcome=Outcome.FAILED))
+        add("refusal without a reason", MessageRefused(message_id="m", kind="signal", reason=""))
         if s.outcome not in REOPENABLE:
             add("reopen a run that is not unresolved/blocked", RunReopened(by="alice"))
         return out
@@ -1023,6 +1090,10 @@ def impossible(s: RunState) -> list[tuple[str, Event]]:
     w = s.wait
     if w is None:
         add("wait completed while not waiting", WaitCompleted(wait_id="w", via="timer"))
+        add(
+            "answer addressed to a wait while none is open",
+            SignalReceived(signal_id="fresh-sig", name="go", wait_id="w"),
+        )
     else:
         add("step started while waiting", StepStarted(step_id="fresh-step", policy=Policy.READ))
         add(
@@ -1048,6 +1119,33 @@ def impossible(s: RunState) -> list[tuple[str, Event]]:
                 "wait completed by a signal never received",
                 WaitCompleted(wait_id=w.wait_id, via="signal", signal_id="never"),
             )
+            answer = s.answer()
+            if answer is not None and w.deadline_ms is not None:
+                add(
+                    "wait timed out though an answer arrived before its deadline",
+                    WaitCompleted(wait_id=w.wait_id, via="deadline"),
+                )
+            for sig in s.signals.get(w.name, []):
+                if not sig.answers(w):
+                    add(
+                        "wait completed by a signal that does not answer it (late, or "
+                        "addressed to another wait)",
+                        WaitCompleted(wait_id=w.wait_id, via="signal", signal_id=sig.signal_id),
+                    )
+            if w.deadline_ms is not None:
+                add(
+                    "answer addressed to the open wait arriving after its deadline",
+                    SignalReceived(
+                        signal_id="fresh-sig",
+                        name=w.name,
+                        arrived_at_ms=w.deadline_ms,
+                        wait_id=w.wait_id,
+                    ),
+                )
+            add(
+                "answer addressed to a wait that is not open",
+                SignalReceived(signal_id="fresh-sig", name=w.name, wait_id=w.wait_id + "x"),
+            )
         if w.kind != "approval":
             add(
                 "decision completes a non-approval wait",
@@ -1058,6 +1156,23 @@ def impossible(s: RunState) -> list[tuple[str, Event]]:
                 "decision wait completed before a decision",
                 WaitCompleted(wait_id=w.wait_id, via="decision"),
             )
+        else:
+            a = s.approvals[w.name]
+            late = (
+                w.deadline_ms is not None
+                and a.arrived_at_ms is not None
+                and a.arrived_at_ms >= w.deadline_ms
+            )
+            if late:
+                add(
+                    "decision that arrived after the deadline completes the wait",
+                    WaitCompleted(wait_id=w.wait_id, via="decision"),
+                )
+            elif w.deadline_ms is not None:
+                add(
+                    "approval wait timed out though its decision arrived in time",
+                    WaitCompleted(wait_id=w.wait_id, via="deadline"),
+                )
     return out
 
 

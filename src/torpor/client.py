@@ -10,8 +10,9 @@ requested, revoking one already consumed).
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from . import serde
 from .artifacts import ArtifactStore
@@ -22,6 +23,7 @@ from .history import (
     ArtifactRef,
     EffectView,
     Event,
+    MessageView,
     Outcome,
     RunState,
     RunStatus,
@@ -29,10 +31,36 @@ from .history import (
     Verdict,
     checkpoint_answers,
     effect_views,
+    message_views,
     step_views,
 )
 from .store import SQLStore, open_store
 from .store.base import InboxMessage, RunRecord
+
+
+@dataclass(frozen=True)
+class SignalDelivery:
+    """Where a signal went when :meth:`Client.send_signal` posted it.
+
+    ``status``: ``waiting`` — the run's open wait ``wait_id`` is waiting for it and takes it
+    (at once when a worker is running, else when the run resumes); ``buffered`` — no wait of
+    its name is open yet: kept until one begins; ``late`` — the open wait ``wait_id`` of its
+    name had passed its deadline when it arrived: kept for a later wait of its name;
+    ``duplicate`` — this ``message_id`` was delivered before, nothing was sent again. What the
+    run finally did with it is in its history (``torpor show``: consumed by a wait, buffered,
+    late, or refused and why).
+    """
+
+    run_id: str
+    name: str
+    message_id: str
+    status: Literal["waiting", "buffered", "late", "duplicate"]
+    wait_id: str | None = None
+
+    @property
+    def delivered(self) -> bool:
+        """False when the message id had been delivered before (nothing was sent)."""
+        return self.status != "duplicate"
 
 
 class Client:
@@ -89,6 +117,12 @@ class Client:
         self.store.get_run(run_id)
         return self.store.pending_inbox(run_id)
 
+    def messages(self, run_id: str) -> list[MessageView]:
+        """Every signal the run received and every message it refused, with its disposition:
+        consumed by a wait, buffered, late (arrived after the deadline of the wait of its name
+        that was open), refused and why (reads the history)."""
+        return message_views(self.store.iter_events(run_id), self.state(run_id))
+
     def runnable(self, limit: int = 100) -> list[str]:
         """Ids of runs a worker could take now: pending, crashed, or waiting with a due wake."""
         return self.store.runnable_runs(limit)
@@ -133,17 +167,94 @@ class Client:
         return st
 
     def signal(
-        self, run_id: str, name: str, payload: Any = None, *, message_id: str | None = None
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        message_id: str | None = None,
+        wait_id: str | None = None,
     ) -> bool:
-        """Send signal ``name`` with a JSON ``payload``. Delivering the same ``message_id``
-        twice is a no-op (returns False): the run wakes and consumes it once."""
-        self._open(run_id)
-        return self.store.post_inbox(
-            run_id,
-            "signal",
-            {"name": name, "payload": serde.to_jsonable(payload)},
-            message_id=message_id,
-        )
+        """Send signal ``name`` with a JSON ``payload``; see :meth:`send_signal`. Returns
+        False when ``message_id`` was delivered before (a no-op: the run consumes it once)."""
+        d = self.send_signal(run_id, name, payload, message_id=message_id, wait_id=wait_id)
+        return d.delivered
+
+    def send_signal(
+        self,
+        run_id: str,
+        name: str | None,
+        payload: Any = None,
+        *,
+        message_id: str | None = None,
+        wait_id: str | None = None,
+    ) -> SignalDelivery:
+        """Send a signal and say where it went (:class:`SignalDelivery`).
+
+        By ``name``, it is buffered until a wait of that name takes it (each wait takes the
+        earliest that arrived before its deadline; a loop on ``wait_for(name)`` takes them one
+        by one). With ``wait_id`` (the id ``torpor show`` prints for the open wait; ``name``
+        may then be None) it answers that wait instance only, and is refused — InboxError,
+        nothing sent — when that wait is unknown, already answered, or past its deadline (if
+        that happens after it was sent, the run records its refusal). Delivering the same
+        ``message_id`` twice is a no-op (status ``duplicate``). Raises RunFinishedError when
+        the run already has its outcome, RunNotFoundError for an unknown run.
+        """
+        st = self._open(run_id)
+        now = self.store.now_ms()
+        if wait_id is not None:
+            name = self._answerable(run_id, st, wait_id, name, now)
+        if name is None:
+            raise InboxError("a signal needs a name, or the id of the wait it answers")
+        mid = message_id or uuid.uuid4().hex
+        body: dict[str, Any] = {"name": name, "payload": serde.to_jsonable(payload)}
+        if wait_id is not None:
+            body["wait_id"] = wait_id
+        if not self.store.post_inbox(run_id, "signal", body, message_id=mid):
+            return SignalDelivery(run_id, name, mid, "duplicate")
+        w = st.wait
+        if w is None or w.kind != "signal" or w.name != name:
+            return SignalDelivery(run_id, name, mid, "buffered")
+        if w.deadline_ms is not None and now >= w.deadline_ms:
+            return SignalDelivery(run_id, name, mid, "late", w.wait_id)
+        return SignalDelivery(run_id, name, mid, "waiting", w.wait_id)
+
+    def _answerable(
+        self, run_id: str, st: RunState, wait_id: str, name: str | None, now: int
+    ) -> str:
+        """The signal name of open wait ``wait_id``, which can still take an answer
+        (InboxError saying why not otherwise)."""
+        w = st.wait
+        if w is None or w.wait_id != wait_id:
+            done = self.store.step_completion(run_id, wait_id)
+            if done is None:
+                open_id = f"; it waits on {w.wait_id}" if w else ""
+                raise InboxError(f"run {run_id!r} has no open wait {wait_id!r}{open_id}")
+            res = done.result if isinstance(done.result, dict) else {}
+            if res.get("timeout"):
+                raise InboxError(f"wait {wait_id!r} of run {run_id!r} already timed out")
+            raise InboxError(f"wait {wait_id!r} of run {run_id!r} was already answered")
+        if w.kind != "signal":
+            raise InboxError(
+                f"wait {wait_id!r} of run {run_id!r} waits for {w.kind} {w.name!r}, not a signal"
+            )
+        if name is not None and name != w.name:
+            raise InboxError(f"wait {wait_id!r} waits for signal {w.name!r}, not {name!r}")
+        if w.deadline_ms is not None and now >= w.deadline_ms:
+            raise InboxError(
+                f"wait {wait_id!r} of run {run_id!r} already timed out: its deadline passed"
+            )
+        taken = st.answer()
+        by = taken.signal_id if taken is not None else None
+        for m in self.store.pending_inbox(run_id):
+            b = m.body
+            if by is None and m.kind == "signal" and b.get("name") == w.name:
+                by = m.message_id if b.get("wait_id") in (None, wait_id) else None
+        if by is not None:
+            raise InboxError(
+                f"wait {wait_id!r} of run {run_id!r} was already answered (by message {by})"
+            )
+        return w.name
 
     def pending_approvals(self, run_id: str) -> dict[str, list[str]]:
         """Approval ids awaiting a decision, with the content hashes each one binds."""

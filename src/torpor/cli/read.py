@@ -7,9 +7,9 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from ..history import Outcome, RunStatus
+from ..history import MessageView, Outcome, RunStatus, WaitInfo
 from ..owners import owner_is_dead
-from ..store.base import RunRecord
+from ..store.base import InboxMessage, RunRecord
 from .approvals import approval_lines, trust_here
 from .context import open_client
 from .render import add_row, console, emit_json, fields, heading, new_table, relative, short, when
@@ -94,6 +94,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         artifacts = client.artifacts(run_id)
         inbox = client.inbox(run_id)
         now = client.store.now_ms()
+        messages = client.messages(run_id)
     pending = {k: v.hashes for k, v in state.approvals.items() if v.status == "requested"}
     if json_out:
         emit_json(
@@ -111,6 +112,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
                 "approvals": state.approvals,
                 "pending_approvals": pending,
                 "inbox": inbox,
+                "messages": messages,
                 "warnings": state.warnings,
                 "cancel_requested": state.cancel_requested,
                 "plan_version": state.plan_version,
@@ -257,12 +259,20 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         fields(
             out,
             [
+                ("id", w.wait_id),
                 ("kind", w.kind),
                 ("name", w.name),
                 ("reason", w.reason),
                 ("deadline", relative(w.deadline_ms) if w.deadline_ms else "none"),
             ],
         )
+        if w.kind == "signal":
+            out.print(
+                Text(
+                    f"answer it: torpor signal {run_id} --wait-id {w.wait_id} --payload JSON",
+                    style="cyan",
+                )
+            )
 
     if state.approvals:
         heading(out, "Approvals")
@@ -276,12 +286,45 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
             if aid in decided and info.status == "requested":
                 out.print(Text("  a decision is in the inbox; it is checked when the run resumes"))
 
-    if inbox:
-        heading(out, "Inbox (applied when the run resumes)")
-        table = new_table("MESSAGE", "KIND", "AT", "BODY")
-        for m in inbox:
-            add_row(table, m.message_id, m.kind, when(m.at_ms), short(m.body, 80))
-        out.print(table)
+    _messages(out, messages, inbox, state.wait)
+
+
+def _messages(
+    out: Any, messages: list[MessageView], inbox: list[InboxMessage], wait: WaitInfo | None
+) -> None:
+    """The messages the run received that no wait consumed, oldest first: buffered (with their
+    age), late, refused (and why), and those still in the inbox (taken when the run resumes).
+    Consumed ones are in ``torpor events`` (each ``wait_completed`` names the message)."""
+    rows: list[tuple[str, str, str | None, int | None, str]] = []
+    for m in messages:
+        if m.status == "consumed":
+            continue
+        status = f"refused: {m.reason}" if m.status == "refused" else f"buffered: {m.reason}"
+        if m.status == "buffered":
+            answers = f" (answers wait {m.wait_id})" if m.wait_id else ""
+            status = f"buffered: no wait for it yet{answers}"
+        rows.append((m.message_id, m.kind, m.name, m.arrived_at_ms, status))
+    for p in inbox:
+        name = p.body.get("name") if p.kind == "signal" else None
+        if p.kind != "signal":
+            status = f"pending: applied when the run resumes {short(p.body, 60)}"
+        elif wait is not None and wait.kind == "signal" and wait.name == name:
+            late = wait.deadline_ms is not None and p.at_ms >= wait.deadline_ms
+            status = (
+                f"pending: arrived after the deadline of wait {wait.wait_id}"
+                if late
+                else f"pending: wait {wait.wait_id} takes it when the run resumes"
+            )
+        else:
+            status = "buffered: no wait for it yet"
+        rows.append((p.message_id, p.kind, name, p.at_ms, status))
+    if not rows:
+        return
+    heading(out, "Messages not consumed by a wait")
+    table = new_table("MESSAGE", "KIND", "NAME", "ARRIVED", "STATUS")
+    for mid, kind, name, at_ms, status in rows:
+        add_row(table, mid, kind, name, relative(at_ms), status)
+    out.print(table)
 
 
 def events(

@@ -206,8 +206,13 @@ def signal(
     ctx: typer.Context,
     run_id: RunId,
     name: Annotated[
-        str, typer.Argument(metavar="NAME", help="The signal name.", show_default=False)
-    ],
+        str | None,
+        typer.Argument(
+            metavar="[NAME]",
+            help="The signal name (may be omitted with --wait-id).",
+            show_default=False,
+        ),
+    ] = None,
     payload: Annotated[
         str | None,
         typer.Option("--payload", "-p", metavar="JSON", help="Signal payload as JSON, or @FILE."),
@@ -220,25 +225,52 @@ def signal(
             help="Deduplication id: a signal sent twice with one id is delivered once.",
         ),
     ] = None,
+    wait_id: Annotated[
+        str | None,
+        typer.Option(
+            "--wait-id",
+            metavar="WAIT_ID",
+            help="Answer this wait only (the id `torpor show` prints); refused if that wait is "
+            "unknown, already answered or timed out.",
+        ),
+    ] = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Send signal NAME to a run (it wakes a run waiting for it).
+    """Send signal NAME to a run: a wait for it takes it, else it is buffered until one does.
 
     Example: torpor signal deploy-42 go --payload '{"window": "22:00"}' --id ticket-981
     """
+    if name is None and wait_id is None:
+        raise BadInputError("give the signal NAME, or --wait-id WAIT_ID (see torpor show)")
     data = parse_json("--payload", payload)
     mid = message_id or uuid.uuid4().hex
     with open_client(ctx) as client:
-        delivered = client.signal(run_id, name, data, message_id=mid)
+        d = client.send_signal(run_id, name, data, message_id=mid, wait_id=wait_id)
     if json_out:
-        emit_json({"run_id": run_id, "name": name, "message_id": mid, "delivered": delivered})
-        return
-    if delivered:
-        console().print(Text(f"signal {name!r} delivered to run {run_id} (message id {mid})"))
-    else:
-        console().print(
-            Text(f"signal {name!r} with message id {mid} was already delivered; not sent again")
+        emit_json(
+            {
+                "run_id": run_id,
+                "name": d.name,
+                "message_id": mid,
+                "delivered": d.delivered,
+                "status": d.status,
+                "wait_id": d.wait_id,
+            }
         )
+        return
+    where = f"(run {run_id}, message id {mid})"
+    if d.status == "waiting":
+        text = f"signal {d.name!r} goes to wait {d.wait_id}, which is waiting for it {where}"
+    elif d.status == "late":
+        text = (
+            f"buffered: it arrived after the deadline of wait {d.wait_id} {where}; "
+            f"a later wait for {d.name!r} may take it"
+        )
+    elif d.status == "buffered":
+        text = f"buffered: no wait for {d.name} yet {where}; the first wait for it takes it"
+    else:
+        text = f"signal {d.name!r} with message id {mid} was already delivered; not sent again"
+    console().print(Text(text))
 
 
 def cancel(

@@ -52,6 +52,7 @@ from ..history import (
 )
 from ..store.base import Completion
 from .journal import Journal
+from .waits import expire
 
 #: Longest claimed approver name kept in a refusal record (a forged message may carry more).
 MAX_CLAIM_CHARS = 200
@@ -175,15 +176,24 @@ def _decide(j: Journal, ask: ApprovalRequested, wid: str, timeout: timedelta | N
         j.append(policy_decision(j, aid, hashes))  # resumed by a process with the flag
         info = j.state.approvals[aid]
     w = j.state.wait
-    if info.status == "requested":
+    # A decision satisfies the wait only if it arrived before the deadline (by arrival, not
+    # by when this process looked).
+    late = (
+        w is not None
+        and w.deadline_ms is not None
+        and info.arrived_at_ms is not None
+        and info.arrived_at_ms >= w.deadline_ms
+    )
+    if info.status == "requested" or late:
         if w is not None and w.deadline_ms is not None and j.now_ms() >= w.deadline_ms:
             result = {"decision": "timeout"}
-            j.append(
+            if expire(
+                j,
                 WaitCompleted(wait_id=wid, via="deadline"),
                 StepCompleted(step_id=wid, policy=Policy.DECISION, result=result),
-            )
-            faults.point("wait.completed")
-            raise ApprovalDeniedError(f"approval {aid!r} timed out without a decision")
+            ):
+                raise ApprovalDeniedError(f"approval {aid!r} timed out without a decision")
+            return _decide(j, ask, wid, timeout)  # a message landed: look again
         raise Suspended(_waiting_reason(j, aid))
     decision = "deny" if info.status == "denied" else "approve"
     result = {"decision": decision, "approver": info.approver or ""}

@@ -27,6 +27,7 @@ from ..errors import (
     ApprovalInvalidError,
     Cancelled,
     EffectUnresolved,
+    InboxPendingError,
     LeaseLostError,
     NonDeterminismError,
     NotSerializable,
@@ -46,6 +47,7 @@ from . import effects, inbox
 from .journal import Host, Journal
 from .lease import Heartbeat
 from .replay import Replay
+from .waits import GUARD_RETRIES
 
 if TYPE_CHECKING:
     from ..workflows import WorkflowDef
@@ -217,23 +219,73 @@ class Execution:
         )
 
     def finish(self, outcome: Outcome, reason: str, result: Any = None) -> RunResult:
-        """Record the outcome; if the fold refuses it, record the honest fallback."""
+        """Record the outcome at the boundary of finishing. Messages that arrived meanwhile are
+        taken first: a cancel makes the outcome ``cancelled`` (unless an effect is in doubt:
+        then the run is ``unresolved`` and ends cancelled once settled), its effects already
+        performed standing. Buffered signals no wait took are refused on the record (a run
+        that may be reopened keeps them). The outcome is appended only while no message is
+        pending, so a message posted at the same instant is either taken here or refused by
+        the store (the run is finished): never left unread. If the fold refuses the outcome,
+        the honest fallback is recorded."""
+        j = self.journal
+        for _ in range(GUARD_RETRIES):
+            j.sync()
+            taken = self._taking_cancel(outcome, reason, result)
+            try:
+                self._record(*taken)
+            except InboxPendingError:
+                continue  # a message landed between the sync and the append: take it first
+            return self.result()
+        raise StoreError(f"run {j.run_id!r}: inbox messages keep arriving; no outcome recorded")
+
+    def _taking_cancel(
+        self, outcome: Outcome, reason: str, result: Any
+    ) -> tuple[Outcome, str, Any]:
+        """The outcome once the messages taken at the boundary of finishing are counted: a
+        cancel, or a warning (a malformed message) that turns success into success with
+        warnings."""
+        s = self.journal.state
+        if s.cancel_requested and outcome is not Outcome.CANCELLED and not s.effects_in_doubt():
+            why = f"{s.cancel_reason} before the outcome was recorded (it was {outcome.value}"
+            why += f": {reason})" if reason else ")"
+            if s.effects_applied:
+                why += (
+                    f"; the {s.effects_applied} effect(s) performed before the cancel stand "
+                    f"(torpor show {s.run_id})"
+                )
+            return Outcome.CANCELLED, why, None
+        if outcome is Outcome.SUCCEEDED and s.warnings:
+            return Outcome.SUCCEEDED_WITH_WARNINGS, "; ".join(s.warnings[-3:]), result
+        return outcome, reason, result
+
+    def _record(self, outcome: Outcome, reason: str, result: Any) -> None:
+        """Append the outcome (and the refusal of signals left buffered) under the inbox guard;
+        InboxPendingError when a message is pending."""
         j = self.journal
         if len(reason) > MAX_REASON_CHARS:
             reason = reason[:MAX_REASON_CHARS] + " …(truncated)"
         try:
-            j.append(RunFinished(outcome=outcome, reason=reason, result=result), by_code=False)
+            self._append_outcome(outcome, reason, result)
         except TransitionError as exc:
             fallback = Outcome.UNRESOLVED if j.state.effects_in_doubt() else Outcome.FAILED
-            j.append(RunFinished(outcome=fallback, reason=f"{reason} [{exc.rule}]"), by_code=False)
+            self._append_outcome(fallback, f"{reason} [{exc.rule}]")
         except PayloadError as exc:
             # The workflow's answer (its result, or a reason built from an exception) cannot
             # be recorded. Like a result that is not JSON, running the code again gives it
             # again: the run ends failed, not stuck resumable (nothing was written).
             fallback = Outcome.UNRESOLVED if j.state.effects_in_doubt() else Outcome.FAILED
             why = f"the outcome {outcome.value} could not be recorded: {exc}"[:2000]
-            j.append(RunFinished(outcome=fallback, reason=why), by_code=False)
-        return self.result()
+            self._append_outcome(fallback, why)
+
+    def _append_outcome(self, outcome: Outcome, reason: str, result: Any = None) -> None:
+        j = self.journal
+        left = inbox.unused_at_outcome(j.state, outcome)
+        j.append(
+            *left,
+            RunFinished(outcome=outcome, reason=reason, result=result),
+            by_code=False,
+            if_inbox_empty=True,
+        )
 
     def note_attention(self, detail: str) -> bool:
         """Record why the run cannot proceed (``attention_needed``), where ``ls`` and ``show``

@@ -4,20 +4,34 @@ revocations, cancels, a person's resolution of an effect, budget changes and reo
 Nothing outside the lease holder writes a run's history: a message is posted to the run's inbox
 (deduplicated by message id; :meth:`torpor.store.base.Store.post_inbox`) and the holder moves it
 into the history at its next boundary (:func:`sync`), each message converted to its events and
-validated by the fold like any other. A message the fold refuses, or whose body is malformed,
-becomes a warning naming it, so a bad message never blocks the run (G11). A decision whose
-signature does not verify is recorded as refused (:func:`.approvals.screen`, G6).
+validated by the fold like any other. Every message gets a recorded disposition (G11):
+
+- a signal by name is buffered (``signal_received``, with when it arrived) until a wait of its
+  name takes it (``wait_completed`` names it: used once, tied to that wait);
+- a signal addressed to one wait instance (``wait_id``) goes to that wait or is refused
+  (``message_refused``): the wait is unknown, already answered, or its deadline came first;
+- a decision whose signature does not verify is recorded as refused
+  (:func:`.approvals.screen`, G6);
+- a message that reached a run after its outcome (a reopening that does not apply, a message
+  posted before the store refused them) is refused with the outcome;
+- a message the fold refuses, or whose body is malformed, becomes a warning naming it, so a bad
+  message never blocks the run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..errors import InboxError, PayloadError, TransitionError
 from ..history import (
+    REOPENABLE,
     ApprovalDecided,
     ApprovalRevoked,
     BudgetSet,
     CancelRequested,
     Event,
+    MessageRefused,
+    Outcome,
     Payload,
     RunReopened,
     RunState,
@@ -28,7 +42,7 @@ from ..history import (
     type_of,
 )
 from ..store import codec
-from ..store.base import InboxMessage
+from ..store.base import REOPENING_KINDS, Completion, InboxMessage
 from . import approvals
 from .effects import resolution_payloads
 from .journal import Journal
@@ -50,10 +64,22 @@ def sync(j: Journal) -> None:
         except TransitionError as exc:
             trial = snapshot
             if trial.status is RunStatus.FINISHED:
-                continue  # stays pending; a finished run takes only resolutions
-            converted = [
-                WarningRecorded(message=f"ignored {m.kind} message {m.message_id}: {exc.rule}")
-            ]
+                # A finished run takes only a resolution that reopens it; anything else that
+                # got in is refused, on the record (never left unread).
+                why = f"run already finished: {trial.outcome}"
+                converted = [
+                    MessageRefused(
+                        message_id=m.message_id,
+                        kind=m.kind,
+                        reason=f"{why} ({exc.rule})" if m.kind in REOPENING_KINDS else why,
+                        name=_name(m),
+                        arrived_at_ms=m.at_ms,
+                    )
+                ]
+            else:
+                converted = [
+                    WarningRecorded(message=f"ignored {m.kind} message {m.message_id}: {exc.rule}")
+                ]
             _apply(trial, converted[0], j.lease.epoch)
         payloads.extend(converted)
         consumes.append((m.message_id, trial.seq))
@@ -64,7 +90,7 @@ def sync(j: Journal) -> None:
 def _trial(j: Journal, trial: RunState, m: InboxMessage) -> list[Payload]:
     """``m``'s events, folded into ``trial`` (TransitionError when refused or malformed)."""
     try:
-        converted = convert(m, trial)
+        converted = convert(m, trial, lambda wid: j.store.step_completion(j.run_id, wid))
     except (InboxError, KeyError, TypeError, ValueError) as bad:
         # A malformed body (missing fields, unknown kind, wrong types) is refused like an
         # impossible transition: a warning, never an error that blocks the run for good.
@@ -89,14 +115,41 @@ def _apply(state: RunState, p: Payload, epoch: int) -> Event:
     return ev
 
 
-def convert(m: InboxMessage, state: RunState) -> list[Payload]:
-    """The events that record message ``m`` (InboxError for an unknown kind; KeyError,
-    TypeError or ValueError for a malformed body)."""
+def convert(
+    m: InboxMessage, state: RunState, closed: Callable[[str], Completion | None]
+) -> list[Payload]:
+    """The events that record message ``m`` in ``state`` (InboxError for an unknown kind;
+    KeyError, TypeError or ValueError for a malformed body). ``closed(wait_id)``: the recorded
+    completion of a wait that is no longer open (to say why an answer to it is refused)."""
     b = m.body
     if m.kind == "signal":
-        return [SignalReceived(signal_id=m.message_id, name=b["name"], payload=b.get("payload"))]
+        name, wait_id = b["name"], b.get("wait_id")
+        if not isinstance(name, str) or not (wait_id is None or isinstance(wait_id, str)):
+            raise TypeError("a signal's name and wait_id are strings")
+        if wait_id is not None:
+            why = _unanswerable(state, name, wait_id, m.at_ms, closed)
+            if why:
+                return [
+                    MessageRefused(
+                        message_id=m.message_id,
+                        kind=m.kind,
+                        reason=why,
+                        name=name,
+                        wait_id=wait_id,
+                        arrived_at_ms=m.at_ms,
+                    )
+                ]
+        return [
+            SignalReceived(
+                signal_id=m.message_id,
+                name=name,
+                payload=b.get("payload"),
+                arrived_at_ms=m.at_ms,
+                wait_id=wait_id,
+            )
+        ]
     if m.kind == "decision":
-        return [ApprovalDecided(**b)]
+        return [ApprovalDecided(**{**b, "arrived_at_ms": m.at_ms})]
     if m.kind == "revoke":
         return [ApprovalRevoked(**b)]
     if m.kind == "cancel":
@@ -120,3 +173,65 @@ def convert(m: InboxMessage, state: RunState) -> list[Payload]:
             reopen.append(BudgetSet(**b["budget"], by=b["by"], reason=b.get("reason", "")))
         return reopen
     raise InboxError(f"unknown inbox message kind {m.kind!r}")
+
+
+def _unanswerable(
+    state: RunState,
+    name: str,
+    wait_id: str,
+    at_ms: int,
+    closed: Callable[[str], Completion | None],
+) -> str:
+    """Why an answer to wait ``wait_id`` (signal ``name``, arrived at ``at_ms``) cannot be
+    taken by it, or "" when that wait is open and will take it."""
+    w = state.wait
+    if w is None or w.wait_id != wait_id:
+        done = closed(wait_id)
+        if done is not None:
+            res = done.result if isinstance(done.result, dict) else {}
+            if res.get("timeout"):
+                return f"wait {wait_id} timed out before it arrived"
+            by = res.get("signal_id")
+            return f"wait {wait_id} was already answered" + (f" (by message {by})" if by else "")
+        return f"the run has no open wait {wait_id}"
+    if w.kind != "signal":
+        return f"wait {wait_id} waits for {w.kind} {w.name!r}, not for a signal"
+    if w.name != name:
+        return f"wait {wait_id} waits for signal {w.name!r}, not {name!r}"
+    if w.deadline_ms is not None and at_ms >= w.deadline_ms:
+        return f"arrived after the deadline of wait {wait_id}"
+    taken = state.answer()
+    if taken is not None:
+        return f"wait {wait_id} was already answered (by message {taken.signal_id})"
+    return ""
+
+
+def _name(m: InboxMessage) -> str | None:
+    """The signal name of ``m`` when it is a well-formed signal."""
+    name = m.body.get("name") if m.kind == "signal" else None
+    return name if isinstance(name, str) else None
+
+
+def unused_at_outcome(state: RunState, outcome: Outcome) -> list[Payload]:
+    """The refusal of every signal still buffered when the run ends with ``outcome``: no wait
+    took it, and none will (G11: a finished run holds no unread message). A run that may be
+    reopened (``unresolved``, ``blocked``) keeps them for the waits it may still reach."""
+    if outcome in REOPENABLE:
+        return []
+    out: list[Payload] = []
+    for name, sigs in state.signals.items():
+        for sig in sigs:
+            why = f"unused: the run ended {outcome.value} before a wait for {name!r} took it"
+            if sig.late_for:
+                why += f" (it arrived after the deadline of wait {sig.late_for})"
+            out.append(
+                MessageRefused(
+                    message_id=sig.signal_id,
+                    kind="signal",
+                    reason=why,
+                    name=name,
+                    wait_id=sig.wait_id or sig.late_for,
+                    arrived_at_ms=sig.arrived_at_ms,
+                )
+            )
+    return out

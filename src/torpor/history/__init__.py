@@ -4,12 +4,14 @@ them. Nothing here does I/O; every layer above records through these types.
 - :mod:`.events` — what a history is made of (payload models, :class:`Event`);
 - :mod:`.state` — what folding it yields (:class:`RunState` and its parts);
 - :mod:`.fold` — :func:`apply` / :func:`fold` and the transition rules (G4) of runs, steps,
-  effects, waits and approvals; :mod:`.plans` — the rules of an agent's plans, tool calls,
-  model calls and budgets (registered into the same table);
+  effects and approvals; :mod:`.waits` — the rules of waits and messages (decided by arrival,
+  G11); :mod:`.plans` — the rules of an agent's plans, tool calls, model calls and budgets
+  (both registered into the same table);
 - :mod:`.views` — the checkpoint's four answers, step and effect views for people.
 """
 
 from . import decisions as _decisions  # noqa: F401  (registers the approval rules)
+from . import waits as _waits  # noqa: F401  (registers the wait and message rules)
 from .events import (
     EVENT_SCHEMA_VERSION,
     EVENT_TYPES,
@@ -32,6 +34,7 @@ from .events import (
     EffectReconciled,
     Event,
     LeaseAcquired,
+    MessageRefused,
     ModelCalled,
     Outcome,
     Payload,
@@ -73,9 +76,11 @@ from .state import (
 )
 from .views import (
     EffectView,
+    MessageView,
     StepView,
     checkpoint_answers,
     effect_views,
+    message_views,
     step_views,
     utc_text,
 )
@@ -110,6 +115,8 @@ __all__ = [
     "EffectView",
     "Event",
     "LeaseAcquired",
+    "MessageRefused",
+    "MessageView",
     "ModelCalled",
     "Outcome",
     "Payload",
@@ -143,6 +150,7 @@ __all__ = [
     "crashed_attempts",
     "effect_views",
     "fold",
+    "message_views",
     "plan_problem",
     "starts_step",
     "step_views",

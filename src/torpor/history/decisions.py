@@ -70,6 +70,7 @@ def _approval_decided(s: RunState, p: ApprovalDecided, e: Event, refuse: Refuse)
             given_by=p.given_by,
             decided_at_ms=p.decided_at_ms,
             comment=p.comment,
+            arrived_at_ms=p.arrived_at_ms,
         )
     )
     cur.signature, cur.decided_at_ms, cur.comment = p.signature, p.decided_at_ms, p.comment
@@ -84,14 +85,21 @@ def _settle(cur: ApprovalInfo) -> None:
     denies = [d for d in cur.decisions if d.decision == "deny"]
     if denies:
         cur.status, cur.approver = "denied", denies[0].approver
+        cur.arrived_at_ms = denies[0].arrived_at_ms
     elif approves and (
         len(approves) >= cur.required or any(d.scheme == "policy" for d in approves)
     ):
         if cur.status != "consumed":
             cur.status = "approved"
         cur.approver = ", ".join(d.approver for d in approves)
+        # Settled by the arrival that completed it (a policy decision: by the holder, None).
+        policy = any(d.scheme == "policy" for d in approves)
+        deciding = approves[: cur.required]
+        known = [d.arrived_at_ms for d in deciding if d.arrived_at_ms is not None]
+        cur.arrived_at_ms = None if policy or not known else max(known)
     else:
         cur.status, cur.approver, cur.consumed_by = "requested", None, None
+        cur.arrived_at_ms = None
 
 
 @rule(ApprovalRefused)

@@ -18,7 +18,10 @@ SHA256_RE = re.compile(r"[0-9a-f]{64}")
 #: Version of the event payload schema. A stored event with a higher version is refused.
 #: 2: ``step_completed`` may record a whole read/compute step attempt (``attempt`` >= 1).
 #: 3: decisions signed per person (``approval_decided.scheme``/``key``/``delegate``), N-of-M
-#: approvals (``approval_requested.approvers``/``required``), ``approval_refused``.
+#: approvals (``approval_requested.approvers``/``required``), ``approval_refused``; messages
+#: carry when they arrived (``signal_received.arrived_at_ms``, ``approval_decided.arrived_at_ms``)
+#: and the wait they answer (``signal_received.wait_id``); ``message_refused`` records a message
+#: that had no effect.
 EVENT_SCHEMA_VERSION = 3
 
 
@@ -207,6 +210,11 @@ class ApprovalDecided(Payload):
     delegate: str = ""
     given_by: str = ""
 
+    #: When the decision arrived in the run's inbox (the store's clock at posting, epoch ms;
+    #: None: recorded by the lease holder itself, or by a torpor before event schema 3). A
+    #: decision that arrived at or after the approval wait's deadline does not satisfy it.
+    arrived_at_ms: int | None = None
+
 
 class ApprovalRefused(Payload):
     """A decision that failed verification: delivered (never applied), or — ``withdrawn`` —
@@ -243,9 +251,19 @@ class WaitStarted(Payload):
 
 
 class SignalReceived(Payload):
+    """A signal moved from the inbox into the history: buffered until a wait takes it.
+
+    ``arrived_at_ms``: when it arrived (the store's clock at posting, epoch ms; None before
+    event schema 3): a wait takes only a signal that arrived before its deadline. ``wait_id``:
+    the wait instance it answers (``torpor signal --wait-id``); None for a signal by name,
+    which any wait of that name may take.
+    """
+
     signal_id: str
     name: str
     payload: Any = None
+    arrived_at_ms: int | None = None
+    wait_id: str | None = None
 
 
 class WaitCompleted(Payload):
@@ -271,6 +289,23 @@ class VerificationRecorded(Payload):
 class WarningRecorded(Payload):
     message: str
     step_id: str | None = None
+
+
+class MessageRefused(Payload):
+    """A message the run received that had no effect, and why (G11): a signal addressed to a
+    wait that is unknown, already answered or past its deadline; a message that reached a run
+    after its outcome; a buffered signal no wait took before the run ended. ``kind`` is the
+    inbox kind (``signal``, ``decision``, ``cancel`` …); ``name`` the signal's name and
+    ``wait_id`` the wait it was addressed to or arrived late for, when there is one;
+    ``arrived_at_ms`` when it arrived (epoch ms). A refused signal that was buffered leaves the
+    buffer."""
+
+    message_id: str
+    kind: str
+    reason: str
+    name: str | None = None
+    wait_id: str | None = None
+    arrived_at_ms: int | None = None
 
 
 class CancelRequested(Payload):
@@ -392,6 +427,7 @@ EVENT_TYPES: dict[str, type[Payload]] = {
     "verification_recorded": VerificationRecorded,
     "warning_recorded": WarningRecorded,
     "cancel_requested": CancelRequested,
+    "message_refused": MessageRefused,
     "run_finished": RunFinished,
     "run_reopened": RunReopened,
     "attention_needed": AttentionNeeded,
@@ -456,6 +492,7 @@ __all__ = [
     "EffectReconciled",
     "Event",
     "LeaseAcquired",
+    "MessageRefused",
     "ModelCalled",
     "Outcome",
     "Payload",

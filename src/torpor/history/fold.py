@@ -37,6 +37,7 @@ from .events import (
     EffectReconciled,
     Event,
     LeaseAcquired,
+    MessageRefused,
     Outcome,
     Payload,
     Policy,
@@ -51,17 +52,13 @@ from .events import (
     Verdict,
     VerificationRecorded,
     VersionAccepted,
-    WaitCompleted,
-    WaitStarted,
     WarningRecorded,
 )
 from .state import (
     ArtifactRef,
     EffectInfo,
-    PendingSignal,
     RunState,
     StepInfo,
-    WaitInfo,
 )
 
 #: ``refuse(rule)``: the TransitionError naming the run, the seq, the event type and ``rule``.
@@ -78,12 +75,16 @@ _NOT_PROGRESS: frozenset[type[Payload]] = frozenset(
         ApprovalRevoked,
         CancelRequested,
         BudgetSet,
+        MessageRefused,
         WarningRecorded,
     }
 )
 Rule = Callable[[RunState, Any, Event, Refuse], None]
 #: The rule of each payload type (see :func:`rule`); every type has one.
 RULES: dict[type[Payload], Rule] = {}
+#: The only events a finished run takes: its reopening, and the refusal of a message that
+#: reached it after its outcome (G11: every message gets a recorded disposition).
+AFTER_OUTCOME = frozenset({"run_reopened", "message_refused"})
 
 
 def rule(payload_type: type[Payload]) -> Callable[[Rule], Rule]:
@@ -124,7 +125,7 @@ def apply(state: RunState, event: Event) -> RunState:
         raise refuse("the first event of a run must be run_started")
     if state.seq > 0 and et == "run_started":
         raise refuse("run already started")
-    if state.status is RunStatus.FINISHED and et != "run_reopened":
+    if state.status is RunStatus.FINISHED and et not in AFTER_OUTCOME:
         raise refuse(f"run already finished with outcome {state.outcome}")
 
     RULES[p.__class__](state, p, event, refuse)  # validates first, then mutates
@@ -358,59 +359,6 @@ def _artifact_created(s: RunState, p: ArtifactCreated, e: Event, refuse: Refuse)
     s.artifacts[p.name] = ArtifactRef(**p.model_dump())
 
 
-@rule(WaitStarted)
-def _wait_started(s: RunState, p: WaitStarted, e: Event, refuse: Refuse) -> None:
-    if s.wait is not None:
-        raise refuse(f"run already waits on {s.wait.kind} {s.wait.name!r}")
-    if p.kind == "timer" and p.deadline_ms is None:
-        raise refuse("a timer wait needs a deadline")
-    s.wait = WaitInfo(
-        wait_id=p.wait_id,
-        kind=p.kind,
-        name=p.name,
-        deadline_ms=p.deadline_ms,
-        reason=p.reason,
-    )
-    s.status = RunStatus.WAITING
-
-
-@rule(SignalReceived)
-def _signal_received(s: RunState, p: SignalReceived, e: Event, refuse: Refuse) -> None:
-    pending = s.signals.setdefault(p.name, [])
-    if any(x.signal_id == p.signal_id for x in pending):
-        raise refuse(f"signal {p.signal_id!r} already received")
-    pending.append(PendingSignal(signal_id=p.signal_id, payload=p.payload))
-
-
-@rule(WaitCompleted)
-def _wait_completed(s: RunState, p: WaitCompleted, e: Event, refuse: Refuse) -> None:
-    if s.wait is None or s.wait.wait_id != p.wait_id:
-        raise refuse(f"wait {p.wait_id!r} is not the open wait")
-    w = s.wait
-    if p.via == "timer" and w.kind != "timer":
-        raise refuse(f"a {w.kind} wait is not completed by a timer")
-    if p.via == "deadline" and w.deadline_ms is None:
-        raise refuse(f"wait {p.wait_id!r} has no deadline")
-    if p.via == "signal" and w.kind != "signal":
-        raise refuse(f"a {w.kind} wait is not completed by a signal")
-    if p.via == "decision" and w.kind != "approval":
-        raise refuse(f"a {w.kind} wait is not completed by a decision")
-    if p.via == "signal":
-        pending = s.signals.get(s.wait.name, [])
-        idx = next((i for i, x in enumerate(pending) if x.signal_id == p.signal_id), None)
-        if idx is None:
-            raise refuse(f"signal {p.signal_id!r} for {s.wait.name!r} was not received")
-        pending.pop(idx)
-        if not pending:
-            s.signals.pop(s.wait.name, None)
-    if p.via == "decision":
-        appr = s.approvals.get(s.wait.name)
-        if appr is None or appr.status == "requested":
-            raise refuse(f"approval {s.wait.name!r} has no decision yet")
-    s.wait = None
-    s.status = RunStatus.RUNNING
-
-
 @rule(CheckpointSaved)
 def _checkpoint_saved(s: RunState, p: CheckpointSaved, e: Event, refuse: Refuse) -> None:
     s.user_state = p.state
@@ -432,12 +380,6 @@ def _verification_recorded(s: RunState, p: VerificationRecorded, e: Event, refus
 @rule(WarningRecorded)
 def _warning_recorded(s: RunState, p: WarningRecorded, e: Event, refuse: Refuse) -> None:
     s.warnings.append(p.message)
-
-
-@rule(CancelRequested)
-def _cancel_requested(s: RunState, p: CancelRequested, e: Event, refuse: Refuse) -> None:
-    s.cancel_requested = True
-    s.cancel_reason = f"cancelled by {p.by}" + (f": {p.reason}" if p.reason else "")
 
 
 @rule(RunFinished)

@@ -66,6 +66,9 @@ class DecisionInfo(BaseModel):
     given_by: str = ""
     decided_at_ms: int = 0
     comment: str = ""
+    #: When it arrived in the run's inbox (epoch ms; None: recorded by the lease holder, or
+    #: before event schema 3).
+    arrived_at_ms: int | None = None
 
 
 class ApprovalInfo(BaseModel):
@@ -89,6 +92,10 @@ class ApprovalInfo(BaseModel):
     #: Decisions refused so far, and the latest refusals (``approver: reason``; at most 5).
     refused: int = 0
     refusals: list[str] = Field(default_factory=list)
+    #: When the decision that settled it arrived (for N-of-M, the one that made N; epoch ms;
+    #: None: recorded by the lease holder or unknown). One that arrived at or after the
+    #: approval wait's deadline does not satisfy it.
+    arrived_at_ms: int | None = None
 
     def counted(self) -> list[DecisionInfo]:
         """The decisions that count: ``decisions``, or, in a state folded before decisions
@@ -116,8 +123,26 @@ class WaitInfo(BaseModel):
 
 
 class PendingSignal(BaseModel):
+    """A signal received and buffered until a wait takes it. ``arrived_at_ms``: when it
+    arrived (epoch ms; None for one recorded before event schema 3, taken as in time);
+    ``wait_id``: the one wait it answers (None: any wait of its name); ``late_for``: the wait
+    of its name that was open when it arrived after that wait's deadline."""
+
     signal_id: str
     payload: Any = None
+    arrived_at_ms: int | None = None
+    wait_id: str | None = None
+    late_for: str | None = None
+
+    def answers(self, wait: WaitInfo) -> bool:
+        """Whether this signal may complete ``wait`` (a signal wait of its name): addressed to
+        it or to none, and arrived before its deadline (decided by arrival, not by when a
+        process looked)."""
+        if self.wait_id is not None and self.wait_id != wait.wait_id:
+            return False
+        if wait.deadline_ms is None or self.arrived_at_ms is None:
+            return True
+        return self.arrived_at_ms < wait.deadline_ms
 
 
 class PlanStepInfo(BaseModel):
@@ -213,6 +238,14 @@ class RunState(BaseModel):
         missing = [c for c in self.criteria if c not in self.verifications]
         failing = [c for c in self.criteria if c in self.verifications]
         return missing, [c for c in failing if not self.verifications[c].passed]
+
+    def answer(self) -> PendingSignal | None:
+        """The buffered signal the open signal wait takes (the earliest that
+        :meth:`PendingSignal.answers` it), or None."""
+        w = self.wait
+        if w is None or w.kind != "signal":
+            return None
+        return next((s for s in self.signals.get(w.name, ()) if s.answers(w)), None)
 
     def effects_in_doubt(self) -> list[str]:
         """Keys of effects that may have happened without a recorded observation."""

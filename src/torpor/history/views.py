@@ -18,10 +18,13 @@ from .events import (
     EffectObserved,
     EffectReconciled,
     Event,
+    MessageRefused,
     RunStatus,
+    SignalReceived,
     StepCompleted,
     StepFailed,
     StepStarted,
+    WaitCompleted,
 )
 from .state import RunState
 
@@ -129,3 +132,66 @@ def effect_views(events: Iterable[Event]) -> list[EffectView]:
             out[p.key]["status"] = "failed"
             out[p.key]["reason"] = p.error
     return [EffectView(k, **v) for k, v in out.items()]
+
+
+@dataclass(frozen=True)
+class MessageView:
+    """A message the run received, with its disposition (G11) as a person sees it.
+
+    ``status``: ``consumed`` (``wait_id`` took it), ``buffered`` (kept until a wait of its
+    name takes it), ``late`` (buffered, but it arrived after the deadline of wait ``wait_id``)
+    or ``refused`` (``reason`` says why). ``arrived_at_ms``: when it arrived (epoch ms; None
+    when recorded before arrival times were); ``seq``: the event that recorded the disposition
+    (the wait's completion, the refusal) or its receipt while buffered.
+    """
+
+    message_id: str
+    kind: str
+    name: str | None
+    status: str
+    wait_id: str | None
+    arrived_at_ms: int | None
+    reason: str
+    seq: int
+
+
+def message_views(events: Iterable[Event], state: RunState) -> list[MessageView]:
+    """Every signal the run received and every message it refused, with its disposition, in
+    the order they were recorded. ``state`` is the run's current state (which signals are
+    still buffered, and which of them arrived late)."""
+    out: dict[str, dict[str, Any]] = {}
+    for ev in events:
+        p = ev.payload
+        if isinstance(p, SignalReceived):
+            out[p.signal_id] = {
+                "kind": "signal",
+                "name": p.name,
+                "status": "buffered",
+                "wait_id": p.wait_id,
+                "arrived_at_ms": p.arrived_at_ms,
+                "reason": "",
+                "seq": ev.seq,
+            }
+        elif isinstance(p, WaitCompleted) and p.signal_id in out:
+            out[p.signal_id].update(status="consumed", wait_id=p.wait_id, seq=ev.seq)
+        elif isinstance(p, MessageRefused):
+            prev = out.get(p.message_id, {})
+            out[p.message_id] = {
+                "kind": p.kind,
+                "name": p.name,
+                "status": "refused",
+                "wait_id": p.wait_id or prev.get("wait_id"),
+                "arrived_at_ms": p.arrived_at_ms or prev.get("arrived_at_ms"),
+                "reason": p.reason,
+                "seq": ev.seq,
+            }
+    for sigs in state.signals.values():
+        for sig in sigs:
+            d = out.get(sig.signal_id)
+            if d is not None and sig.late_for is not None:
+                d.update(
+                    status="late",
+                    wait_id=sig.late_for,
+                    reason=f"arrived after the deadline of wait {sig.late_for}",
+                )
+    return [MessageView(k, **v) for k, v in out.items()]

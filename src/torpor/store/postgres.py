@@ -318,6 +318,8 @@ class PostgresStore(SQLStore):
     Lease expiry, fencing and dispatch are judged by the database clock inside the SQL. Event
     timestamps and timer deadlines come from the worker's clock (``now_ms``); a timer therefore
     fires late or early by the skew between that worker and the database (NTP keeps it to ms).
+    An inbox message's arrival is stamped by the poster's store clock, the clock deadlines are
+    fixed by: whether it came before a wait's deadline is judged within that skew.
     """
 
     driver: PostgresDriver

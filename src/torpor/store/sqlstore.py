@@ -28,6 +28,7 @@ from ..errors import (
     InboxError,
     LeaseHeldError,
     LeaseLostError,
+    RunFinishedError,
     RunNotFoundError,
     TransitionError,
 )
@@ -430,24 +431,40 @@ class SQLStore:
     def post_inbox(
         self, run_id: str, kind: str, body: dict[str, Any], message_id: str | None = None
     ) -> bool:
-        """Queue a message for the run and wake it if it waits. False if ``message_id`` was
-        already posted to this run (deduplicated forever); InboxError if it was posted to
-        another run; PayloadError for a body that could not be recorded. A message in
-        :data:`~torpor.store.base.REOPENING_KINDS` also makes a finished ``unresolved`` or
-        ``blocked`` run runnable again, so workers pick the settled run up; if the message
-        turns out not to apply, the executor writes the finished status back."""
+        """Queue a message for the run and wake it if it waits; it arrives now (``at_ms``: this
+        store's clock, the one deadlines are fixed by). False if ``message_id`` was already
+        posted to this run (deduplicated forever, even once the run finished); InboxError if it
+        was posted to another run; PayloadError for a body that could not be recorded;
+        RunNotFoundError for an unknown run.
+
+        A run that has its outcome takes no message (RunFinishedError, "run … already
+        finished: <outcome>"), except one in :data:`~torpor.store.base.REOPENING_KINDS` to a
+        finished ``unresolved`` or ``blocked`` run, which also makes it runnable again so
+        workers pick the settled run up (if the message turns out not to apply, the executor
+        records its refusal and writes the finished status back). The run row's status is read
+        under its lock, and the executor's outcome append refuses while a message is pending
+        (``if_inbox_empty``), so a message and the outcome never cross: either the run takes
+        the message before its outcome, or the message is refused here."""
         message_id = message_id or uuid.uuid4().hex
         text = codec.message_text(run_id, kind, body)
         with self.driver.transaction() as cur:
-            # Lock the run row first (PostgreSQL: FOR UPDATE) so a message cannot slip past a
-            # concurrent fenced append that is consuming an approval.
-            if self.driver.fetchone(cur, self.q["lock_run"], {"run_id": run_id}) is None:
+            # Lock the run row first (PostgreSQL: FOR UPDATE; SQLite: the write lock) so a
+            # message cannot slip past a concurrent fenced append: one consuming an approval,
+            # or one recording the outcome.
+            row = self.driver.fetchone(cur, self.q["lock_run"], {"run_id": run_id})
+            if row is None:
                 raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
-            n = self.driver.execute(
-                cur,
-                self.q["insert_inbox"],
-                self._p(message_id=message_id, run_id=run_id, kind=kind, body=text),
+            status, outcome = row[1], row[2]
+            finished = status == "finished" and not (
+                kind in REOPENING_KINDS and outcome in ("unresolved", "blocked")
             )
+            n = 0
+            if not finished:
+                n = self.driver.execute(
+                    cur,
+                    self.q["insert_inbox"],
+                    self._p(message_id=message_id, run_id=run_id, kind=kind, body=text),
+                )
             if not n:
                 row = self.driver.fetchone(cur, self.q["inbox_owner"], {"message_id": message_id})
                 if row is not None and row[0] != run_id:
@@ -455,6 +472,8 @@ class SQLStore:
                         f"message id {message_id!r} was already used for run {row[0]!r}; "
                         f"not delivered to run {run_id!r}"
                     )
+                if row is None:  # (finished: a new message, not a redelivery)
+                    raise RunFinishedError(f"run {run_id!r} already finished: {outcome}")
                 return False
             self.driver.execute(cur, self.q["wake_run"], self._p(run_id=run_id))
             if kind in REOPENING_KINDS:

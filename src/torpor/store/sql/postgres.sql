@@ -1,6 +1,7 @@
 -- Named queries of the PostgreSQL backend: the same names as sqlite.sql beside it. Parameters
 -- are `:name` (rewritten to psycopg's %(name)s at load). Lease expiry, fencing and dispatch use
--- the database clock torpor_now_ms(); `:now_ms` is never trusted here. Nullable filter
+-- the database clock torpor_now_ms(); `:now_ms` is never trusted for them (it stamps events and
+-- the arrival of inbox messages, on the clock that fixes wait deadlines). Nullable filter
 -- parameters are cast so the server can type them.
 
 -- name: schema_version
@@ -113,7 +114,7 @@ SELECT run_id, workflow, version, status, outcome, created_at_ms,
 FROM runs WHERE run_id = :run_id;
 
 -- name: lock_run
-SELECT run_id FROM runs WHERE run_id = :run_id FOR UPDATE;
+SELECT run_id, status, outcome FROM runs WHERE run_id = :run_id FOR UPDATE;
 
 -- name: get_checkpoint
 SELECT checkpoint_seq, checkpoint, last_seq FROM runs WHERE run_id = :run_id;
@@ -204,8 +205,13 @@ WHERE (status IN ('pending', 'running')
 ORDER BY COALESCE(wake_at_ms, created_at_ms) LIMIT :limit;
 
 -- name: insert_inbox
+-- at_ms is when the message arrived, by the store's clock (:now_ms), the clock that fixes wait
+-- deadlines and stamps events: a message satisfies a wait only if it arrived before the
+-- deadline, so both must be read on one clock (no lease or dispatch decision uses it). `arrival`
+-- (its serial default, drawn while post_inbox holds the run row's lock) orders the run's
+-- messages as they got in.
 INSERT INTO inbox (message_id, run_id, kind, body, at_ms)
-VALUES (:message_id, :run_id, :kind, :body, torpor_now_ms())
+VALUES (:message_id, :run_id, :kind, :body, :now_ms)
 ON CONFLICT (message_id) DO NOTHING;
 
 -- name: wake_run
@@ -221,7 +227,7 @@ SELECT run_id FROM inbox WHERE message_id = :message_id;
 
 -- name: pending_inbox
 SELECT message_id, kind, body, at_ms FROM inbox
-WHERE run_id = :run_id AND consumed_seq IS NULL ORDER BY at_ms, message_id;
+WHERE run_id = :run_id AND consumed_seq IS NULL ORDER BY arrival;
 
 -- name: consume_inbox
 UPDATE inbox SET consumed_seq = :seq WHERE message_id = :message_id AND consumed_seq IS NULL;

@@ -136,8 +136,10 @@ WHERE (status IN ('pending', 'running')
 ORDER BY COALESCE(wake_at_ms, created_at_ms) LIMIT :limit;
 
 -- name: insert_inbox
-INSERT INTO inbox (message_id, run_id, kind, body, at_ms)
-VALUES (:message_id, :run_id, :kind, :body, :now_ms)
+-- arrival: the run's messages in the order they got in (under the write lock).
+INSERT INTO inbox (message_id, run_id, kind, body, at_ms, arrival)
+VALUES (:message_id, :run_id, :kind, :body, :now_ms,
+        (SELECT COALESCE(max(arrival), 0) + 1 FROM inbox WHERE run_id = :run_id))
 ON CONFLICT (message_id) DO NOTHING;
 
 -- name: wake_run
@@ -153,7 +155,7 @@ SELECT run_id FROM inbox WHERE message_id = :message_id;
 
 -- name: pending_inbox
 SELECT message_id, kind, body, at_ms FROM inbox
-WHERE run_id = :run_id AND consumed_seq IS NULL ORDER BY at_ms, message_id;
+WHERE run_id = :run_id AND consumed_seq IS NULL ORDER BY arrival;
 
 -- name: consume_inbox
 UPDATE inbox SET consumed_seq = :seq WHERE message_id = :message_id AND consumed_seq IS NULL;
@@ -162,7 +164,8 @@ UPDATE inbox SET consumed_seq = :seq WHERE message_id = :message_id AND consumed
 SELECT count(*) FROM inbox WHERE run_id = :run_id AND consumed_seq IS NULL;
 
 -- name: lock_run
-SELECT run_id FROM runs WHERE run_id = :run_id;
+-- (Inside a write transaction, which holds SQLite's write lock.)
+SELECT run_id, status, outcome FROM runs WHERE run_id = :run_id;
 
 -- name: claim_next
 -- A waiting run whose lease was never released (its executor died mid-execution, say right
