@@ -337,3 +337,37 @@ def test_approved_push_killed_at_every_boundary(tmp_path: Path, db_url: str) -> 
         assert types.count("approval_consumed") == 1, point
         decided = [e.payload for e in lab.events(rid) if e.type == "approval_decided"]
         assert [d.approver for d in decided] == ["bot"], point  # type: ignore[attr-defined]
+
+
+def test_a_request_another_person_already_decided_says_so(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bob approves after alice's approval was sent but before the run applied it: he is told
+    who decided (the CLI exits 1 and names alice), nothing of his is sent, and the run applies
+    alice's decision alone; one person deciding twice is told so too."""
+    from torpor.cli import main as cli_main
+
+    with torpor.Runtime(store_url) as rt:
+        assert rt.run(ship, {"content": "patch v1\n"}, run_id="two").wait_kind == "approval"
+        client = torpor.Client(rt.store)
+        client.decide("two", None, "approve", "alice")
+
+        def cli(*args: str) -> tuple[int, str]:
+            capsys.readouterr()
+            try:
+                cli_main(["--db", store_url, *args])
+                code = 0
+            except SystemExit as exc:
+                code = int(exc.code or 0)
+            out = capsys.readouterr()
+            return code, out.out + out.err
+
+        code, text = cli("approve", "two", "--as", "bob")
+        assert code == 1 and "already decided by 'alice'" in text, text
+        assert "approved" not in text.replace("already decided", "")
+        code, text = cli("approve", "two", "--as", "alice")
+        assert code == 1 and "'alice' already decided" in text, text
+        assert len(client.inbox("two")) == 1  # only alice's
+        assert rt.resume("two").outcome == "succeeded"
+        [info] = client.state("two").approvals.values()
+        assert info.approver == "alice" and info.refused == 0

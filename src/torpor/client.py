@@ -33,6 +33,7 @@ from .history import (
     effect_views,
     message_views,
     step_views,
+    utc_text,
 )
 from .store import SQLStore, open_store
 from .store.base import InboxMessage, RunRecord
@@ -313,6 +314,8 @@ class Client:
             )
         if any(d.approver == approver for d in info.decisions):
             raise InboxError(f"{approver!r} already decided on approval {approval_id!r}")
+        counted = {d.approver for d in info.decisions if d.decision == "approve"}
+        self._refuse_if_decided_in_inbox(run_id, approval_id, approver, info.required, counted)
         if expect_hash and not any(h.startswith(expect_hash) for h in info.hashes):
             raise InboxError(
                 f"approval {approval_id!r} binds {info.hashes}, not the content "
@@ -329,6 +332,34 @@ class Client:
             message_id=f"decision:{run_id}:{approval_id}:{signer}:{uuid.uuid4().hex[:12]}",
         )
         return approval_id, list(info.hashes)
+
+    def _refuse_if_decided_in_inbox(
+        self, run_id: str, approval_id: str, approver: str, required: int, counted: set[str]
+    ) -> None:
+        """InboxError when decisions already sent on ``approval_id`` and not yet applied
+        settle it (a deny, or ``required`` approvals with the ``counted`` ones) or include
+        ``approver``'s: a decision
+        sent now would be refused when the run resumes, so the person is told, not thanked."""
+        sent = [
+            m.body
+            for m in self.store.pending_inbox(run_id)
+            if m.kind == "decision" and m.body.get("approval_id") == approval_id
+        ]
+        mine = [b for b in sent if b.get("approver") == approver]
+        if mine:
+            raise InboxError(
+                f"{approver!r} already decided on approval {approval_id!r} "
+                f"({mine[0].get('decision')}; it applies when the run resumes)"
+            )
+        denies = [b for b in sent if b.get("decision") == "deny"]
+        approves = {b.get("approver") for b in sent if b.get("decision") == "approve"}
+        if denies or len(approves | counted) >= required:
+            by = denies[0] if denies else next(b for b in sent if b.get("decision") == "approve")
+            raise InboxError(
+                f"approval {approval_id!r} was already decided by {by.get('approver')!r} "
+                f"({by.get('decision')}, sent at {utc_text(int(by.get('decided_at_ms') or 0))}); "
+                "it applies when the run resumes — a decision sent now would be refused"
+            )
 
     def _signed(
         self,
