@@ -36,7 +36,7 @@ from .history import (
     utc_text,
 )
 from .store import SQLStore, open_store
-from .store.base import InboxMessage, RunRecord
+from .store.base import InboxMessage, RunCount, RunRecord, RunStorage
 
 
 @dataclass(frozen=True)
@@ -93,9 +93,27 @@ class Client:
         return self.store.load(run_id)
 
     def runs(
-        self, *, status: str | None = None, outcome: str | None = None, limit: int = 100
+        self,
+        *,
+        status: str | None = None,
+        outcome: str | None = None,
+        limit: int = 100,
+        workflow: str | None = None,
+        attention: bool | None = None,
     ) -> list[RunRecord]:
-        return self.store.list_runs(status=status, outcome=outcome, limit=limit)
+        """Runs, newest first; ``attention`` True: only those with a needs-attention note."""
+        return self.store.list_runs(
+            status=status, outcome=outcome, limit=limit, workflow=workflow, attention=attention
+        )
+
+    def counts(self, *, workflow: str | None = None) -> list[RunCount]:
+        """How many runs there are per status, outcome and needs-attention flag."""
+        return self.store.count_runs(workflow=workflow)
+
+    def storage(self, run_id: str) -> RunStorage:
+        """What the run occupies in the database (its artifacts' bytes are in the artifact
+        store: :meth:`artifacts` lists their sizes)."""
+        return self.store.run_storage(run_id)
 
     def events(self, run_id: str, after_seq: int = 0, limit: int = 1_000_000) -> list[Event]:
         self.store.get_run(run_id)
