@@ -119,7 +119,10 @@ class Console:
         self.cfg = cfg
         self.client = client or Client(settings=cfg.settings)
         self.sessions = Sessions()
-        self.throttle = Throttle()
+        # Guessing one person's password stops after 5 misses; one address (maybe a proxy
+        # many people share) after 30.
+        self.throttle_user = Throttle(limit=5)
+        self.throttle_addr = Throttle(limit=30)
         self._users = Users.load(cfg.users)
         self._users_seen = self._stat(cfg.users)
         self.steering = Steering(self.client, cfg.settings, Audit(cfg.audit), cfg.delegate)

@@ -77,14 +77,14 @@ async def login(request: Request) -> Response:
         )
     user = form.get("user", "").strip()
     address = request.client.host if request.client else "?"
-    keys = (f"user:{user}", f"addr:{address}")
-    if c.throttle.blocked(*keys):
+    if c.throttle_user.blocked(user) or c.throttle_addr.blocked(address):
         return _login_page(request, c, "Too many failed attempts: wait a few minutes.", 429)
     ok = await c.call(c.users().verify, user, form.get("password", ""))
     if not ok:
-        c.throttle.failed(*keys)
+        c.throttle_user.failed(user)
+        c.throttle_addr.failed(address)
         return _login_page(request, c, "Unknown user or wrong password.", 401)
-    c.throttle.succeeded(*keys)
+    c.throttle_user.succeeded(user)
     token, _ = c.sessions.create(user)
     resp = RedirectResponse(_safe_next(form.get("next")), status_code=303)
     c.set_session_cookie(resp, token)

@@ -89,7 +89,7 @@ class Sessions:
 
 @dataclass
 class Throttle:
-    """Refuses logins for a name (or from an address) after ``limit`` failures within
+    """Refuses logins for a key (a name, an address) after ``limit`` failures within
     ``window_s``, until the window passes: slows password guessing to a crawl."""
 
     limit: int = 5
@@ -98,26 +98,23 @@ class Throttle:
     _failures: dict[str, list[float]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def blocked(self, *keys: str) -> bool:
+    def blocked(self, key: str) -> bool:
         now = self.clock()
         with self._lock:
-            for k in keys:
-                recent = [t for t in self._failures.get(k, []) if now - t < self.window_s]
-                self._failures[k] = recent
-                if len(recent) >= self.limit:
-                    return True
-        return False
+            recent = [t for t in self._failures.get(key, []) if now - t < self.window_s]
+            if recent:
+                self._failures[key] = recent
+            else:
+                self._failures.pop(key, None)
+            return len(recent) >= self.limit
 
-    def failed(self, *keys: str) -> None:
-        now = self.clock()
+    def failed(self, key: str) -> None:
         with self._lock:
-            for k in keys:
-                self._failures.setdefault(k, []).append(now)
+            self._failures.setdefault(key, []).append(self.clock())
 
-    def succeeded(self, *keys: str) -> None:
+    def succeeded(self, key: str) -> None:
         with self._lock:
-            for k in keys:
-                self._failures.pop(k, None)
+            self._failures.pop(key, None)
 
 
 __all__ = ["Session", "Sessions", "Throttle"]
