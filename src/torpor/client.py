@@ -276,9 +276,10 @@ class Client:
         return w.name
 
     def pending_approvals(self, run_id: str) -> dict[str, list[str]]:
-        """Approval ids awaiting a decision, with the content hashes each one binds."""
+        """Approval ids awaiting a decision, with the content hashes each one binds (not
+        those whose wait timed out)."""
         st = self.state(run_id)
-        return {k: v.hashes for k, v in st.approvals.items() if v.status == "requested"}
+        return {k: v.hashes for k, v in st.open_approvals().items()}
 
     def decide(
         self,
@@ -312,7 +313,7 @@ class Client:
         if decision not in ("approve", "deny"):
             raise InboxError(f"decision must be approve or deny, not {decision!r}")
         st = self._open(run_id)
-        pending = {k: v for k, v in st.approvals.items() if v.status == "requested"}
+        pending = st.open_approvals()
         if approval_id is None:
             if len(pending) != 1:
                 raise InboxError(
@@ -325,6 +326,11 @@ class Client:
             raise InboxError(f"run {run_id!r} has no approval {approval_id!r}")
         if info.status != "requested":
             raise InboxError(f"approval {approval_id!r} is already {info.status}")
+        if approval_id not in pending:
+            raise InboxError(
+                f"approval {approval_id!r} takes no decision any more: its wait ended "
+                "(timed out) without one"
+            )
         if info.approvers and approver not in info.approvers:
             raise InboxError(
                 f"approval {approval_id!r} is decided by {', '.join(info.approvers)}, "
