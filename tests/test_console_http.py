@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from torpor.config import Settings
 from torpor.console import routes
 from torpor.console.users import Users
 from torpor.console.views import looks_like_diff, parse_diff
-from torpor.errors import KeyringError, UsersFileError
+from torpor.errors import InboxError, KeyringError, UsersFileError
 
 DIFF = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old\n+new\n"
 
@@ -297,3 +298,22 @@ def test_every_action_is_recorded_with_the_person(console: ConsoleEnv) -> None:
     assert ("bob", "signal", "refused") in mine and ("bob", "resolve", "refused") in mine
     for action in ("signal", "cancel", "resolve", "retry", "budget"):
         assert ("bob", action, "done") in mine, action
+
+
+def test_an_approval_that_timed_out_takes_no_decision(db_url: str) -> None:
+    """A request whose wait timed out stays `requested` in the record but is no longer
+    pending: nobody (the console included) can decide on it, and its successor is the one
+    asked about."""
+    with torpor.Runtime(db_url) as rt:
+        rt.run("console.revise", {"text": "notes", "first_timeout_s": 0.2}, run_id="to-1")
+        client = torpor.Client(rt.store)
+        ((old, _),) = client.pending_approvals("to-1").items()
+        deadline = client.state("to-1").wait.deadline_ms  # type: ignore[union-attr]
+        while rt.store.now_ms() <= deadline:
+            time.sleep(0.02)
+        assert rt.resume("to-1").status == "waiting"
+        ((new, _),) = client.pending_approvals("to-1").items()
+        assert new != old and client.state("to-1").approvals[old].status == "requested"
+        with pytest.raises(InboxError, match="takes no decision any more"):
+            client.decide("to-1", old, "approve", "alice")
+        assert client.inbox("to-1") == []

@@ -185,8 +185,8 @@ class Steering:
                 raise BadInputError("the decision names no content: review the page again")
             st = self.client.state(run_id)
             info = st.approvals.get(approval_id)
-            pending = {k: v.hashes for k, v in st.approvals.items() if v.status == "requested"}
-            if info is None or info.status != "requested" or sorted(info.hashes) != sorted(seen):
+            pending = {k: v.hashes for k, v in st.open_approvals().items()}
+            if info is None or approval_id not in pending or sorted(info.hashes) != sorted(seen):
                 now = (
                     "; it now asks about "
                     + ", ".join(
@@ -197,7 +197,11 @@ class Steering:
                 )
                 state = f"is {info.status}" if info is not None else "does not exist"
                 if info is not None and info.status == "requested":
-                    state = f"binds sha256:{', '.join(h[:12] for h in info.hashes)}"
+                    state = (
+                        f"binds sha256:{', '.join(h[:12] for h in info.hashes)}"
+                        if approval_id in pending
+                        else "timed out without a decision"
+                    )
                 raise StaleContentError(
                     f"nothing was sent: the content changed since you viewed it — approval "
                     f"{approval_id} {state}, not the sha256:"

@@ -354,22 +354,26 @@ def approval_rows(
     }
     decided = {m.body.get("approval_id") for m in inbox if m.kind == "decision"}
     finished = state.status is RunStatus.FINISHED
+    open_ = state.open_approvals()
     rows = []
     for aid, info in state.approvals.items():
         lines = [decision_line(run_id, aid, info, d, trust) for d in info.counted()]
+        status = info.status
+        if status == "requested" and aid not in open_:
+            status = "timed out without a decision"
         rows.append(
             ApprovalRow(
                 aid,
                 info.name,
-                info.status,
+                status,
                 summaries.get(aid, ""),
                 list(info.hashes),
                 list(info.approvers),
                 info.required,
                 [(text.strip(), style) for text, style in lines],
                 list(info.refusals),
-                info.status == "requested" and not finished,
-                aid in decided and info.status == "requested",
+                aid in open_ and not finished,
+                aid in decided and aid in open_,
                 not finished and (info.status == "approved" or aid in decided),
             )
         )
