@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 import console_flows  # noqa: F401  (registers the workflows)
 from console_kit import (
@@ -31,12 +32,12 @@ from console_kit import (
     running_console,
 )
 
-pw = pytest.importorskip("playwright.sync_api")
-from playwright.sync_api import Browser, Page, expect  # noqa: E402
-
 if str(ROOT) not in sys.path:  # the examples package lives at the repository root
     sys.path.insert(0, str(ROOT))
-from examples.repo_agent import world  # noqa: E402
+from examples.repo_agent import world
+
+#: A real browser and real processes: the full suite runs these; the fast tier skips them.
+pytestmark = pytest.mark.slow
 
 #: Generous: the suite runs on two busy cores.
 WAIT_MS = 60_000
@@ -61,7 +62,7 @@ def console(
 def browser() -> Iterator[Browser]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"no Chromium at {CHROMIUM}: apt-get install -y chromium (.ci/run does)")
-    with pw.sync_playwright() as p:
+    with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM)
         yield b
         b.close()
@@ -105,7 +106,6 @@ def _inbox(env: ConsoleEnv, run_id: str) -> list[str]:
         return [m.kind for m in c.inbox(run_id)]
 
 
-@pytest.mark.slow
 def test_flagship_approved_in_the_browser_then_a_worker_finishes_it(
     console: ConsoleEnv, page: Page, tmp_path: Path
 ) -> None:

@@ -7,9 +7,8 @@ counts and storage figures (both backends), the diff view."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ import pytest
 import console_flows  # noqa: F401  (registers the workflows)
 import torpor
 from console_kit import PASSWORD, ConsoleEnv, Http, csrf_of, path_of, running_console
+from torpor.cli import main
 from torpor.config import Settings
 from torpor.console import routes
 from torpor.console.users import Users
@@ -89,26 +89,25 @@ def test_users_file_hashes_verifies_and_refuses_bad_lines(
         Settings.from_env().console_users_path(torpor_home / "users")
 
 
-def test_add_user_and_a_console_without_users_refuses_to_start(tmp_path: Path) -> None:
+def test_add_user_and_a_console_without_users_refuses_to_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     users = tmp_path / "cfg" / "users"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
 
-    def cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "torpor.cli", "console", "--users", str(users), *args],
-            input=stdin,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    def cli(*args: str) -> int:
+        with pytest.raises(SystemExit) as done:
+            main(["console", "--users", str(users), *args])
+        return int(done.value.code or 0)
 
-    empty = cli()
-    assert empty.returncode == 1 and "no console users file" in empty.stderr, empty.stderr
-    added = cli("--add-user", "bob", "--password-stdin", stdin=PASSWORD + "\n")
-    assert added.returncode == 0, added.stderr
-    assert "bob may log in" in added.stdout
+    assert cli() == 1
+    assert "no console users file" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "stdin", io.StringIO(PASSWORD + "\n"))
+    assert cli("--add-user", "bob", "--password-stdin") == 0
+    assert "bob may log in" in capsys.readouterr().out
     assert Users.load(users).verify("bob", PASSWORD)
+    # A delegate whose key does not exist is refused before anything is served.
+    assert cli("--delegate", "nobody@ops") == 1
+    assert "no private key for the console's delegate 'nobody@ops'" in capsys.readouterr().err
 
 
 def test_store_counts_filters_and_storage(store_url: str) -> None:

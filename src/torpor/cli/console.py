@@ -4,6 +4,7 @@ its users file. Starlette, Jinja2 and uvicorn are imported here, only when servi
 from __future__ import annotations
 
 import getpass
+import logging
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -141,6 +142,12 @@ def console(
             )
         )
     signer = f"decisions signed by {delegate}" if delegate else "no decisions (no --delegate)"
+    audit = logging.getLogger("torpor.console")  # every action, done or refused, on stderr too
+    if not audit.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        audit.addHandler(handler)
+        audit.setLevel(logging.INFO)
 
     def announce(url: str) -> None:
         out.print(Text(f"torpor console on {url} ({redacted(settings.database_url)}; {signer})"))

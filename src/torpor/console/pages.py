@@ -358,7 +358,7 @@ def approval_rows(
     rows = []
     for aid, info in state.approvals.items():
         lines = [decision_line(run_id, aid, info, d, trust) for d in info.counted()]
-        status = info.status
+        status: str = info.status
         if status == "requested" and aid not in open_:
             status = "timed out without a decision"
         rows.append(
