@@ -130,6 +130,9 @@ def test_flagship_approved_in_the_browser_then_a_worker_finishes_it(
         patch = c.find_artifact(rid, "patch/combined")
     assert patch.sha256 == combined
 
+    page.goto(console.url + "/runs")
+    expect(page.locator("input[name=password]")).to_be_visible()
+    shot(page, "login")
     login(page, console)
     expect(page.locator(f'tr[data-run-id="{rid}"] .status')).to_have_text("waiting")
     shot(page, "runs")

@@ -268,6 +268,14 @@ def test_every_action_is_recorded_with_the_person(console: ConsoleEnv) -> None:
     assert "resolved as applied" in done
     assert "reopened" in _act(http, "act-retry", "retry", {"step": "", "reason": "fixed"})
     assert "budget set" in _act(http, "act-budget", "budget", {"tokens": "5000"})
+    _ship(console, "act-revoke")
+    aid, hashes = _aid(console, "act-revoke")
+    decided = {"approval_id": aid, "hashes": ",".join(hashes), "comment": "ok"}
+    assert f"approved {aid} as bob" in _act(http, "act-revoke", "approve", decided)
+    again = _act(http, "act-revoke", "approve", decided)
+    assert "refused:" in again and "already decided" in again
+    revoked = _act(http, "act-revoke", "revoke", {"approval_id": aid, "reason": "wrong branch"})
+    assert f"revoked {aid}" in revoked
 
     with console.runtime() as rt:
         assert rt.resume("act-signal").result == {"n": 7}
@@ -275,6 +283,7 @@ def test_every_action_is_recorded_with_the_person(console: ConsoleEnv) -> None:
         assert rt.resume("act-resolve").outcome == "succeeded"
         rt.resume("act-retry")
         rt.resume("act-budget")
+        assert rt.resume("act-revoke").outcome != "succeeded"
     with console.client() as c:
 
         def payloads(run_id: str, type_: str) -> list[dict]:
@@ -292,10 +301,14 @@ def test_every_action_is_recorded_with_the_person(console: ConsoleEnv) -> None:
         assert payloads("act-retry", "run_reopened")[0]["by"] == "bob"
         assert payloads("act-budget", "run_reopened")[0]["by"] == "bob"
         assert c.state("act-budget").budget.tokens == 5000
+        assert [(p["by"], p["reason"]) for p in payloads("act-revoke", "approval_revoked")] == [
+            ("bob", "wrong branch")
+        ]
+        assert not [e for e in c.events("act-revoke") if e.type == "effect_intended"]
     audit = [json.loads(x) for x in console.audit.read_text().splitlines()]
     mine = [(a["user"], a["action"], a["result"][:7]) for a in audit if a["user"] == "bob"]
     assert ("bob", "signal", "refused") in mine and ("bob", "resolve", "refused") in mine
-    for action in ("signal", "cancel", "resolve", "retry", "budget"):
+    for action in ("signal", "cancel", "resolve", "retry", "budget", "approve", "revoke"):
         assert ("bob", action, "done") in mine, action
 
 
