@@ -87,6 +87,7 @@ COMMANDS = [
     "retry",
     "keys",
     "explore",
+    "console",
 ]
 KEYS_COMMANDS = ["init", "add", "remove", "list"]
 

@@ -36,7 +36,7 @@ from .history import (
     utc_text,
 )
 from .store import SQLStore, open_store
-from .store.base import InboxMessage, RunRecord
+from .store.base import InboxMessage, RunCount, RunRecord, RunStorage
 
 
 @dataclass(frozen=True)
@@ -93,9 +93,27 @@ class Client:
         return self.store.load(run_id)
 
     def runs(
-        self, *, status: str | None = None, outcome: str | None = None, limit: int = 100
+        self,
+        *,
+        status: str | None = None,
+        outcome: str | None = None,
+        limit: int = 100,
+        workflow: str | None = None,
+        attention: bool | None = None,
     ) -> list[RunRecord]:
-        return self.store.list_runs(status=status, outcome=outcome, limit=limit)
+        """Runs, newest first; ``attention`` True: only those with a needs-attention note."""
+        return self.store.list_runs(
+            status=status, outcome=outcome, limit=limit, workflow=workflow, attention=attention
+        )
+
+    def counts(self, *, workflow: str | None = None) -> list[RunCount]:
+        """How many runs there are per status, outcome and needs-attention flag."""
+        return self.store.count_runs(workflow=workflow)
+
+    def storage(self, run_id: str) -> RunStorage:
+        """What the run occupies in the database (its artifacts' bytes are in the artifact
+        store: :meth:`artifacts` lists their sizes)."""
+        return self.store.run_storage(run_id)
 
     def events(self, run_id: str, after_seq: int = 0, limit: int = 1_000_000) -> list[Event]:
         self.store.get_run(run_id)
@@ -258,9 +276,10 @@ class Client:
         return w.name
 
     def pending_approvals(self, run_id: str) -> dict[str, list[str]]:
-        """Approval ids awaiting a decision, with the content hashes each one binds."""
+        """Approval ids awaiting a decision, with the content hashes each one binds (not
+        those whose wait timed out)."""
         st = self.state(run_id)
-        return {k: v.hashes for k, v in st.approvals.items() if v.status == "requested"}
+        return {k: v.hashes for k, v in st.open_approvals().items()}
 
     def decide(
         self,
@@ -294,7 +313,7 @@ class Client:
         if decision not in ("approve", "deny"):
             raise InboxError(f"decision must be approve or deny, not {decision!r}")
         st = self._open(run_id)
-        pending = {k: v for k, v in st.approvals.items() if v.status == "requested"}
+        pending = st.open_approvals()
         if approval_id is None:
             if len(pending) != 1:
                 raise InboxError(
@@ -307,6 +326,11 @@ class Client:
             raise InboxError(f"run {run_id!r} has no approval {approval_id!r}")
         if info.status != "requested":
             raise InboxError(f"approval {approval_id!r} is already {info.status}")
+        if approval_id not in pending:
+            raise InboxError(
+                f"approval {approval_id!r} takes no decision any more: its wait ended "
+                "(timed out) without one"
+            )
         if info.approvers and approver not in info.approvers:
             raise InboxError(
                 f"approval {approval_id!r} is decided by {', '.join(info.approvers)}, "

@@ -17,6 +17,8 @@ Approvals (G6; :mod:`torpor.keys`) — never read from the database nor from ``T
   :data:`SYSTEM_KEYRING` when it exists, else ``$TORPOR_CONFIG_DIR/keyring`` (created by
   ``torpor keys init``/``add``). A keyring or key folder under ``TORPOR_HOME`` is refused
   (:class:`~torpor.errors.KeyringError`): whoever can write that folder must not be trusted.
+- ``TORPOR_CONSOLE_USERS``: the web console's users file (``torpor console``; default
+  ``$TORPOR_CONFIG_DIR/console-users``): who may log in, with scrypt password hashes.
 - ``TORPOR_APPROVALS``: ``keys`` (default: decisions signed per person) or ``hmac-local``
   (also accept decisions made with the shared key above — one local user, not attributable;
   the key must be at least 32 bytes).
@@ -42,14 +44,15 @@ def _home() -> Path:
     return Path(os.environ.get("TORPOR_HOME", ".torpor"))
 
 
-def _outside(home: Path, path: Path, what: str, variable: str) -> Path:
+def _outside(
+    home: Path, path: Path, what: str, variable: str, who: str = "make themselves an approver"
+) -> Path:
     """``path`` if it is not under ``home`` (KeyringError naming both otherwise)."""
     resolved = path.expanduser().resolve()
     if resolved.is_relative_to(home.expanduser().resolve()):
         raise KeyringError(
             f"{what} {path} is inside TORPOR_HOME ({home}); whoever can write that folder "
-            f"could make themselves an approver, so torpor refuses it: set {variable} to a "
-            "path outside it"
+            f"could {who}, so torpor refuses it: set {variable} to a path outside it"
         )
     return resolved
 
@@ -92,6 +95,16 @@ class Settings:
         if not user.exists() and SYSTEM_KEYRING.exists():
             return _outside(self.home, SYSTEM_KEYRING, "the keyring", "TORPOR_KEYRING")
         return user
+
+    def console_users_path(self, explicit: str | Path | None = None) -> Path:
+        """The console's users file (``torpor console``: names and password hashes):
+        ``explicit``, else ``$TORPOR_CONSOLE_USERS``, else ``$TORPOR_CONFIG_DIR/console-users``;
+        never under ``TORPOR_HOME`` (KeyringError). The file need not exist yet."""
+        raw = explicit or os.environ.get("TORPOR_CONSOLE_USERS")
+        path = Path(raw) if raw else self.config_dir() / "console-users"
+        return _outside(
+            self.home, path, "the console's users file", "TORPOR_CONSOLE_USERS", "log in as anyone"
+        )
 
     def approval_mode(self) -> str:
         """``keys`` or ``hmac-local`` (``TORPOR_APPROVALS``; ConfigError for another value)."""

@@ -12,7 +12,8 @@ involved are attributes (after procrastinate's and httpx's exception modules).
 
     TorporError
     ├── ConfigError                   bad URL, bad setting, bad run id
-    │   └── KeyringError              a key or the keyring: missing, malformed, misplaced
+    │   ├── KeyringError              a key or the keyring: missing, malformed, misplaced
+    │   └── UsersFileError            the console's users file: missing, malformed, no user
     ├── BadInputError                 malformed input given to the CLI (usage)
     ├── StoreError                    the store refused or failed
     │   ├── SchemaVersionError        database written by a newer torpor
@@ -43,6 +44,7 @@ involved are attributes (after procrastinate's and httpx's exception modules).
     │       └── DecisionRefusedError  a decision that fails verification where delivered
     ├── RunFinishedError              the run already has an outcome
     ├── InboxError                    a signal/decision the run cannot accept
+    │   └── StaleContentError         a decision on content that is no longer what is bound
     ├── ArtifactNotFoundError         no artifact matches a name or hash
     ├── PlannerError                  a planner proposed something impossible
     ├── ToolError
@@ -86,6 +88,11 @@ class KeyringError(ConfigError):
     """An approver's key pair or the trusted keyring is missing, malformed, of a kind torpor
     does not accept, or in a place torpor refuses (under ``TORPOR_HOME``). The message names
     the file and, for a missing key, the command that creates it."""
+
+
+class UsersFileError(ConfigError):
+    """The web console's users file (names and password hashes) is missing, malformed, or
+    lists nobody; or a name or password given for it is not acceptable."""
 
 
 class BadInputError(TorporError):
@@ -261,6 +268,12 @@ class RunFinishedError(TorporError):
 
 class InboxError(TorporError):
     """A signal or decision cannot be accepted (unknown approval, already consumed)."""
+
+
+class StaleContentError(InboxError):
+    """A decision names content other than what the run asks to approve now — the person
+    reviewed a page rendered before the content changed (or the approval was settled since):
+    nothing was sent; review the content again."""
 
 
 class ArtifactNotFoundError(TorporError):

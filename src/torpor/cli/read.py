@@ -95,7 +95,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         inbox = client.inbox(run_id)
         now = client.store.now_ms()
         messages = client.messages(run_id)
-    pending = {k: v.hashes for k, v in state.approvals.items() if v.status == "requested"}
+    pending = {k: v.hashes for k, v in state.open_approvals().items()}
     if json_out:
         emit_json(
             {

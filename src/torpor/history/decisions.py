@@ -40,6 +40,7 @@ def _approval_requested(s: RunState, p: ApprovalRequested, e: Event, refuse: Ref
         status="requested",
         approvers=list(p.approvers),
         required=p.required,
+        step_id=p.step_id,
     )
 
 

@@ -96,6 +96,9 @@ class ApprovalInfo(BaseModel):
     #: None: recorded by the lease holder or unknown). One that arrived at or after the
     #: approval wait's deadline does not satisfy it.
     arrived_at_ms: int | None = None
+    #: The decision step that waits for it (None: folded before this was kept). Once that
+    #: step has ended — decided, or timed out — the approval takes no decision any more.
+    step_id: str | None = None
 
     def counted(self) -> list[DecisionInfo]:
         """The decisions that count: ``decisions``, or, in a state folded before decisions
@@ -246,6 +249,21 @@ class RunState(BaseModel):
         if w is None or w.kind != "signal":
             return None
         return next((s for s in self.signals.get(w.name, ()) if s.answers(w)), None)
+
+    def open_approvals(self) -> dict[str, ApprovalInfo]:
+        """Approvals a person can still decide: requested, and either their decision step has
+        not ended or the run waits for them again (a decision was withdrawn before an effect
+        relied on it). A request whose wait timed out stays ``requested`` but takes no
+        decision."""
+        w = self.wait
+
+        def open_(aid: str, v: ApprovalInfo) -> bool:
+            if v.step_id is None or (w is not None and w.kind == "approval" and w.name == aid):
+                return True
+            step = self.steps.get(v.step_id)
+            return step is not None and step.status == "started"
+
+        return {k: v for k, v in self.approvals.items() if v.status == "requested" and open_(k, v)}
 
     def effects_in_doubt(self) -> list[str]:
         """Keys of effects that may have happened without a recorded observation."""

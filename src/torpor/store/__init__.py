@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 
 from ..errors import ConfigError
-from .base import Completion, InboxMessage, Lease, RunRecord, Store
+from .base import Completion, InboxMessage, Lease, RunCount, RunRecord, RunStorage, Store
 from .sqlstore import SQLStore
 
 
@@ -32,7 +32,9 @@ __all__ = [
     "Completion",
     "InboxMessage",
     "Lease",
+    "RunCount",
     "RunRecord",
+    "RunStorage",
     "SQLStore",
     "Store",
     "open_store",

@@ -97,6 +97,33 @@ class RunRecord:
 
 
 @dataclass(frozen=True)
+class RunCount:
+    """How many runs have this status, outcome and needs-attention flag."""
+
+    status: str
+    outcome: str | None
+    attention: bool
+    count: int
+
+
+@dataclass(frozen=True)
+class RunStorage:
+    """What one run occupies in the database, as stored: its events (how many, and the bytes
+    of their payloads), its engine checkpoint, and its inbox messages (consumed or not).
+    Artifacts are in the artifact store, not here."""
+
+    events: int
+    history_bytes: int
+    checkpoint_bytes: int
+    inbox_messages: int
+    inbox_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.history_bytes + self.checkpoint_bytes + self.inbox_bytes
+
+
+@dataclass(frozen=True)
 class InboxMessage:
     """A message to a run from outside its lease holder. ``body`` is JSON data; ``at_ms`` is
     when it arrived (the store's clock at posting)."""
@@ -213,8 +240,18 @@ class Store(Protocol):
         ...
 
     def list_runs(
-        self, *, status: str | None = None, outcome: str | None = None, limit: int = 100
+        self,
+        *,
+        status: str | None = None,
+        outcome: str | None = None,
+        limit: int = 100,
+        workflow: str | None = None,
+        attention: bool | None = None,
     ) -> list[RunRecord]: ...
+
+    def count_runs(self, *, workflow: str | None = None) -> list[RunCount]: ...
+
+    def run_storage(self, run_id: str) -> RunStorage: ...
 
     def runnable_runs(self, limit: int = 100) -> list[str]: ...
 

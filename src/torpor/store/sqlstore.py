@@ -42,7 +42,9 @@ from .base import (
     Driver,
     InboxMessage,
     Lease,
+    RunCount,
     RunRecord,
+    RunStorage,
     load_queries,
 )
 
@@ -140,14 +142,40 @@ class SQLStore:
         return RunRecord(*row)
 
     def list_runs(
-        self, *, status: str | None = None, outcome: str | None = None, limit: int = 100
+        self,
+        *,
+        status: str | None = None,
+        outcome: str | None = None,
+        limit: int = 100,
+        workflow: str | None = None,
+        attention: bool | None = None,
     ) -> list[RunRecord]:
-        """Runs, newest first, optionally filtered by status and outcome."""
+        """Runs, newest first, optionally filtered by status, outcome, workflow and whether
+        they need attention."""
+        params = {
+            "status": status,
+            "outcome": outcome,
+            "workflow": workflow,
+            "attention": attention,
+            "limit": limit,
+        }
         with self.driver.read() as cur:
-            rows = self.driver.fetchall(
-                cur, self.q["list_runs"], {"status": status, "outcome": outcome, "limit": limit}
-            )
+            rows = self.driver.fetchall(cur, self.q["list_runs"], params)
         return [RunRecord(*r) for r in rows]
+
+    def count_runs(self, *, workflow: str | None = None) -> list[RunCount]:
+        """How many runs there are per status, outcome and needs-attention flag."""
+        with self.driver.read() as cur:
+            rows = self.driver.fetchall(cur, self.q["count_runs"], {"workflow": workflow})
+        return [RunCount(r[0], r[1], bool(r[2]), int(r[3])) for r in rows]
+
+    def run_storage(self, run_id: str) -> RunStorage:
+        """What the run occupies in the database (RunNotFoundError for an unknown run)."""
+        self.get_run(run_id)
+        with self.driver.read() as cur:
+            row = self.driver.fetchone(cur, self.q["run_storage"], {"run_id": run_id})
+        assert row is not None
+        return RunStorage(*(int(v) for v in row))
 
     def runnable_runs(self, limit: int = 100) -> list[str]:
         """Runs that a worker could take now: pending, crashed, or waiting with a due wake."""

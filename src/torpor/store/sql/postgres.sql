@@ -194,7 +194,25 @@ SELECT run_id, workflow, version, status, outcome, created_at_ms,
 FROM runs
 WHERE (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))
   AND (CAST(:outcome AS text) IS NULL OR outcome = CAST(:outcome AS text))
+  AND (CAST(:workflow AS text) IS NULL OR workflow = CAST(:workflow AS text))
+  AND (CAST(:attention AS boolean) IS NULL
+       OR (attention IS NOT NULL) = CAST(:attention AS boolean))
 ORDER BY created_at_ms DESC, run_id LIMIT :limit;
+
+-- name: count_runs
+-- Runs per (status, outcome, needs attention): the console's counts.
+SELECT status, outcome, attention IS NOT NULL, count(*) FROM runs
+WHERE (CAST(:workflow AS text) IS NULL OR workflow = CAST(:workflow AS text))
+GROUP BY status, outcome, attention IS NOT NULL;
+
+-- name: run_storage
+-- What a run occupies in the database: its events (count, payload bytes), its engine checkpoint
+-- and its inbox (count, body bytes), as stored (pg_column_size: after TOAST compression).
+SELECT (SELECT count(*) FROM events WHERE run_id = :run_id),
+       (SELECT COALESCE(sum(pg_column_size(payload)), 0) FROM events WHERE run_id = :run_id),
+       (SELECT COALESCE(pg_column_size(checkpoint), 0) FROM runs WHERE run_id = :run_id),
+       (SELECT count(*) FROM inbox WHERE run_id = :run_id),
+       (SELECT COALESCE(sum(pg_column_size(body)), 0) FROM inbox WHERE run_id = :run_id);
 
 -- name: runnable_runs
 SELECT run_id FROM runs

@@ -126,7 +126,24 @@ SELECT run_id, workflow, version, status, outcome, created_at_ms,
        checkpoint_seq, attention, infra_retries
 FROM runs
 WHERE (:status IS NULL OR status = :status) AND (:outcome IS NULL OR outcome = :outcome)
+  AND (:workflow IS NULL OR workflow = :workflow)
+  AND (:attention IS NULL OR (attention IS NOT NULL) = :attention)
 ORDER BY created_at_ms DESC, run_id LIMIT :limit;
+
+-- name: count_runs
+-- Runs per (status, outcome, needs attention): the console's counts.
+SELECT status, outcome, attention IS NOT NULL, count(*) FROM runs
+WHERE (:workflow IS NULL OR workflow = :workflow)
+GROUP BY status, outcome, attention IS NOT NULL;
+
+-- name: run_storage
+-- What a run occupies in the database: its events (count, payload bytes), its engine checkpoint
+-- and its inbox (count, body bytes), as stored (UTF-8 text).
+SELECT (SELECT count(*) FROM events WHERE run_id = :run_id),
+       (SELECT COALESCE(sum(length(CAST(payload AS BLOB))), 0) FROM events WHERE run_id = :run_id),
+       (SELECT COALESCE(length(CAST(checkpoint AS BLOB)), 0) FROM runs WHERE run_id = :run_id),
+       (SELECT count(*) FROM inbox WHERE run_id = :run_id),
+       (SELECT COALESCE(sum(length(CAST(body AS BLOB))), 0) FROM inbox WHERE run_id = :run_id);
 
 -- name: runnable_runs
 SELECT run_id FROM runs

@@ -1,0 +1,447 @@
+"""What each console page shows, gathered through :class:`~torpor.Client` (never the store's
+internals): the runs list with its filters and counts, a run, an approval under review, an
+artifact. Returns plain data for the templates; no web framework here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..cli.approvals import decision_line
+from ..cli.read import lease_text
+from ..client import Client
+from ..errors import ArtifactNotFoundError, TorporError
+from ..history import (
+    REOPENABLE,
+    ApprovalRequested,
+    ArtifactRef,
+    Event,
+    Outcome,
+    RunState,
+    RunStatus,
+)
+from ..keys import Trust
+from ..store import RunRecord
+from . import views
+from .views import short, when
+
+#: Wait kinds that only a person ends.
+PERSON_WAITS = ("approval", "resolution")
+#: At most this many waiting runs are folded to find those waiting for a person.
+PERSON_SCAN = 500
+#: Text shown on a page is cut here (the raw bytes are a download away).
+MAX_TEXT_BYTES = 1 << 20
+#: The run page shows this many latest events (the events page pages through all of them).
+TIMELINE_ROWS = 200
+STATUSES = [s.value for s in RunStatus]
+OUTCOMES = [o.value for o in Outcome]
+SHOWS = {"person": "waiting for a person", "attention": "needs attention"}
+
+
+# ------------------------------------------------------------------------------ runs list
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The runs list's filters (query parameters), each checked against what exists."""
+
+    status: str | None = None
+    outcome: str | None = None
+    workflow: str | None = None
+    show: str | None = None  # person | attention
+    limit: int = 100
+
+    @classmethod
+    def parse(cls, q: Any) -> Filters:
+        def pick(name: str, allowed: Any) -> str | None:
+            v = (q.get(name) or "").strip()
+            return v if v and (allowed is None or v in allowed) else None
+
+        try:
+            limit = max(1, min(int(q.get("limit") or 100), 1000))
+        except ValueError:
+            limit = 100
+        return cls(
+            status=pick("status", STATUSES),
+            outcome=pick("outcome", OUTCOMES),
+            workflow=pick("workflow", None),
+            show=pick("show", SHOWS),
+            limit=limit,
+        )
+
+    def query(self) -> dict[str, str]:
+        """The non-empty filters, as query parameters."""
+        d = {"status": self.status, "outcome": self.outcome, "workflow": self.workflow}
+        d["show"] = self.show
+        return {k: v for k, v in d.items() if v}
+
+
+@dataclass
+class RunRow:
+    run_id: str
+    workflow: str
+    version: str
+    status: str
+    waiting_for: str
+    outcome: str
+    updated: str
+    events: int
+    attention: str
+
+
+def _person_waiting(states: dict[str, RunState]) -> set[str]:
+    return {
+        rid for rid, st in states.items() if st.wait is not None and st.wait.kind in PERSON_WAITS
+    }
+
+
+def runs_page(client: Client, f: Filters) -> dict[str, Any]:
+    """The runs list: rows for the filters, counts per status and outcome, and how many runs
+    wait for a person or need attention."""
+    counted = client.counts(workflow=f.workflow)
+    by_status: Counter[str] = Counter()
+    by_outcome: Counter[str] = Counter()
+    attention = 0
+    for c in counted:
+        by_status[c.status] += c.count
+        if c.outcome:
+            by_outcome[c.outcome] += c.count
+        attention += c.count if c.attention else 0
+    waiting = client.runs(status="waiting", workflow=f.workflow, limit=PERSON_SCAN)
+    states = {r.run_id: _state(client, r.run_id) for r in waiting}
+    person = _person_waiting({k: v for k, v in states.items() if v is not None})
+    if f.show == "person":
+        recs = [r for r in waiting if r.run_id in person][: f.limit]
+    else:
+        recs = client.runs(
+            status=f.status,
+            outcome=f.outcome,
+            workflow=f.workflow,
+            attention=True if f.show == "attention" else None,
+            limit=f.limit,
+        )
+    now = client.store.now_ms()
+    rows = []
+    for r in recs:
+        st = states.get(r.run_id) if r.status == "waiting" else None
+        if st is None and r.status == "waiting":
+            st = _state(client, r.run_id)
+        w = st.wait if st is not None else None
+        rows.append(
+            RunRow(
+                r.run_id,
+                r.workflow,
+                r.version,
+                lease_text(r, now),
+                f"{w.kind} {w.name}" if w is not None else "",
+                r.outcome or "",
+                when(r.updated_at_ms),
+                r.last_seq,
+                short((r.attention or "").split(": ", 1)[0], 80),
+            )
+        )
+    return {
+        "rows": rows,
+        "filters": f,
+        "total": sum(by_status.values()),
+        "by_status": [(s, by_status.get(s, 0)) for s in STATUSES],
+        "by_outcome": [(o, by_outcome.get(o, 0)) for o in OUTCOMES],
+        "person": len(person),
+        "person_capped": len(waiting) >= PERSON_SCAN,
+        "attention": attention,
+        "statuses": STATUSES,
+        "outcomes": OUTCOMES,
+        "shows": SHOWS,
+    }
+
+
+def _state(client: Client, run_id: str) -> RunState | None:
+    try:
+        return client.state(run_id)
+    except TorporError:
+        return None  # a run that cannot be folded is listed without its wait
+
+
+# ------------------------------------------------------------------------------ a run
+
+
+@dataclass
+class StepRow:
+    step_id: str
+    policy: str
+    status: str
+    attempts: int
+    purpose: str
+    tries: list[views.Attempt]
+
+
+@dataclass
+class EffectRow:
+    key: str
+    step_id: str
+    operation: str
+    status: str
+    attempt: int
+    reason: str
+    history: list[views.EffectEntry]
+    resolvable: bool
+
+
+@dataclass
+class ApprovalRow:
+    approval_id: str
+    name: str
+    status: str
+    summary: str
+    hashes: list[str]
+    approvers: list[str]
+    required: int
+    lines: list[tuple[str, str]]
+    refusals: list[str]
+    pending: bool
+    decision_in_inbox: bool
+    revocable: bool
+
+
+@dataclass
+class Storage:
+    events: int
+    history_bytes: int
+    checkpoint_bytes: int
+    inbox_messages: int
+    inbox_bytes: int
+    artifacts: int
+    artifact_bytes: int
+    total_bytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.total_bytes = (
+            self.history_bytes + self.checkpoint_bytes + self.inbox_bytes + self.artifact_bytes
+        )
+
+
+def summary(client: Client, run_id: str) -> dict[str, Any]:
+    """The live part of a run page (polled): status, outcome, the four answers, lease."""
+    rec = client.get(run_id)
+    state = client.state(run_id)
+    return _summary(client, rec, state)
+
+
+def _summary(client: Client, rec: RunRecord, state: RunState) -> dict[str, Any]:
+    from ..owners import owner_is_dead
+
+    now = client.store.now_ms()
+    answers = client.answers(rec.run_id)
+    ev = answers.get("evidence", {})
+    verifications = [(k, bool(v.get("passed"))) for k, v in ev.get("verifications", {}).items()]
+    nxt = answers.get("next")
+    held = rec.lease_owner and rec.lease_expires_at_ms > now and not owner_is_dead(rec.lease_owner)
+    if held and state.status is not RunStatus.FINISHED:
+        nxt = f"in progress (held by {rec.lease_owner})"
+    return {
+        "run_id": rec.run_id,
+        "status": state.status.value,
+        "status_text": lease_text(rec, now),
+        "wait": state.wait,
+        "outcome": state.outcome.value if state.outcome else "",
+        "reason": state.outcome_reason,
+        "result": short(state.result, 600) if state.result is not None else "",
+        "attention": state.attention,
+        "cancel_requested": state.cancel_requested,
+        "last_seq": rec.last_seq,
+        "checkpoint_seq": rec.checkpoint_seq,
+        "updated": when(rec.updated_at_ms),
+        "lease": f"{lease_text(rec, now)} by {rec.lease_owner}"
+        if rec.lease_owner and state.status is not RunStatus.FINISHED
+        else "",
+        "establishing": answers.get("establishing") or "-"
+        if state.status is not RunStatus.FINISHED
+        else "",
+        "verifications": verifications,
+        "evidence_artifacts": list(ev.get("artifacts", {}).items()),
+        "in_doubt": list(answers.get("effects", {}).items()),
+        "effects_performed": answers.get("effects_performed", 0),
+        "next": nxt,
+    }
+
+
+def run_page(client: Client, run_id: str, trust: Trust | None) -> dict[str, Any]:
+    """Everything the run page shows (see the module docstring of :mod:`torpor.console`)."""
+    rec = client.get(run_id)
+    state = client.state(run_id)
+    events = client.events(run_id)
+    inbox = client.inbox(run_id)
+    finished = state.status is RunStatus.FINISHED
+    tries = views.attempts_of(events)
+    steps = [
+        StepRow(s.step_id, s.policy, s.status, s.attempts, s.purpose, tries.get(s.step_id, []))
+        for s in client.steps(run_id)
+    ]
+    effect_log = views.effect_history(events)
+    reopenable = not finished or state.outcome in REOPENABLE
+    effects = [
+        EffectRow(
+            e.key,
+            e.step_id,
+            e.operation,
+            e.status,
+            e.attempt,
+            e.reason,
+            effect_log.get(e.key, []),
+            e.status in ("intended", "unknown") and reopenable,
+        )
+        for e in client.effects(run_id)
+    ]
+    arts = client.artifacts(run_id)
+    unique = {a.sha256: a.size for a in arts}
+    st = client.storage(run_id)
+    storage = Storage(
+        st.events,
+        st.history_bytes,
+        st.checkpoint_bytes,
+        st.inbox_messages,
+        st.inbox_bytes,
+        len(unique),
+        sum(unique.values()),
+    )
+    u, b = state.usage, state.budget
+    is_agent = bool(
+        state.plan_version or u.model_calls or any(v is not None for v in b.model_dump().values())
+    )
+    blocked = finished and state.outcome is Outcome.BLOCKED
+    return {
+        "rec": rec,
+        "state": state,
+        "live": _summary(client, rec, state),
+        "created": when(rec.created_at_ms),
+        "steps": steps,
+        "open_steps": [k for k, v in state.steps.items() if v.status == "started"],
+        "effects": effects,
+        "waits": views.waits_of(events),
+        "approvals": approval_rows(run_id, state, events, inbox, trust),
+        "artifacts": arts,
+        "messages": views.message_rows(client.messages(run_id), inbox, state),
+        "storage": storage,
+        "is_agent": is_agent,
+        "plan": sorted(state.plan.items(), key=lambda kv: (kv[1].version, kv[0])),
+        "usage": u,
+        "budget": b,
+        "timeline": views.timeline(events[-TIMELINE_ROWS:]),
+        "timeline_cut": max(0, len(events) - TIMELINE_ROWS),
+        "can_cancel": not finished and not state.cancel_requested,
+        "can_signal": not finished,
+        "can_budget": not finished or blocked,
+        "can_retry": blocked,
+        "result_full": state.result,
+    }
+
+
+def approval_rows(
+    run_id: str,
+    state: RunState,
+    events: list[Event],
+    inbox: list[Any],
+    trust: Trust | None,
+) -> list[ApprovalRow]:
+    """Each approval with the content hashes it binds, who decided and whether each decision
+    verifies against this machine's keyring."""
+    summaries = {
+        e.payload.approval_id: e.payload.summary
+        for e in events
+        if isinstance(e.payload, ApprovalRequested)
+    }
+    decided = {m.body.get("approval_id") for m in inbox if m.kind == "decision"}
+    finished = state.status is RunStatus.FINISHED
+    open_ = state.open_approvals()
+    rows = []
+    for aid, info in state.approvals.items():
+        lines = [decision_line(run_id, aid, info, d, trust) for d in info.counted()]
+        status: str = info.status
+        if status == "requested" and aid not in open_:
+            status = "timed out without a decision"
+        rows.append(
+            ApprovalRow(
+                aid,
+                info.name,
+                status,
+                summaries.get(aid, ""),
+                list(info.hashes),
+                list(info.approvers),
+                info.required,
+                [(text.strip(), style) for text, style in lines],
+                list(info.refusals),
+                aid in open_ and not finished,
+                aid in decided and aid in open_,
+                not finished and (info.status == "approved" or aid in decided),
+            )
+        )
+    return rows
+
+
+# ------------------------------------------------------------------------------ content
+
+
+@dataclass
+class Content:
+    """An artifact's bytes as a page shows them."""
+
+    ref: ArtifactRef
+    text: str | None  # None: binary
+    truncated: bool
+    diff: list[views.DiffFile] | None
+
+
+def content(client: Client, ref: ArtifactRef) -> Content:
+    """The artifact's content (hash-verified by the artifact store): text, cut at
+    :data:`MAX_TEXT_BYTES`, and the unified diff view when it is a patch."""
+    data = client.artifact_bytes(ref.sha256)
+    cut = data[:MAX_TEXT_BYTES]
+    try:
+        text = cut.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(cut) - 4:  # not just a character cut in half at the limit
+            return Content(ref, None, False, None)
+        text = cut[: exc.start].decode("utf-8")
+    diff = views.parse_diff(text) if views.looks_like_diff(ref.name, ref.media_type, text) else None
+    return Content(ref, text, len(data) > len(cut), diff)
+
+
+def find_by_hash(client: Client, run_id: str, sha256: str) -> list[ArtifactRef]:
+    """The run's artifact versions with exactly this content hash (ArtifactNotFoundError
+    when none)."""
+    refs = [a for a in client.artifacts(run_id) if a.sha256 == sha256]
+    if not refs:
+        raise ArtifactNotFoundError(f"run {run_id!r} has no artifact with sha256 {sha256}")
+    return refs
+
+
+def approval_page(client: Client, run_id: str, approval_id: str, trust: Trust | None) -> Any:
+    """An approval under review: what it binds, each bound content in full, its decisions."""
+    state = client.state(run_id)
+    events = client.events(run_id)
+    rows = approval_rows(run_id, state, events, client.inbox(run_id), trust)
+    row = next((r for r in rows if r.approval_id == approval_id), None)
+    if row is None:
+        return None
+    bound = []
+    for h in row.hashes:
+        refs = [a for a in client.artifacts(run_id) if a.sha256 == h]
+        # Bound content the run did not record as an artifact is still shown by its hash.
+        ref = (
+            refs[-1] if refs else ArtifactRef(name=f"sha256:{h[:12]}", sha256=h, version=0, size=0)
+        )
+        bound.append((refs, content(client, ref)))
+    return {"approval": row, "bound": bound, "state": state}
+
+
+__all__ = [
+    "Filters",
+    "approval_page",
+    "content",
+    "find_by_hash",
+    "run_page",
+    "runs_page",
+    "summary",
+]
