@@ -253,7 +253,12 @@ _json = st.recursive(
         st.floats(allow_nan=False, allow_infinity=False),
         _keys,
     ),
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_keys, inner, max_size=4)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        # A dict with the reserved "$torpor" key is escaped, not itself (the lookalike case in
+        # the sample above proves it round-trips); this property is about every other JSON.
+        st.dictionaries(_keys.filter(lambda k: k != serde.TAG), inner, max_size=4),
+    ),
     max_leaves=20,
 )
 
