@@ -9,6 +9,9 @@ opentelemetry-proto), one of them killed by SIGKILL between an effect's intent a
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -309,5 +312,15 @@ def test_otlp_http_end_to_end_across_a_sigkill(tmp_path: Path, db_url: str) -> N
         attrs = {kv.key: kv.value.string_value for kv in spans["reconcile mail.send"].attributes}
         assert attrs["torpor.effect.outcome"] == "absent"
         assert len(lab.ledger("effect")) == 1
+        # `torpor show` names the trace to look for in the tracing backend.
+        cp = subprocess.run(
+            [sys.executable, "-m", "torpor.cli", "--db", db_url, "show", "e1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        assert cp.returncode == 0, cp.stderr
+        assert f"{ctx.trace_id:032x}" in cp.stdout, cp.stdout
     finally:
         rx.close()

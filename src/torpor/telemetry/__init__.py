@@ -27,6 +27,6 @@ store of a worker).
 
 from __future__ import annotations
 
-from .setup import configure, enabled_by_env, get, reset, trace_attempt
+from .setup import configure, enabled_by_env, get, reset, trace_attempt, trace_id_of
 
-__all__ = ["configure", "enabled_by_env", "get", "reset", "trace_attempt"]
+__all__ = ["configure", "enabled_by_env", "get", "reset", "trace_attempt", "trace_id_of"]

@@ -84,6 +84,15 @@ def trace_attempt(tel: Telemetry, store: Store, lease: Lease, state: RunState) -
     return AttemptTrace(tel, tel.run_context(store, state.run_id), store, lease, state)
 
 
+def trace_id_of(trace_context: str | None) -> str | None:
+    """The trace id (32 hex digits) in a run's stored trace context, or None (none stored, or
+    not one this version reads)."""
+    if not trace_context:
+        return None
+    parts = trace_context.split(";", 1)[0].split("-")
+    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
+
+
 def reset() -> None:
     """Forget the configured telemetry (tests): the next :func:`get` reads the environment
     again. Providers are not shut down (their owner does that)."""
