@@ -9,7 +9,7 @@ exported with ``git archive`` into a temporary folder; every mode runs the same 
 plain ``read`` steps in one run — in a fresh process on a fresh SQLite file at
 ``synchronous=OFF`` (no fsync to hide the engine's own CPU), and the timed region is the run
 itself. Repetitions are interleaved (baseline, off, on, baseline, …) so a noisy phase of the
-machine hits every mode; each figure is the median µs per step with (min–max), and each ratio
+machine hits every mode; each figure is the median µs per step with (min-max), and each ratio
 is taken within one repetition before the median.
 """
 
@@ -94,7 +94,7 @@ def measure(mode: str, src: Path, steps: int, tmp: Path, rep: int) -> dict[str, 
 
 def fmt(xs: list[float], digits: int = 1) -> str:
     med, lo, hi = statistics.median(xs), min(xs), max(xs)
-    return f"{med:.{digits}f} ({lo:.{digits}f}–{hi:.{digits}f})"
+    return f"{med:.{digits}f} ({lo:.{digits}f}-{hi:.{digits}f})"
 
 
 def main() -> int:
@@ -118,7 +118,7 @@ def main() -> int:
     off_ratio = [o / b for o, b in zip(us["off"], us["baseline"], strict=True)]
     on_ratio = [o / b for o, b in zip(us["on"], us["baseline"], strict=True)]
     print(f"{args.steps} read steps per run, {args.reps} repetitions, SQLite synchronous=OFF")
-    print("| mode | µs/step median (min–max) | ratio to baseline | OpenTelemetry imported |")
+    print("| mode | µs/step median (min-max) | ratio to baseline | OpenTelemetry imported |")
     print("|---|---|---|---|")
     print(f"| baseline ({args.baseline_rev}) | {fmt(us['baseline'])} | 1 | no |")
     for mode, ratio in (("off", off_ratio), ("on", on_ratio)):
