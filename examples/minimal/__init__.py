@@ -28,6 +28,7 @@ def _letter(idempotency_key: str) -> Path:
     return outbox() / (hashlib.sha256(idempotency_key.encode()).hexdigest()[:16] + ".txt")
 
 
+# --8<-- [start:find_sent]
 def find_sent(call: torpor.EffectCall) -> torpor.Applied | torpor.Absent:
     """Reconcile: ask the outside world whether the greeting with this key arrived."""
     letter = _letter(call.idempotency_key)
@@ -41,6 +42,9 @@ def send(text: str, idempotency_key: str) -> str:
     letter.parent.mkdir(parents=True, exist_ok=True)
     letter.write_text(text + "\n")
     return str(letter)
+
+
+# --8<-- [end:find_sent]
 
 
 @torpor.workflow(name="minimal.greet", version="1", criteria=["greeting sent"])
