@@ -49,3 +49,9 @@ def test_the_minimal_example_in_process(torpor_home: Path) -> None:
     cp = _run("-m", "examples.minimal", "--auto-approve", cwd=ROOT)
     assert cp.returncode == 0, cp.stderr
     assert "finished succeeded" in cp.stdout
+
+
+def test_the_readme_shows_the_quickstart_as_run() -> None:
+    """The README's first workflow is docs/quickstart.py verbatim (the file CI runs)."""
+    quick = (ROOT / "docs" / "quickstart.py").read_text()
+    assert f"```python\n{quick}```" in (ROOT / "README.md").read_text()

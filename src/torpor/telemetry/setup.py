@@ -135,8 +135,11 @@ def _from_env() -> Telemetry:
 
 
 def _names(var: str) -> list[str]:
-    """The exporters a variable names (default ``otlp``, as the spec says)."""
-    raw = os.environ.get(var, "").strip().lower() or "otlp"
+    """The exporters a variable names. Unset: ``otlp`` when an OTLP endpoint is set (the spec's
+    default), else none — ``OTEL_TRACES_EXPORTER=console`` alone does not also send metrics to
+    a collector that was never named."""
+    endpoint = any(os.environ.get(k) for k in EXPORTER_VARS[2:])
+    raw = os.environ.get(var, "").strip().lower() or ("otlp" if endpoint else "none")
     return [n.strip() for n in raw.split(",") if n.strip() and n.strip() != "none"]
 
 
