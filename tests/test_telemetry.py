@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import torpor
+import torpor.worker
 from conftest import run_python
 from runtime_kit import Lab
 from torpor import telemetry
@@ -324,3 +325,36 @@ def test_otlp_http_end_to_end_across_a_sigkill(tmp_path: Path, db_url: str) -> N
         assert f"{ctx.trace_id:032x}" in cp.stdout, cp.stdout
     finally:
         rx.close()
+
+
+def test_a_worker_reports_runs_by_status(traced: Traced, store_url: str) -> None:
+    with torpor.Runtime(store_url) as rt:
+        rt.run("tel.flow", 1, run_id="w1")  # waits for its signal
+        rt.run("tel.fails", None, run_id="w2")
+        torpor.worker.Worker(rt)  # a worker watches its store: torpor.runs at each collection
+        points = traced.metrics()["torpor.runs"]
+    by = {(p.attributes["torpor.run.status"], p.attributes.get("torpor.run.outcome")): p.value
+          for p in points}  # fmt: skip
+    assert by == {("waiting", None): 1, ("finished", "failed"): 1}
+
+
+def test_a_broken_exporter_never_fails_a_run(db_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Tracing is an observer: a span processor that raises leaves the run's record and outcome
+    as they would be untraced, and says so once on the torpor.telemetry logger."""
+
+    class Broken(SimpleSpanProcessor):
+        def on_end(self, span: ReadableSpan) -> None:
+            raise RuntimeError("exporter down")
+
+    provider = TracerProvider()
+    provider.add_span_processor(Broken(InMemorySpanExporter()))
+    telemetry.configure(provider)
+    try:
+        with torpor.Runtime(db_url) as rt:
+            res = rt.run("tel.flow", 1, run_id="b1")
+            torpor.Client(rt.store).signal("b1", "go", "yes")
+            res = rt.resume("b1")
+    finally:
+        telemetry.reset()
+    assert res.outcome == "succeeded", res
+    assert "could not trace events" in caplog.text

@@ -193,9 +193,9 @@ class Runtime:
             if state.status is RunStatus.FINISHED and not self.store.count_pending_inbox(run_id):
                 return ex.result()
             tel = telemetry.get()
-            if tel is None:
+            traced = None if tel is None else telemetry.trace_attempt(tel, self.store, lease, state)
+            if traced is None:
                 return ex.run()
-            traced = telemetry.trace_attempt(tel, self.store, lease, state)
             ex.journal.observer = traced
             try:
                 res = ex.run()

@@ -136,7 +136,13 @@ class AttemptTrace:
     def close(self, status: str | None, outcome: str | None, error: BaseException | None) -> None:
         """The execution ended (``status``/``outcome`` of the run after it, or ``error``).
         Spans still open end here, marked ``torpor.unfinished``; a wait still open is emitted
-        by the attempt that sees it complete."""
+        by the attempt that sees it complete. Never raises."""
+        try:
+            self._close(status, outcome, error)
+        except Exception:
+            log.exception("torpor telemetry: run %s: could not end its attempt", self.run_id)
+
+    def _close(self, status: str | None, outcome: str | None, error: BaseException | None) -> None:
         now = time.time_ns()
         for span in [*(e[0] for e in self.effects.values()), *(s[0] for s in self.steps.values())]:
             span.set_attribute("torpor.unfinished", True)

@@ -6,6 +6,7 @@ the environment alone, once per process.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -29,6 +30,8 @@ EXPORTER_VARS = (
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
     "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
 )
+
+log = logging.getLogger("torpor.telemetry")
 
 _lock = threading.Lock()
 _resolved = False
@@ -76,12 +79,19 @@ def configure(tracer_provider: Any = None, meter_provider: Any = None) -> Teleme
     return _current
 
 
-def trace_attempt(tel: Telemetry, store: Store, lease: Lease, state: RunState) -> AttemptTrace:
+def trace_attempt(
+    tel: Telemetry, store: Store, lease: Lease, state: RunState
+) -> AttemptTrace | None:
     """The trace of one execution of a run under ``lease`` (see
-    :class:`~torpor.telemetry.attempt.AttemptTrace`), in the run's stored trace."""
+    :class:`~torpor.telemetry.attempt.AttemptTrace`), in the run's stored trace; None (logged
+    on ``torpor.telemetry``) when it cannot be made: tracing never stops a run."""
     from .attempt import AttemptTrace
 
-    return AttemptTrace(tel, tel.run_context(store, state.run_id), store, lease, state)
+    try:
+        return AttemptTrace(tel, tel.run_context(store, state.run_id), store, lease, state)
+    except Exception:
+        log.exception("torpor telemetry: run %s: not traced", state.run_id)
+        return None
 
 
 def trace_id_of(trace_context: str | None) -> str | None:
