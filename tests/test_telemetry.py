@@ -358,3 +358,19 @@ def test_a_broken_exporter_never_fails_a_run(db_url: str, caplog: pytest.LogCapt
         telemetry.reset()
     assert res.outcome == "succeeded", res
     assert "could not trace events" in caplog.text
+
+
+def test_the_trace_context_is_set_once(store_url: str) -> None:
+    """The store keeps the first trace context written for a run (concurrent first executions
+    in two processes end up in one trace); nothing for an unknown run."""
+    with torpor.Runtime(store_url) as rt:
+        rt.start("tel.fails", None, run_id="c1")
+        assert rt.store.trace_context("c1") is None  # tracing off: nothing stored
+        first = RunContext(0xABC, 0x123).encode()
+        assert rt.store.trace_context("c1", first) == first
+        assert rt.store.trace_context("c1", RunContext(0xDEF, 0x456).encode()) == first
+        assert rt.store.trace_context("nope", first) is None
+    assert RunContext.decode(first) == RunContext(0xABC, 0x123)
+    assert RunContext.decode(RunContext(1, 2, 3).encode()) == RunContext(1, 2, 3)
+    assert telemetry.trace_id_of(first) == f"{0xABC:032x}"
+    assert RunContext.decode("garbage") is None and telemetry.trace_id_of("garbage") is None
