@@ -278,6 +278,7 @@ def flow(run, _):
 """
 
 
+@pytest.mark.slow
 def test_otlp_http_end_to_end_across_a_sigkill(tmp_path: Path, db_url: str) -> None:
     """Process A is killed between the effect's intent and its call (its batched spans die with
     it); process B reconciles, finishes, and exports over OTLP/HTTP: its spans continue the one
