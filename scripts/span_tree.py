@@ -1,6 +1,8 @@
 """Print the span tree of one flagship run, traced with the SDK's in-memory exporter.
 
     uv run python scripts/span_tree.py            # the flagship with --auto-approve, in a temp home
+    uv run python scripts/span_tree.py --pause    # two executions: it waits for approval, then
+                                                  # is resumed with --auto-approve
     uv run python scripts/span_tree.py -- ARGS    # other flagship arguments
 
 Each line: the span's name, its duration, and the attributes that say what it was (policy,
@@ -23,6 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 SHOWN = (
     "torpor.step.policy",
     "torpor.step.status",
+    "torpor.unfinished",
     "torpor.effect.outcome",
     "torpor.wait.kind",
     "torpor.wait.via",
@@ -62,13 +65,18 @@ def main(argv: list[str]) -> int:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     telemetry.configure(provider)
-    args = argv[argv.index("--") + 1 :] if "--" in argv else ["--auto-approve", "--quiet"]
     home = tempfile.mkdtemp(prefix="torpor-span-tree-")
     os.environ.setdefault("TORPOR_HOME", home)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from examples.repo_agent.__main__ import main as flagship
 
-    rc = flagship(args)
+    if "--" in argv:
+        rc = flagship(argv[argv.index("--") + 1 :])
+    elif "--pause" in argv:
+        flagship(["--run-id", "traced", "--quiet"])  # stops at the approval
+        rc = flagship(["--resume", "traced", "--auto-approve", "--quiet"])
+    else:
+        rc = flagship(["--auto-approve", "--quiet"])
     spans: list[Any] = list(exporter.get_finished_spans())
     print(f"\n{len(spans)} spans, trace {spans[0].context.trace_id:032x}\n" if spans else "")
     print(render(spans))
