@@ -375,3 +375,23 @@ def test_the_trace_context_is_set_once(store_url: str) -> None:
     assert RunContext.decode(RunContext(1, 2, 3).encode()) == RunContext(1, 2, 3)
     assert telemetry.trace_id_of(first) == f"{0xABC:032x}"
     assert RunContext.decode("garbage") is None and telemetry.trace_id_of("garbage") is None
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER='zipkin' is not supported"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "x", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "only"),
+    ],
+)
+def test_a_misconfigured_exporter_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], message: str
+) -> None:
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    telemetry.reset()
+    try:
+        with pytest.raises(torpor.errors.ConfigError, match=message):
+            telemetry.get()
+    finally:
+        telemetry.reset()
