@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from . import serde
+from . import serde, telemetry
 from .artifacts import ArtifactStore
 from .config import Settings
 from .engine.execution import Execution, RunResult
@@ -163,6 +163,8 @@ class Runtime:
                 module=getattr(wf.fn, "__module__", "") or "",
             ),
         )
+        if created and (tel := telemetry.get()) is not None:
+            tel.started(self.store, rid)  # the run's trace joins the caller's current span
         if not created:
             rec = self.store.get_run(rid)
             if rec.workflow != wf.name:
@@ -190,7 +192,18 @@ class Runtime:
                 raise
             if state.status is RunStatus.FINISHED and not self.store.count_pending_inbox(run_id):
                 return ex.result()
-            return ex.run()
+            tel = telemetry.get()
+            traced = None if tel is None else telemetry.trace_attempt(tel, self.store, lease, state)
+            if traced is None:
+                return ex.run()
+            ex.journal.observer = traced
+            try:
+                res = ex.run()
+            except BaseException as exc:
+                traced.close(None, None, exc)
+                raise
+            traced.close(res.status, res.outcome, None)
+            return res
         finally:
             with contextlib.suppress(Exception):
                 self.store.release_lease(lease)

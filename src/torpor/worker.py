@@ -24,6 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import telemetry
 from .errors import ConfigError, LeaseHeldError, LeaseLostError, TorporError
 from .owners import owner_is_dead
 from .runtime import RunResult, Runtime
@@ -87,6 +88,9 @@ class Worker:
         self._backoff: dict[str, tuple[float, float]] = {}
         self._next_dead_scan = 0.0
         self._next_version_scan = 0.0
+        tel = telemetry.get()
+        if tel is not None:
+            tel.watch(self.store)  # torpor.runs by status, observed at each metrics collection
 
     def stop(self) -> None:
         """Stop claiming; running executions release their run at the next boundary."""

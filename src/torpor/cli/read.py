@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from .. import telemetry
 from ..history import MessageView, Outcome, RunStatus, WaitInfo
 from ..owners import owner_is_dead
 from ..store.base import InboxMessage, RunRecord
@@ -95,6 +96,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         inbox = client.inbox(run_id)
         now = client.store.now_ms()
         messages = client.messages(run_id)
+        trace_id = telemetry.trace_id_of(client.store.trace_context(run_id))
     pending = {k: v.hashes for k, v in state.open_approvals().items()}
     if json_out:
         emit_json(
@@ -119,6 +121,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
                 "plan": state.plan,
                 "usage": {**state.usage.model_dump(), "tokens": state.usage.tokens},
                 "budget": state.budget,
+                "trace_id": trace_id,
             }
         )
         return
@@ -133,6 +136,8 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
     ]
     if state.outcome_reason:
         pairs.append(("reason", state.outcome_reason))
+    if trace_id:
+        pairs.append(("trace", trace_id))
     if state.result is not None:
         pairs.append(("result", short(state.result, 300)))
     if state.goal:

@@ -62,6 +62,15 @@ from .replay import Replay
 DEFAULT_CRASH_LIMIT = 5
 
 
+class Observer(Protocol):
+    """Watches an execution's records (:class:`torpor.telemetry.attempt.AttemptTrace`): told
+    at each boundary and after each append. It must not raise."""
+
+    def mark(self) -> None: ...
+
+    def appended(self, events: list[Event], state: RunState) -> None: ...
+
+
 class Host(Protocol):
     """What an execution needs from the runtime that hosts it (:class:`torpor.Runtime`)."""
 
@@ -159,6 +168,8 @@ class Journal:
         #: Crashed attempts of one step after which the run is parked ``blocked`` (the
         #: workflow's ``crash_limit``; 0: no limit).
         self.crash_limit = DEFAULT_CRASH_LIMIT
+        #: Told of every boundary and append (telemetry); None when nothing watches.
+        self.observer: Observer | None = None
 
     # ------------------------------------------------------------------ the seam
 
@@ -181,6 +192,8 @@ class Journal:
             raise Cancelled(self.state.cancel_reason or "cancelled")
         if self.host.stopping.is_set():
             raise ReleaseRun("worker shutting down")
+        if self.observer is not None:
+            self.observer.mark()
 
     def sync(self) -> None:
         """Move pending inbox messages into the history now."""
@@ -256,6 +269,8 @@ class Journal:
             self.lease_recorded = True
             faults.point("lease.acquired")
         self.replay.appended(events)
+        if self.observer is not None:
+            self.observer.appended(events, self.state)
         on_event = self.host.on_event
         if on_event is not None:
             for ev in events:

@@ -239,6 +239,10 @@ class Store(Protocol):
         """The run row; RunNotFoundError."""
         ...
 
+    def trace_context(self, run_id: str, candidate: str | None = None) -> str | None:
+        """The run's trace context, set to ``candidate`` first if unset (first writer wins)."""
+        ...
+
     def list_runs(
         self,
         *,

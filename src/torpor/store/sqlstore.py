@@ -177,6 +177,24 @@ class SQLStore:
         assert row is not None
         return RunStorage(*(int(v) for v in row))
 
+    def trace_context(self, run_id: str, candidate: str | None = None) -> str | None:
+        """The run's trace context (:mod:`torpor.telemetry`: a W3C traceparent, optionally
+        followed by ``;parent=<span id>``), setting it to ``candidate`` first when it has none:
+        the first writer wins, so every process traces the run as one trace. None when unset
+        and no candidate is given, or for an unknown run."""
+        if candidate is not None:
+            self.write_trace_context(run_id, candidate)
+        with self.driver.read() as cur:
+            row = self.driver.fetchone(cur, self.q["get_trace_context"], {"run_id": run_id})
+        return None if row is None else row[0]
+
+    def write_trace_context(self, run_id: str, value: str) -> None:
+        """Set the run's trace context unless it has one (see :meth:`trace_context`)."""
+        with self.driver.transaction() as cur:
+            self.driver.execute(
+                cur, self.q["set_trace_context"], {"run_id": run_id, "trace_context": value}
+            )
+
     def runnable_runs(self, limit: int = 100) -> list[str]:
         """Runs that a worker could take now: pending, crashed, or waiting with a due wake."""
         with self.driver.read() as cur:

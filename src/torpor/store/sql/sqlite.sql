@@ -239,3 +239,9 @@ LIMIT :limit;
 
 -- name: note_infra_retry
 UPDATE runs SET infra_retries = infra_retries + 1 WHERE run_id = :run_id;
+
+-- name: set_trace_context
+UPDATE runs SET trace_context = :trace_context WHERE run_id = :run_id AND trace_context IS NULL;
+
+-- name: get_trace_context
+SELECT trace_context FROM runs WHERE run_id = :run_id;
