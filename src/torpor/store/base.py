@@ -24,9 +24,10 @@ A write that is fenced off changes nothing and raises
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -69,6 +70,11 @@ class Lease:
     #: The owner whose unreleased lease this one took over (None when it had been released):
     #: the run's last execution died, or was paused and is now fenced off.
     taken_from: str | None = None
+    #: This process's monotonic clock (seconds) just before the statement that took or renewed
+    #: the lease: the holder counts what is left of the ttl from here, by a clock that no wall
+    #: clock step moves and that keeps counting while the process is paused (see
+    #: :func:`torpor.engine.lease.before_effect`).
+    renewed_mono: float = field(default_factory=time.monotonic, compare=False)
 
 
 @dataclass(frozen=True)
@@ -273,6 +279,11 @@ class Store(Protocol):
     ) -> Lease | None: ...
 
     def renew_lease(self, lease: Lease) -> Lease: ...
+
+    def check_database_file(self) -> None:
+        """Raise StoreFileChangedError when the database file this store opened was deleted
+        or replaced since (SQLite: its device and inode); a no-op for a database server."""
+        ...
 
     def unrunnable_versions(
         self, accept: Mapping[str, Sequence[str]], limit: int = 100

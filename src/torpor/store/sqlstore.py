@@ -98,6 +98,10 @@ class SQLStore:
         """Release connections."""
         self.driver.close()
 
+    def check_database_file(self) -> None:
+        """See :meth:`~torpor.store.base.Store.check_database_file`: nothing to check on a
+        database server (SQLite overrides it)."""
+
     @contextmanager
     def _lease_transaction(self) -> Iterator[Any]:
         """A transaction that only moves a lease (claim, acquire, renew, release).
@@ -201,7 +205,7 @@ class SQLStore:
             if rec.lease_owner and rec.lease_owner != owner and owner_is_dead(rec.lease_owner):
                 take_from = (rec.lease_owner, rec.lease_epoch)
         stale_owner, stale_epoch = take_from or (None, None)
-        start = self.now_ms()
+        mono, start = time.monotonic(), self.now_ms()
         self.appends.forget(run_id)
         with self._lease_transaction() as cur:
             row = self.driver.fetchone(
@@ -219,7 +223,7 @@ class SQLStore:
         if row is None:
             rec = self.get_run(run_id)
             raise LeaseHeldError(run_id, rec.lease_owner or "?", rec.lease_expires_at_ms)
-        return Lease(run_id, owner, int(row[0]), start + ttl_ms, ttl_ms, row[1])
+        return Lease(run_id, owner, int(row[0]), start + ttl_ms, ttl_ms, row[1], mono)
 
     def claim_next(
         self,
@@ -238,7 +242,7 @@ class SQLStore:
         claiming (``FOR UPDATE SKIP LOCKED``); SQLite serializes claims with its write lock.
         """
         ttl_ms = int(ttl_s * 1000)
-        start = self.now_ms()
+        mono, start = time.monotonic(), self.now_ms()
         with self._lease_transaction() as cur:
             row = self.driver.fetchone(
                 cur,
@@ -254,7 +258,7 @@ class SQLStore:
         if row is None:
             return None
         self.appends.forget(str(row[0]))
-        return Lease(str(row[0]), owner, int(row[1]), start + ttl_ms, ttl_ms, row[2])
+        return Lease(str(row[0]), owner, int(row[1]), start + ttl_ms, ttl_ms, row[2], mono)
 
     def next_wake_at_ms(self, *, accept: Mapping[str, Sequence[str]] | None = None) -> int | None:
         """The earliest timer deadline among waiting runs (epoch ms), or None; ``accept`` as in
@@ -278,7 +282,8 @@ class SQLStore:
 
     def renew_lease(self, lease: Lease) -> Lease:
         """Extend the lease by its ttl. Raises LeaseLostError if it was lost or expired."""
-        start = self.now_ms()
+        self.check_database_file()
+        mono, start = time.monotonic(), self.now_ms()
         with self._lease_transaction() as cur:
             n = self.driver.execute(
                 cur,
@@ -293,7 +298,14 @@ class SQLStore:
             )
         if n == 0:
             raise LeaseLostError(lease.run_id, lease.epoch, "renewal refused")
-        return Lease(lease.run_id, lease.owner, lease.epoch, start + lease.ttl_ms, lease.ttl_ms)
+        return Lease(
+            lease.run_id,
+            lease.owner,
+            lease.epoch,
+            start + lease.ttl_ms,
+            lease.ttl_ms,
+            renewed_mono=mono,
+        )
 
     def unrunnable_versions(
         self, accept: Mapping[str, Sequence[str]], limit: int = 100
