@@ -297,7 +297,7 @@ class AgentContext:
         )
         return rec.result, rec.new
 
-    def _redact_args(self, tool_name: str, args: Any) -> Any:
+    def redact_args(self, tool_name: str, args: Any) -> Any:
         """Secret fields of ``tool_name`` replaced by their keyed hash; known secrets scrubbed."""
         tool = self.agent.tools.get(tool_name)
         if tool is not None and isinstance(args, dict):
@@ -313,7 +313,7 @@ class AgentContext:
             ToolCall(
                 id=c.id,
                 name=c.name,
-                arguments=self._redact_args(c.name, c.arguments),
+                arguments=self.redact_args(c.name, c.arguments),
                 raw_arguments=self.vault.scrub(c.raw_arguments),
             )
             for c in msg.tool_calls
@@ -425,7 +425,7 @@ class AgentContext:
         v = self.version + 1
         steps: list[PlannedStep] = []
         for ps in proposal.steps:
-            args = self._redact_args(ps.tool, serde.to_jsonable(ps.args))
+            args = self.redact_args(ps.tool, serde.to_jsonable(ps.args))
             steps.append(
                 PlannedStep(
                     call_id=ps.call_id,

@@ -29,6 +29,9 @@ class Planner:
 class CodePlanner(Planner):
     """Plain code: ``fn(view: PlanView) -> Proposal`` (or a list of steps; ``None``/``[]`` is
     done). Run as a recorded ``compute`` step: on resume its plan is read back, not recomputed.
+    The recorded proposal has its secret arguments (tool parameters typed ``Secret``) replaced
+    by their keyed hash and known secret values scrubbed, as the plan itself is (G12): a
+    resumed process matches them back from the agent's ``secrets``.
     """
 
     def __init__(self, fn: Callable[[PlanView], Any], name: str = "code"):
@@ -42,7 +45,10 @@ class CodePlanner(Planner):
                 out = Proposal.finish()
             elif isinstance(out, list | tuple):
                 out = Proposal(steps=list(out), done=not out)
-            return Proposal.model_validate(out).model_dump(mode="json")
+            data = Proposal.model_validate(out).model_dump(mode="json")
+            for step in data["steps"]:
+                step["args"] = ctx.redact_args(step["tool"], step["args"])
+            return dict(ctx.vault.scrub(data))
 
         data = ctx.run.compute(
             "planner", plan, ctx.view().model_dump(mode="json"), purpose=f"{self.name} planner"

@@ -18,6 +18,7 @@ from ..client import Client
 from ..errors import BadInputError, LeaseHeldError, TorporError
 from ..history import Outcome, RunStatus
 from ..runtime import RunResult, Runtime
+from ..urls import display_url
 from .context import open_runtime, parse_json, resume_command
 from .exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OUTCOME, error_message, fail
 from .render import (
@@ -307,7 +308,10 @@ def worker(
         w.install_signal_handlers()
         if not json_out:
             out.print(
-                Text(f"worker {rt.owner} on {rt.settings.database_url} (concurrency {concurrency})")
+                Text(
+                    f"worker {rt.owner} on {display_url(rt.settings.database_url)} "
+                    f"(concurrency {concurrency})"
+                )
             )
         stats = w.run(until_idle=until_idle, max_seconds=max_seconds)
     if json_out:

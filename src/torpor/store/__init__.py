@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from ..errors import ConfigError
+from ..urls import display_url
 from .base import Completion, InboxMessage, Lease, RunCount, RunRecord, RunStorage, Store
 from .sqlstore import SQLStore
 
@@ -25,7 +26,9 @@ def open_store(url: str, *, clock: Callable[[], float] = time.time) -> SQLStore:
         from .postgres import open_postgres
 
         return open_postgres(url, clock=clock)
-    raise ConfigError(f"unsupported store URL {url!r}: expected sqlite:///path or postgresql://…")
+    raise ConfigError(
+        f"unsupported store URL {display_url(url)!r}: expected sqlite:///path or postgresql://…"
+    )
 
 
 __all__ = [

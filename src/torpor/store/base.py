@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from ..errors import SchemaVersionError
 from ..history import Event, RunStarted, RunState
+from ..urls import display_url
 
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
 
@@ -48,7 +49,8 @@ def check_schema(found: int | None, known: int, url: str) -> None:
     """Refuse a database written by a newer schema (SchemaVersionError; nothing is changed)."""
     if found is not None and found > known:
         raise SchemaVersionError(
-            f"database {url} has schema version {found}, newer than this torpor's {known}; "
+            f"database {display_url(url)} has schema version {found}, newer than this "
+            f"torpor's {known}; "
             "upgrade torpor to open it (nothing was changed)"
         )
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, StoreError
+from ..urls import display_url
 from .base import check_schema
 from .sqlstore import SQLStore
 
@@ -366,11 +367,6 @@ class PostgresStore(SQLStore):
         super().close()
 
 
-def _redact(url: str) -> str:
-    """The URL without its password, for error messages."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
-
-
 def open_postgres(url: str, *, clock: Callable[[], float] = time.time) -> PostgresStore:
     """Open (migrating) a ``postgresql://`` store."""
     from psycopg_pool import PoolTimeout
@@ -388,7 +384,7 @@ def open_postgres(url: str, *, clock: Callable[[], float] = time.time) -> Postgr
             if attempt < 2 and "administrator command" in str(exc):
                 time.sleep(0.2)
                 continue
-            raise StoreError(f"postgres {_redact(url)} is unreachable: {exc}".strip()) from exc
+            raise StoreError(f"postgres {display_url(url)} is unreachable: {exc}".strip()) from exc
     for attempt in range(3):
         try:
             migrate(driver, url)
@@ -398,7 +394,9 @@ def open_postgres(url: str, *, clock: Callable[[], float] = time.time) -> Postgr
             # backend, a restart) is retried on a fresh one before the store gives up.
             if isinstance(exc, PoolTimeout) or attempt == 2:
                 driver.close()
-                raise StoreError(f"postgres {_redact(url)} is unreachable: {exc}".strip()) from exc
+                raise StoreError(
+                    f"postgres {display_url(url)} is unreachable: {exc}".strip()
+                ) from exc
             time.sleep(0.2)
         except BaseException:
             driver.close()

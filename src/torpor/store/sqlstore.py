@@ -34,6 +34,7 @@ from ..errors import (
 )
 from ..history import Event, RunStarted, RunState, apply
 from ..owners import owner_is_dead
+from ..urls import display_url
 from . import codec
 from .appends import Appends
 from .base import (
@@ -142,7 +143,7 @@ class SQLStore:
         with self.driver.read() as cur:
             row = self.driver.fetchone(cur, self.q["get_run"], {"run_id": run_id})
         if row is None:
-            raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
+            raise RunNotFoundError(f"no run {run_id!r} in {display_url(self.url)}")
         return RunRecord(*row)
 
     def list_runs(
@@ -404,7 +405,7 @@ class SQLStore:
         with self.driver.read() as cur:
             row = self.driver.fetchone(cur, self.q["get_checkpoint"], {"run_id": run_id})
             if row is None:
-                raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
+                raise RunNotFoundError(f"no run {run_id!r} in {display_url(self.url)}")
             ckpt_seq, ckpt_text, row_seq = row[0], row[1], int(row[2])
             state = codec.checkpoint_state(run_id, ckpt_seq, ckpt_text, row_seq)
             rows = self._events_after(cur, run_id, state.seq if state else 0)
@@ -493,7 +494,7 @@ class SQLStore:
             # or one recording the outcome.
             row = self.driver.fetchone(cur, self.q["lock_run"], {"run_id": run_id})
             if row is None:
-                raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
+                raise RunNotFoundError(f"no run {run_id!r} in {display_url(self.url)}")
             status, outcome = row[1], row[2]
             finished = status == "finished" and not (
                 kind in REOPENING_KINDS and outcome in ("unresolved", "blocked")
