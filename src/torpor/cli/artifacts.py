@@ -37,7 +37,7 @@ def artifacts(
 
     Example: torpor artifacts deploy-42 patch --out patch.diff
     """
-    with open_client(ctx) as client:
+    with open_client(ctx, read_only=True) as client:
         if ref is None:
             refs = client.artifacts(run_id)
             if json_out:

@@ -20,6 +20,7 @@ from ..client import Client
 from ..errors import BadInputError, TorporError
 from ..history import Event
 from ..runtime import Runtime
+from ..store import open_store
 from ..workflows import import_modules
 from .render import console
 from .root import options
@@ -58,9 +59,19 @@ def _import(modules: Sequence[str]) -> None:
 
 
 @contextmanager
-def open_client(ctx: typer.Context) -> Iterator[Client]:
-    """A Client on the global options' store, closed afterwards."""
-    client = Client(settings=options(ctx).settings())
+def open_client(ctx: typer.Context, *, read_only: bool = False) -> Iterator[Client]:
+    """A Client on the global options' store, closed afterwards. ``read_only`` (commands that
+    change nothing): a SQLite store is opened read-only — never created, migrated or written
+    (:func:`torpor.store.open_store`); what the open had to say goes to stderr."""
+    settings = options(ctx).settings()
+    if read_only:
+        store = open_store(settings.database_url, read_only=True)
+        note = getattr(store.driver, "note", None)
+        if note:
+            console(stderr=True).print(Text(f"warning: {note}", style="yellow"))
+        client = Client(store, settings=settings)
+    else:
+        client = Client(settings=settings)
     try:
         yield client
     finally:

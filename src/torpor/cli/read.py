@@ -10,6 +10,7 @@ from rich.text import Text
 from ..history import MessageView, Outcome, RunStatus, WaitInfo
 from ..owners import owner_is_dead
 from ..store.base import InboxMessage, RunRecord
+from ..urls import display_url
 from .approvals import approval_lines, trust_here
 from .context import open_client
 from .render import add_row, console, emit_json, fields, heading, new_table, relative, short, when
@@ -31,13 +32,15 @@ def list_runs(
 
     Example: torpor ls --outcome unresolved
     """
-    with open_client(ctx) as client:
+    with open_client(ctx, read_only=True) as client:
         runs = client.runs(
             status=status.value if status else None,
             outcome=outcome.value if outcome else None,
             limit=limit,
         )
         now = client.store.now_ms()
+        read_from = display_url(client.store.url)
+    console(stderr=True).print(Text(f"store: {read_from}", style="dim"))
     if json_out:
         emit_json(runs)
         return
@@ -85,7 +88,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
 
     Example: torpor show deploy-42
     """
-    with open_client(ctx) as client:
+    with open_client(ctx, read_only=True) as client:
         rec = client.get(run_id)
         state = client.state(run_id)
         answers = client.answers(run_id)
@@ -340,7 +343,7 @@ def events(
 
     Example: torpor events deploy-42 --after 10 --limit 20
     """
-    with open_client(ctx) as client:
+    with open_client(ctx, read_only=True) as client:
         evs = client.events(run_id, after_seq=after, limit=limit)
     if json_out:
         emit_json(

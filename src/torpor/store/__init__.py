@@ -15,13 +15,20 @@ from .base import Completion, InboxMessage, Lease, RunCount, RunRecord, RunStora
 from .sqlstore import SQLStore
 
 
-def open_store(url: str, *, clock: Callable[[], float] = time.time) -> SQLStore:
-    """Open the store named by ``url``. Raises ConfigError for an unsupported scheme."""
+def open_store(
+    url: str, *, clock: Callable[[], float] = time.time, read_only: bool = False
+) -> SQLStore:
+    """Open the store named by ``url``. Raises ConfigError for an unsupported scheme.
+
+    ``read_only``: for commands that change nothing (``ls``, ``show``, ``events``,
+    ``artifacts``, ``doctor``): a SQLite store is opened read-only and never created or
+    migrated (StoreMissingError when there is none); a PostgreSQL store opens as usual.
+    """
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme == "sqlite":
         from .sqlite import open_sqlite
 
-        return open_sqlite(url, clock=clock)
+        return open_sqlite(url, clock=clock, read_only=read_only)
     if scheme in ("postgresql", "postgres"):
         from .postgres import open_postgres
 

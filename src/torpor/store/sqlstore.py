@@ -375,14 +375,34 @@ class SQLStore:
     # ----------------------------------------------------------------- history
 
     def read_events(self, run_id: str, after_seq: int = 0, limit: int = 1_000_000) -> list[Event]:
-        """Events with ``seq > after_seq`` in order. Raises CorruptRecordError on a bad row."""
+        """Events with ``seq > after_seq`` in order. Raises CorruptRecordError on a bad row, and
+        on a history with a hole in it: seqs are dense, and reach at least the seq the run row
+        last recorded — a damaged database that loses rows is refused, not shown in part."""
         with self.driver.read() as cur:
             rows = self.driver.fetchall(
                 cur,
                 self.q["events_after"],
                 {"run_id": run_id, "after_seq": after_seq, "limit": limit},
             )
-        return [codec.decode(run_id, r) for r in rows]
+            recorded = None
+            if len(rows) < limit:
+                row = self.driver.fetchone(cur, self.q["recorded_seq"], {"run_id": run_id})
+                recorded = int(row[0]) if row and row[0] is not None else None
+        events = [codec.decode(run_id, r) for r in rows]
+        expected = after_seq + 1
+        for e in events:
+            if e.seq != expected:
+                break
+            expected += 1
+        else:
+            if recorded is None or expected > recorded:
+                return events
+        raise CorruptRecordError(
+            f"run {run_id!r}: event seq {expected} is missing from its history (the run row "
+            f"records seq {recorded or '?'}); the database may be damaged: run torpor doctor",
+            run_id=run_id,
+            seq=expected,
+        )
 
     def iter_events(self, run_id: str, page: int = 1000) -> Iterator[Event]:
         """All events of a run, read page by page."""
