@@ -8,7 +8,7 @@ import typer
 from rich.text import Text
 
 from ..store.doctor import examine
-from .render import console, emit_json
+from .render import console, emit_json, plain
 from .root import JsonFlag, options
 
 
@@ -25,8 +25,8 @@ def doctor(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     else:
         out = console()
         for f in findings:
-            mark = Text("ok     ", style="green") if f.ok else Text("PROBLEM", style="bold red")
-            out.print(Text.assemble(mark, " ", Text(f.what), ": ", Text(f.detail)))
+            mark = plain("ok     ", style="green") if f.ok else plain("PROBLEM", style="bold red")
+            out.print(Text.assemble(mark, " ", plain(f.what), ": ", plain(f.detail)))
     if not all(f.ok for f in findings):
         raise typer.Exit(1)
 

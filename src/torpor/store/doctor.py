@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import TorporError
 from ..urls import display_url
+from . import codec
 
 #: At most this many problems of SQLite's integrity check are reported.
 MAX_INTEGRITY_LINES = 20
@@ -58,6 +59,14 @@ def examine(url: str, *, max_runs: int = 100_000) -> list[Finding]:
                 bad += 1
                 out.append(Finding(False, f"run {rec.run_id}", f"cannot be folded: {exc}"))
                 continue
+            with store.driver.read() as cur:
+                ck = store.driver.fetchone(cur, store.q["get_checkpoint"], {"run_id": rec.run_id})
+            why = codec.checkpoint_problem(rec.run_id, *ck) if ck else None
+            if why:
+                bad += 1
+                out.append(
+                    Finding(False, f"run {rec.run_id}", f"{why}; its state is folded from history")
+                )
             told = (rec.status, rec.outcome)
             found = (state.status.value, state.outcome.value if state.outcome else None)
             if told != found:

@@ -16,6 +16,7 @@ An append takes one of two paths (both fenced, see :mod:`.base`):
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -52,6 +53,8 @@ from .base import (
 #: What a store remembers of its latest append to a run under a lease, so the next append can
 #: take the plain path: (lease epoch, last seq, checkpoint seq, the row's status columns).
 _Memo = tuple[int, int, int, tuple[Any, ...]]
+
+log = logging.getLogger("torpor.store")
 
 
 class SQLStore:
@@ -428,6 +431,9 @@ class SQLStore:
                 raise RunNotFoundError(f"no run {run_id!r} in {display_url(self.url)}")
             ckpt_seq, ckpt_text, row_seq = row[0], row[1], int(row[2])
             state = codec.checkpoint_state(run_id, ckpt_seq, ckpt_text, row_seq)
+            if state is None and ckpt_text:
+                why = codec.checkpoint_problem(run_id, ckpt_seq, ckpt_text, row_seq)
+                log.warning("run %r: %s; its state is folded from the history", run_id, why)
             rows = self._events_after(cur, run_id, state.seq if state else 0)
         if state is not None:
             try:
