@@ -8,6 +8,10 @@ fresh worker replaces it) or freezes it with SIGSTOP for 2-6 s (longer than the 
 SIGCONT. Then the chaos stops, every run is finished, and the service says how many keys were
 called more than once.
 
+``--fenced``: the service refuses a call whose fencing token (the lease epoch, which the
+effect takes as ``fencing_token``) is below the highest it has seen for the key — the remedy
+for the window no check can close.
+
 ``--mode before`` sets ``TORPOR_BENCH_SKIP_EFFECT_LEASE_CHECK=1`` in the workers (the check
 right before an effect call is skipped: the code path before issue 16); ``--mode after`` is
 the default behaviour. ``--window-ms`` (default 50) widens the instant between an effect's
@@ -17,7 +21,7 @@ check) so that a short run meets enough pauses there; it is the same in both mod
     uv run python -m bench.chaos_lease --mode before --seconds 60
     uv run python -m bench.chaos_lease --mode after --seconds 60
 
-Results: a Markdown line on stdout and ``bench/results/chaos_lease_<mode>.json``.
+Results: a Markdown line on stdout and ``bench/results/chaos_lease_<mode>[_fenced].json``.
 """
 
 from __future__ import annotations
@@ -42,16 +46,21 @@ from urllib.parse import parse_qs, urlparse
 from bench.common import ROOT, pg_schema, save
 
 FLOW = """
-import json, os, time, urllib.request
+import json, os, time, urllib.error, urllib.request
 import torpor
 
 SERVICE = os.environ["CHAOS_SERVICE"]
 
 
-def call(i, idempotency_key):
-    req = urllib.request.Request(f"{SERVICE}/call?key={idempotency_key}", method="POST")
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.loads(r.read())
+def call(i, idempotency_key, fencing_token):
+    url = f"{SERVICE}/call?key={idempotency_key}&token={fencing_token}"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=10) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 409:  # a fencing service refused a stale token: nothing happened
+            raise torpor.EffectNotApplied("stale fencing token") from None
+        raise
 
 
 def find(c):
@@ -70,9 +79,12 @@ def flow(run, n):
 
 
 class Counts:
-    def __init__(self) -> None:
+    def __init__(self, fenced: bool) -> None:
         self.lock = threading.Lock()
+        self.fenced = fenced
         self.calls: Counter[str] = Counter()
+        self.highest: dict[str, int] = {}
+        self.refused = 0
 
 
 def serve(counts: Counts) -> ThreadingHTTPServer:
@@ -86,8 +98,16 @@ def serve(counts: Counts) -> ThreadingHTTPServer:
             self.wfile.write(data)
 
         def do_POST(self) -> None:
-            key = parse_qs(urlparse(self.path).query)["key"][0]
+            q = parse_qs(urlparse(self.path).query)
+            key, token = q["key"][0], int(q["token"][0])
             with counts.lock:
+                if counts.fenced and token < counts.highest.get(key, 0):
+                    counts.refused += 1
+                    self.send_response(409)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                counts.highest[key] = max(token, counts.highest.get(key, 0))
                 counts.calls[key] += 1
                 n = counts.calls[key]
             self._answer({"key": key, "count": n})
@@ -115,9 +135,14 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=6)
     ap.add_argument("--window-ms", type=float, default=50)
     ap.add_argument("--seed", type=int, default=16)
+    ap.add_argument(
+        "--fenced",
+        action="store_true",
+        help="The service refuses a call whose fencing token is below the highest it saw.",
+    )
     args = ap.parse_args()
     rng = random.Random(args.seed)
-    counts = Counts()
+    counts = Counts(args.fenced)
     srv = serve(counts)
     tmp = Path(tempfile.mkdtemp(prefix="torpor-chaos-"))
     (tmp / "chaosflow.py").write_text(textwrap.dedent(FLOW))
@@ -197,6 +222,8 @@ def main() -> None:
     expected = args.runs * args.effects
     result = {
         "mode": args.mode,
+        "fenced_service": args.fenced,
+        "stale_calls_refused": counts.refused,
         "seconds": args.seconds,
         "workers": args.workers,
         "window_ms": args.window_ms,
@@ -208,9 +235,10 @@ def main() -> None:
         "examples": twice[:10],
         "outcomes": dict(outcomes),
     }
-    save(f"chaos_lease_{args.mode}", result)
+    save(f"chaos_lease_{args.mode}{'_fenced' if args.fenced else ''}", result)
+    service = f"fencing ({counts.refused} stale refused)" if args.fenced else "plain"
     print(
-        f"| {args.mode} | {args.seconds:g} s | {kills} SIGKILL, {stops} SIGSTOP | "
+        f"| {args.mode} | {service} | {args.seconds:g} s | {kills} SIGKILL, {stops} SIGSTOP | "
         f"{keys} of {expected} keys called | **{len(twice)}** called twice | "
         f"{dict(outcomes)} |"
     )

@@ -217,3 +217,32 @@ def test_a_store_in_a_folder_that_cannot_be_written_is_read_immutable(
     code, out, err = _cli(capsys, "--db", f"sqlite:///{sound_store}", "ls")
     assert code == 0 and "r1" in out, (out, err)
     assert "not writable" in err and "not seen" in err, err
+
+
+def test_the_readme_snippets_run_as_written(tmp_path: Path) -> None:
+    """The README's section on things going wrong: ``fenced.py`` and ``torpor doctor``."""
+    import re
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## When things go wrong") :]
+    code = re.search(r"```python\n(# fenced\.py\n.*?)```", section, re.S)
+    assert code is not None
+    (tmp_path / "fenced.py").write_text(code.group(1))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    env.pop("TORPOR_HOME")
+    run = subprocess.run(
+        [sys.executable, "fenced.py"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert run.stdout == "charged 5\n", run.stderr
+    doctor = subprocess.run(
+        [sys.executable, "-m", "torpor.cli", "doctor"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert doctor.returncode == 0 and "runs: 1 read, 0 with problems" in doctor.stdout, doctor
