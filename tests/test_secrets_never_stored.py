@@ -5,7 +5,8 @@ Distinct secrets are planted through every path a secret takes into an agent's r
 - ``planned``: a ``Secret`` argument written by a ``CodePlanner`` (its recorded compute step —
   the proposal — as well as the plan);
 - ``provided``: a tool parameter filled by a secrets provider, echoed by the tool's result;
-- ``failing``: a ``Secret`` argument echoed in the error a tool raises;
+- ``failing``: a ``Secret`` argument echoed in the error a tool raises (then the planner fails
+  with an error that echoes ``planned``: the run's failure and the planner step's);
 - ``reconciled``: a secret given to the agent, echoed by an effect tool's reconcile verdict;
 - ``password``: the database password in the PostgreSQL URL (errors, the worker's start-up
   line).
@@ -86,7 +87,7 @@ def _agent(name: str) -> Agent:
                 ],
                 reason=f"plan made with {SECRETS['planned']}",
             )
-        return Proposal.finish()
+        raise RuntimeError(f"cannot plan again with {SECRETS['planned']}")
 
     return Agent(
         name,
@@ -142,7 +143,7 @@ def test_no_secret_is_stored_or_printed(
     rt = Runtime(url, auto_approve="test")
     try:
         res = rt.run(_agent(f"g12.{len(store_url)}"), {"service": "api"}, run_id="g12")
-        assert res.status == "finished", res
+        assert res.outcome == "failed" and "cannot plan again with [secret:" in res.reason, res
         state = rt.store.load("g12")
         calls = {k: v.status for k, v in state.plan.items()}
         assert calls == {"d": "succeeded", "l": "succeeded", "c": "failed", "n": "succeeded"}

@@ -361,8 +361,10 @@ class AgentContext:
             # pending for then), or an engine error that leaves the run resumable as it is.
             raise
         except Exception as exc:
-            # The run ends failed: every call not yet run gets its outcome.
+            # The run ends failed: every call not yet run gets its outcome. Its message is
+            # recorded as the outcome's reason: known secrets out of it first (G12).
             self._skip_pending(f"not run: the run failed ({type(exc).__name__})")
+            exc.args = tuple(self.vault.scrub(a) if isinstance(a, str) else a for a in exc.args)
             raise
         return {
             "final": self.final,

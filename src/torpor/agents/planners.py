@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import PlannerError
 from .context import Context
 from .models.base import Model
 from .proposals import PlanView, Proposal, ProposedStep
@@ -40,7 +41,10 @@ class CodePlanner(Planner):
 
     def propose(self, ctx: Context) -> Proposal:
         def plan(view: dict[str, Any]) -> dict[str, Any]:
-            out = self.fn(PlanView.model_validate(view))
+            try:
+                out = self.fn(PlanView.model_validate(view))
+            except Exception as exc:  # recorded as the step's failure: no secret in it
+                raise PlannerError(ctx.vault.scrub(f"{type(exc).__name__}: {exc}")) from None
             if out is None:
                 out = Proposal.finish()
             elif isinstance(out, list | tuple):
