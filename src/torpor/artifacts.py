@@ -22,8 +22,9 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 class ArtifactStore:
     """Blobs by sha256 under an fsspec URL (a local folder path works as is). The filesystem
-    is opened (and the folder created) on first use: fsspec is not imported, nor anything
-    created, by a process that never touches an artifact."""
+    is opened on first use, and folders are created by the first :meth:`put`: fsspec is not
+    imported by a process that never touches an artifact, and nothing is created by one that
+    only reads them."""
 
     def __init__(self, url: str):
         self.url = url
@@ -33,7 +34,6 @@ class ArtifactStore:
         import fsspec
 
         fs, root = fsspec.core.url_to_fs(self.url)
-        fs.makedirs(root, exist_ok=True)
         return fs, root
 
     @property
