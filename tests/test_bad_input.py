@@ -189,3 +189,24 @@ def test_an_artifact_hash_that_is_not_a_hash_opens_nothing(tmp_path: Path) -> No
         with pytest.raises(CorruptRecordError, match="is not a sha256"):
             store.exists(bad)
     assert not root.exists()  # not even the folder was made
+
+
+def test_a_history_with_a_hole_is_refused_not_shown_in_part(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rt = torpor.Runtime(store_url)
+    try:
+        assert rt.run(wait_flow, None, run_id="r1").status == "waiting"
+    finally:
+        rt.close()
+    code, out, _ = _cli(capsys, "--db", store_url, "events", "r1", "--json")
+    assert code == 0 and len(json.loads(out)) == 7
+    _sql(store_url, "DELETE FROM events WHERE run_id = ? AND seq = ?", ("r1", 3))
+    for cmd in (["events", "r1", "--json"], ["show", "r1"]):
+        code, out, err = _cli(capsys, "--db", store_url, *cmd)
+        assert code == 1 and out == "", (cmd, out)
+        assert err.startswith("error: run 'r1': event seq 3 is missing") and "doctor" in err, err
+    # The tail too: the run row records seq 7 (its wait), the history now ends at 5.
+    _sql(store_url, "DELETE FROM events WHERE run_id = ? AND seq > ?", ("r1", 5))
+    code, _, err = _cli(capsys, "--db", store_url, "events", "r1", "--after", "3")
+    assert code == 1 and "event seq 6 is missing" in err, err
