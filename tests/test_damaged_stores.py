@@ -161,6 +161,21 @@ def test_a_heartbeat_notices_a_deleted_store_between_steps(tmp_path: Path) -> No
     assert ran == ["first"]
 
 
+def test_a_worker_stops_when_its_store_file_is_deleted(tmp_path: Path) -> None:
+    from torpor.worker import Worker
+
+    path = tmp_path / "live.db"
+    rt = torpor.Runtime(f"sqlite:///{path}")
+    try:
+        os.remove(path)
+        started = time.monotonic()
+        with pytest.raises(StoreFileChangedError, match="deleted"):
+            Worker(rt, poll_s=0.05).run(max_seconds=10)
+        assert time.monotonic() - started < 5
+    finally:
+        rt.close()
+
+
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
