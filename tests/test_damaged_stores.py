@@ -261,3 +261,23 @@ def test_the_readme_snippets_run_as_written(tmp_path: Path) -> None:
         text=True,
     )
     assert doctor.returncode == 0 and "runs: 1 read, 0 with problems" in doctor.stdout, doctor
+
+
+def test_read_only_commands_create_nothing_in_postgresql(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same rule on PostgreSQL: an empty schema stays empty."""
+    import psycopg
+
+    for cmd in (["ls"], ["show", "r1"], ["events", "r1"], ["doctor"]):
+        code, out, err = _cli(capsys, "--db", pg_url, *cmd)
+        assert code == 1 and "no torpor store in" in out + err, (cmd, out, err)
+        assert "nothing was created" in out + err
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()"
+        ).fetchone()
+    assert tables == (0,)
+    open_store(pg_url).close()  # a writing open creates it; then the readers read it
+    code, out, err = _cli(capsys, "--db", pg_url, "ls")
+    assert code == 0 and "no runs" in out and "store: postgresql://" in err, (out, err)

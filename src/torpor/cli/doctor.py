@@ -26,7 +26,9 @@ def doctor(ctx: typer.Context, json_out: JsonFlag = False) -> None:
         out = console()
         for f in findings:
             mark = plain("ok     ", style="green") if f.ok else plain("PROBLEM", style="bold red")
-            out.print(Text.assemble(mark, " ", plain(f.what), ": ", plain(f.detail)))
+            # One finding a line, never wrapped (grep-able).
+            line = Text.assemble(mark, " ", plain(f.what), ": ", plain(f.detail))
+            out.print(line, soft_wrap=True)
     if not all(f.ok for f in findings):
         raise typer.Exit(1)
 

@@ -21,8 +21,8 @@ def open_store(
     """Open the store named by ``url``. Raises ConfigError for an unsupported scheme.
 
     ``read_only``: for commands that change nothing (``ls``, ``show``, ``events``,
-    ``artifacts``, ``doctor``): a SQLite store is opened read-only and never created or
-    migrated (StoreMissingError when there is none); a PostgreSQL store opens as usual.
+    ``artifacts``, ``doctor``): the store is never created or migrated (StoreMissingError when
+    there is none); a SQLite file is opened read-only.
     """
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme == "sqlite":
@@ -32,7 +32,7 @@ def open_store(
     if scheme in ("postgresql", "postgres"):
         from .postgres import open_postgres
 
-        return open_postgres(url, clock=clock)
+        return open_postgres(url, clock=clock, read_only=read_only)
     raise ConfigError(
         f"unsupported store URL {display_url(url)!r}: expected sqlite:///path or postgresql://…"
     )
