@@ -75,6 +75,7 @@ COMMANDS = [
     "ls",
     "show",
     "events",
+    "doctor",
     "approve",
     "deny",
     "revoke",
@@ -283,6 +284,8 @@ def test_unresolved_effect_is_listed_explained_and_resolved(flows: Path) -> None
 
 
 def test_bad_input_is_one_line_and_nonzero(flows: Path, db_url: str) -> None:
+    one_line_error(cli(flows, "show", "no-such-run"), "no torpor store at", "nothing was created")
+    torpor.open_store(db_url).close()
     one_line_error(cli(flows, "show", "no-such-run"), "run 'no-such-run'")
     bad_json = cli(flows, "start", "cli.gate", "--import", "cli_flows", "--input", "{oops")
     assert bad_json.returncode == 2

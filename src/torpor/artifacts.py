@@ -2,11 +2,14 @@
 
 A blob is written once under ``<root>/sha256/<aa>/<hex>`` (write to a temporary name, then
 rename), so a crash can leave at most an orphan temporary file, never a torn blob. Reads verify
-the hash: a blob that does not match its name is refused.
+the hash: a blob that does not match its name is refused. A hash that is not 64 lowercase hex
+digits (a hand-edited record, ``../../etc/passwd``) is refused before any path is built or any
+file opened.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from functools import cached_property
 from typing import Any
@@ -14,11 +17,14 @@ from typing import Any
 from .errors import CorruptRecordError, TorporError
 from .serde import sha256_hex
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
 
 class ArtifactStore:
     """Blobs by sha256 under an fsspec URL (a local folder path works as is). The filesystem
-    is opened (and the folder created) on first use: fsspec is not imported, nor anything
-    created, by a process that never touches an artifact."""
+    is opened on first use, and folders are created by the first :meth:`put`: fsspec is not
+    imported by a process that never touches an artifact, and nothing is created by one that
+    only reads them."""
 
     def __init__(self, url: str):
         self.url = url
@@ -28,7 +34,6 @@ class ArtifactStore:
         import fsspec
 
         fs, root = fsspec.core.url_to_fs(self.url)
-        fs.makedirs(root, exist_ok=True)
         return fs, root
 
     @property
@@ -42,6 +47,11 @@ class ArtifactStore:
         return self._fs_root[1]
 
     def _path(self, sha256: str) -> str:
+        if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256):
+            raise CorruptRecordError(
+                f"artifact hash {str(sha256)[:80]!r} is not a sha256 (64 lowercase hex digits); "
+                "nothing was opened"
+            )
         return f"{self.root}/sha256/{sha256[:2]}/{sha256}"
 
     def put(self, data: bytes) -> str:
@@ -71,4 +81,5 @@ class ArtifactStore:
         return data
 
     def exists(self, sha256: str) -> bool:
-        return bool(self.fs.exists(self._path(sha256)))
+        path = self._path(sha256)
+        return bool(self.fs.exists(path))

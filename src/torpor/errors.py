@@ -18,6 +18,9 @@ involved are attributes (after procrastinate's and httpx's exception modules).
     ├── StoreError                    the store refused or failed
     │   ├── SchemaVersionError        database written by a newer torpor
     │   ├── CorruptRecordError        a row that cannot be decoded
+    │   ├── DamagedStoreError         a file that is not a (sound) SQLite database, or missing
+    │   ├── StoreFileChangedError     the SQLite file was deleted or replaced while in use
+    │   ├── StoreMissingError         a read-only open found no store at the path
     │   ├── LeaseError
     │   │   ├── LeaseHeldError        another owner holds the run
     │   │   └── LeaseLostError        our epoch was fenced off
@@ -114,6 +117,21 @@ class CorruptRecordError(StoreError):
         super().__init__(message)
         self.run_id = run_id
         self.seq = seq
+
+
+class DamagedStoreError(StoreError):
+    """The store's file is missing, is not an SQLite database, or is malformed: nothing was
+    read from it as if it were sound. The message names the file and what to run
+    (``torpor doctor``)."""
+
+
+class StoreMissingError(StoreError):
+    """A read-only command found no store at the path it was given (nothing was created)."""
+
+
+class StoreFileChangedError(StoreError):
+    """The SQLite database file a store opened was deleted or replaced while in use: its writes
+    would go to a file nobody can open again, so the execution stops before its next effect."""
 
 
 class RunNotFoundError(StoreError):

@@ -18,6 +18,7 @@ of the :data:`CRASH_POINTS`, counted together). Actions:
             ``append.committed``: after it — the store must read back, never guess)
 ``delay``   sleep ``arg`` seconds here (``lease.renewing``: a renewal late past expiry)
 ``twice``   ask the caller to do it again (``wake.posted``: the same wake delivered twice)
+``stop``    SIGSTOP this process — it pauses, every thread, until someone sends SIGCONT
 ==========  ==========================================================================
 
 Configure a plan with the environment (read at import, so a fresh process picks it up):
@@ -55,6 +56,8 @@ POINTS: dict[str, str] = {
     "lease.renewed": "a lease renewal committed",
     # workflow primitives (run.py)
     "effect.intended": "an effect's intent committed; the effect not yet called",
+    "effect.calling": "an effect is about to be called: its intent committed, the lease not yet "
+    "checked (stop: the process pauses here, as a SIGSTOP or a long GC pause would)",
     "effect.called": "the effect function returned (the world changed); observation not "
     "recorded (ack: the call raises instead, as if the reply were lost)",
     "artifact.stored": "artifact bytes written to the artifact store; not yet recorded",
@@ -95,7 +98,7 @@ CRASH_POINTS: tuple[str, ...] = (
     "agent.tool.settled",
 )
 
-ACTIONS = ("crash", "ack", "break", "delay", "twice")
+ACTIONS = ("crash", "ack", "break", "delay", "twice", "stop")
 
 
 @dataclass
@@ -236,6 +239,9 @@ def _do(rule: Rule, name: str) -> bool:
         raise ConnectionBroken(f"database connection broken at {name} (injected: {rule})")
     if rule.action == "delay":
         time.sleep(rule.arg or 0.0)
+        return False
+    if rule.action == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
         return False
     return rule.action == "twice"
 

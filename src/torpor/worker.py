@@ -213,7 +213,9 @@ class Worker:
     def run(self, *, until_idle: bool = False, max_seconds: float | None = None) -> WorkerStats:
         """Loop until stopped (or, with ``until_idle``, until nothing is runnable or due soon).
 
-        ``max_seconds`` bounds the loop's duration (for tests and benchmarks).
+        ``max_seconds`` bounds the loop's duration (for tests and benchmarks). Raises
+        StoreFileChangedError when the SQLite file it works on was deleted or replaced (after
+        the executions in progress stopped at their own check).
         """
         start = time.monotonic()
         futures: list[Future[None]] = []
@@ -230,6 +232,7 @@ class Worker:
             while not self._stop.is_set():
                 if max_seconds is not None and time.monotonic() - start > max_seconds:
                     break
+                self.store.check_database_file()
                 if not self._slots.acquire(timeout=self.poll_s):
                     continue
                 try:

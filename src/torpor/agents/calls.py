@@ -15,7 +15,7 @@ from typing import Any
 from .. import serde
 from ..engine.approvals import Approval
 from ..engine.calls import resolve
-from ..engine.effects import EffectCall, Unknown
+from ..engine.effects import Applied, EffectCall, Unknown
 from ..errors import (
     ApprovalDeniedError,
     AttemptTimeoutError,
@@ -219,7 +219,13 @@ def _effect(
     def reconcile(call: EffectCall) -> Any:
         if tool.reconcile is None:
             return Unknown("the tool has no reconcile: whether it happened cannot be checked")
-        return tool.reconcile(dataclasses.replace(call, kwargs={**validated, **call.kwargs}))
+        verdict = tool.reconcile(dataclasses.replace(call, kwargs={**validated, **call.kwargs}))
+        scrub = ctx.vault.scrub  # what it found is recorded: no secret in it (G12)
+        if isinstance(verdict, Applied):
+            return Applied(scrub(serde.to_jsonable(verdict.result)))
+        if isinstance(verdict, Unknown):
+            return Unknown(scrub(verdict.reason))
+        return verdict
 
     return ctx.run.effect(
         sid,

@@ -80,6 +80,11 @@ class Context(Protocol):
         """Remember a model turn and the call ids its tool calls became."""
         ...
 
+    def redact_args(self, tool_name: str, args: Any) -> Any:
+        """``args`` as they may be recorded: the tool's ``Secret`` fields replaced by their
+        keyed hash, known secret values scrubbed (G12)."""
+        ...
+
     def check_budget(self) -> None:
         """Block the run (durably, with the reason) when a budget limit is reached."""
         ...

@@ -297,7 +297,7 @@ class AgentContext:
         )
         return rec.result, rec.new
 
-    def _redact_args(self, tool_name: str, args: Any) -> Any:
+    def redact_args(self, tool_name: str, args: Any) -> Any:
         """Secret fields of ``tool_name`` replaced by their keyed hash; known secrets scrubbed."""
         tool = self.agent.tools.get(tool_name)
         if tool is not None and isinstance(args, dict):
@@ -313,7 +313,7 @@ class AgentContext:
             ToolCall(
                 id=c.id,
                 name=c.name,
-                arguments=self._redact_args(c.name, c.arguments),
+                arguments=self.redact_args(c.name, c.arguments),
                 raw_arguments=self.vault.scrub(c.raw_arguments),
             )
             for c in msg.tool_calls
@@ -361,8 +361,10 @@ class AgentContext:
             # pending for then), or an engine error that leaves the run resumable as it is.
             raise
         except Exception as exc:
-            # The run ends failed: every call not yet run gets its outcome.
+            # The run ends failed: every call not yet run gets its outcome. Its message is
+            # recorded as the outcome's reason: known secrets out of it first (G12).
             self._skip_pending(f"not run: the run failed ({type(exc).__name__})")
+            exc.args = tuple(self.vault.scrub(a) if isinstance(a, str) else a for a in exc.args)
             raise
         return {
             "final": self.final,
@@ -425,7 +427,7 @@ class AgentContext:
         v = self.version + 1
         steps: list[PlannedStep] = []
         for ps in proposal.steps:
-            args = self._redact_args(ps.tool, serde.to_jsonable(ps.args))
+            args = self.redact_args(ps.tool, serde.to_jsonable(ps.args))
             steps.append(
                 PlannedStep(
                     call_id=ps.call_id,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import PlannerError
 from .context import Context
 from .models.base import Model
 from .proposals import PlanView, Proposal, ProposedStep
@@ -29,6 +30,9 @@ class Planner:
 class CodePlanner(Planner):
     """Plain code: ``fn(view: PlanView) -> Proposal`` (or a list of steps; ``None``/``[]`` is
     done). Run as a recorded ``compute`` step: on resume its plan is read back, not recomputed.
+    The recorded proposal has its secret arguments (tool parameters typed ``Secret``) replaced
+    by their keyed hash and known secret values scrubbed, as the plan itself is (G12): a
+    resumed process matches them back from the agent's ``secrets``.
     """
 
     def __init__(self, fn: Callable[[PlanView], Any], name: str = "code"):
@@ -37,12 +41,18 @@ class CodePlanner(Planner):
 
     def propose(self, ctx: Context) -> Proposal:
         def plan(view: dict[str, Any]) -> dict[str, Any]:
-            out = self.fn(PlanView.model_validate(view))
+            try:
+                out = self.fn(PlanView.model_validate(view))
+            except Exception as exc:  # recorded as the step's failure: no secret in it
+                raise PlannerError(ctx.vault.scrub(f"{type(exc).__name__}: {exc}")) from None
             if out is None:
                 out = Proposal.finish()
             elif isinstance(out, list | tuple):
                 out = Proposal(steps=list(out), done=not out)
-            return Proposal.model_validate(out).model_dump(mode="json")
+            data = Proposal.model_validate(out).model_dump(mode="json")
+            for step in data["steps"]:
+                step["args"] = ctx.redact_args(step["tool"], step["args"])
+            return dict(ctx.vault.scrub(data))
 
         data = ctx.run.compute(
             "planner", plan, ctx.view().model_dump(mode="json"), purpose=f"{self.name} planner"

@@ -7,11 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.text import Text
 
 from ..errors import BadInputError
 from .context import open_client
-from .render import add_row, console, emit_json, new_table
+from .render import add_row, console, emit_json, new_table, plain
 from .root import JsonFlag, RunId
 
 
@@ -37,14 +36,14 @@ def artifacts(
 
     Example: torpor artifacts deploy-42 patch --out patch.diff
     """
-    with open_client(ctx) as client:
+    with open_client(ctx, read_only=True) as client:
         if ref is None:
             refs = client.artifacts(run_id)
             if json_out:
                 emit_json(refs)
                 return
             if not refs:
-                console().print(f"run {run_id} has no artifacts")
+                console().print(plain(f"run {run_id} has no artifacts"))
                 return
             table = new_table("NAME", "VERSION", "SHA256", "SIZE", "MEDIA TYPE", "STEP")
             table.columns[2].overflow = "fold"
@@ -66,7 +65,7 @@ def artifacts(
     except OSError as exc:
         raise BadInputError(f"cannot write {str(out_file)!r}: {exc.strerror}") from None
     what = f"{art.name} v{art.version} ({len(data)} bytes, sha256:{art.sha256})"
-    console().print(Text(f"wrote {what} to {out_file}"))
+    console().print(plain(f"wrote {what} to {out_file}"))
 
 
 def register(app: typer.Typer) -> None:

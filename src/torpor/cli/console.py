@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.text import Text
 
 from ..errors import ConfigError, UsersFileError
 from .render import console as rich_console
+from .render import plain
 from .root import options
 
 
@@ -104,7 +104,7 @@ def console(
 
         table = Users.load(users_path, missing_ok=True)
         table.with_user(add_user, _password(password_stdin)).save()
-        out.print(Text(f"{add_user} may log in to the console (users file {users_path})"))
+        out.print(plain(f"{add_user} may log in to the console (users file {users_path})"))
         return
     try:
         from ..console.actions import Delegate
@@ -135,7 +135,7 @@ def console(
     err = rich_console(stderr=True)
     if not is_loopback(host):
         err.print(
-            Text(
+            plain(
                 f"warning: listening on {host}, not loopback: put the console behind a reverse "
                 "proxy that terminates TLS (and pass --secure-cookie)",
                 style="yellow",
@@ -150,7 +150,7 @@ def console(
         audit.setLevel(logging.INFO)
 
     def announce(url: str) -> None:
-        out.print(Text(f"torpor console on {url} ({redacted(settings.database_url)}; {signer})"))
+        out.print(plain(f"torpor console on {url} ({redacted(settings.database_url)}; {signer})"))
         sys.stdout.flush()
 
     serve(cfg, host, port, announce=announce)

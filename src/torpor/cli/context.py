@@ -14,19 +14,24 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.text import Text
 
 from ..client import Client
 from ..errors import BadInputError, TorporError
 from ..history import Event
 from ..runtime import Runtime
+from ..store import open_store
 from ..workflows import import_modules
-from .render import console
+from .render import console, plain
 from .root import options
+
+#: Deepest nesting accepted in JSON given on the command line.
+MAX_JSON_DEPTH = 64
 
 
 def parse_json(option: str, text: str | None) -> Any:
-    """JSON from an option value; ``@FILE`` reads the file."""
+    """JSON from an option value; ``@FILE`` reads the file. Refuses (BadInputError, one line
+    naming the option) what JSON data cannot hold or torpor cannot record: ``NaN`` and
+    ``Infinity``, nesting deeper than :data:`MAX_JSON_DEPTH`, lone surrogates."""
     if text is None:
         return None
     source = text
@@ -35,14 +40,46 @@ def parse_json(option: str, text: str | None) -> Any:
             source = Path(text[1:]).read_text()
         except OSError as exc:
             raise BadInputError(f"{option}: cannot read {text[1:]!r}: {exc.strerror}") from None
+
+    def constant(name: str) -> Any:
+        raise BadInputError(f"{option}: {name} is not JSON data (use null, a number or a string)")
+
     try:
-        return json.loads(source)
+        value = json.loads(source, parse_constant=constant)
+    except RecursionError:
+        raise BadInputError(f"{option} is nested too deeply (at most {MAX_JSON_DEPTH})") from None
     except json.JSONDecodeError as exc:
         shown = text if len(text) <= 60 else text[:57] + "..."
         raise BadInputError(
             f"{option} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): "
             f"{shown!r}"
         ) from None
+    _check_json(option, value)
+    return value
+
+
+def _check_json(option: str, value: Any) -> None:
+    """Depth and lone surrogates (json.loads accepts ``"\\ud800"``), without recursion."""
+    stack: list[tuple[Any, str, int]] = [(value, "$", 0)]
+    while stack:
+        v, path, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise BadInputError(f"{option} is nested too deeply (at most {MAX_JSON_DEPTH})")
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise BadInputError(
+                    f"{option}: {path} holds a lone surrogate (not a Unicode character)"
+                ) from None
+        elif isinstance(v, list):
+            stack.extend((x, f"{path}[{i}]", depth + 1) for i, x in enumerate(v))
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                stack.append((k, f"{path} (a key)", depth + 1))
+                stack.append(
+                    (x, f"{path}.{k.encode('utf-8', 'backslashreplace').decode()}", depth + 1)
+                )
 
 
 def _import(modules: Sequence[str]) -> None:
@@ -58,9 +95,19 @@ def _import(modules: Sequence[str]) -> None:
 
 
 @contextmanager
-def open_client(ctx: typer.Context) -> Iterator[Client]:
-    """A Client on the global options' store, closed afterwards."""
-    client = Client(settings=options(ctx).settings())
+def open_client(ctx: typer.Context, *, read_only: bool = False) -> Iterator[Client]:
+    """A Client on the global options' store, closed afterwards. ``read_only`` (commands that
+    change nothing): a SQLite store is opened read-only — never created, migrated or written
+    (:func:`torpor.store.open_store`); what the open had to say goes to stderr."""
+    settings = options(ctx).settings()
+    if read_only:
+        store = open_store(settings.database_url, read_only=True)
+        note = getattr(store.driver, "note", None)
+        if note:
+            console(stderr=True).print(plain(f"warning: {note}", style="yellow"))
+        client = Client(store, settings=settings)
+    else:
+        client = Client(settings=settings)
     try:
         yield client
     finally:
@@ -86,7 +133,7 @@ def _progress_printer() -> Any:
 
     def show(ev: Event) -> None:
         step = f" {ev.step_id}" if ev.step_id else ""
-        err.print(Text(f"  {ev.run_id} #{ev.seq} {ev.type}{step}", style="dim"))
+        err.print(plain(f"  {ev.run_id} #{ev.seq} {ev.type}{step}", style="dim"))
 
     return show
 

@@ -12,12 +12,12 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import typer
-from rich.text import Text
 
 from ..client import Client
 from ..errors import BadInputError, LeaseHeldError, TorporError
 from ..history import Outcome, RunStatus
 from ..runtime import RunResult, Runtime
+from ..urls import display_url
 from .context import open_runtime, parse_json, resume_command
 from .exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OUTCOME, error_message, fail
 from .render import (
@@ -27,6 +27,7 @@ from .render import (
     fields,
     json_default,
     new_table,
+    plain,
     relative,
     short,
     when,
@@ -67,7 +68,7 @@ def _print_result(res: RunResult, json_out: bool, resume: str = "") -> None:
     fields(out, pairs)
     hint = _next_hint(res, resume or f"torpor resume {res.run_id}")
     if hint:
-        out.print(Text(f"next: {hint}", style="cyan"))
+        out.print(plain(f"next: {hint}", style="cyan"))
 
 
 def _next_hint(res: RunResult, resume: str) -> str:
@@ -140,7 +141,7 @@ def start(
 def _resume_one(rt: Runtime, run_id: str, follow: bool, wait: bool, quiet: bool) -> RunResult:
     """Resume ``run_id``, saying what a long silence is: a timer the run sleeps on (and until
     when), a lease it waits for (with ``wait``)."""
-    say = (lambda text: None) if quiet else (lambda text: console(stderr=True).print(Text(text)))
+    say = (lambda text: None) if quiet else (lambda text: console(stderr=True).print(plain(text)))
 
     def sleeping(res: RunResult) -> None:
         say(f"run {run_id} sleeps until {when(res.wake_at_ms)} ({res.reason}); staying to "
@@ -300,14 +301,17 @@ def worker(
         status = res.outcome or res.status + (f" ({res.wait_kind})" if res.wait_kind else "")
         reason = f": {short(res.reason, 120)}" if res.reason else ""
         now = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S")
-        out.print(Text(f"{now} {res.run_id} {status}{reason}"))
+        out.print(plain(f"{now} {res.run_id} {status}{reason}"))
 
     with open_runtime(ctx, imports, lease_ttl_s=lease_ttl, heartbeat_s=heartbeat) as rt:
         w = Worker(rt, concurrency=concurrency, poll_s=poll, on_result=report)
         w.install_signal_handlers()
         if not json_out:
             out.print(
-                Text(f"worker {rt.owner} on {rt.settings.database_url} (concurrency {concurrency})")
+                plain(
+                    f"worker {rt.owner} on {display_url(rt.settings.database_url)} "
+                    f"(concurrency {concurrency})"
+                )
             )
         stats = w.run(until_idle=until_idle, max_seconds=max_seconds)
     if json_out:
@@ -315,7 +319,7 @@ def worker(
         return
     outcomes = ", ".join(f"{k} {v}" for k, v in sorted(stats.outcomes.items())) or "none"
     out.print(
-        Text(
+        plain(
             f"worker stopped: executed {stats.executed}, finished {stats.finished} ({outcomes}), "
             f"waiting {stats.waiting}, errors {stats.errors}"
         )

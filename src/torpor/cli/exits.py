@@ -11,7 +11,7 @@ from typing import NoReturn
 from pydantic import ValidationError
 
 from ..errors import LeaseHeldError
-from .render import relative
+from .render import relative, safe_text
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -22,7 +22,7 @@ EXIT_INTERRUPTED = 130
 
 def fail(message: str, code: int) -> NoReturn:
     """Print one line on stderr and exit."""
-    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    line = " ".join(part.strip() for part in safe_text(message).splitlines() if part.strip())
     sys.stderr.write(f"error: {line}\n")
     sys.stderr.flush()
     raise SystemExit(code)

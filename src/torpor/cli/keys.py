@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.text import Text
 
 from .. import keys as keyring_mod
 from .. import signing
 from ..errors import BadInputError
-from .render import add_row, console, emit_json, new_table
+from .render import add_row, console, emit_json, new_table, plain
 from .root import JsonFlag, options
 
 keys_app = typer.Typer(
@@ -91,11 +90,11 @@ def init(
         )
         return
     out = console()
-    out.print(Text(f"made {name}'s key pair: private key {path} (mode 0600; keep it to yourself)"))
-    out.print(Text(public))
-    out.print(Text(f"fingerprint {fp}; trusted in the keyring {ring.path}"))
+    out.print(plain(f"made {name}'s key pair: private key {path} (mode 0600; keep it to yourself)"))
+    out.print(plain(public))
+    out.print(plain(f"fingerprint {fp}; trusted in the keyring {ring.path}"))
     out.print(
-        Text(
+        plain(
             f"workers elsewhere trust it with: torpor keys add {name} '{public}'",
             style="cyan",
         )
@@ -147,7 +146,7 @@ def add(
         )
         return
     verb = "trusted" if added else "was already trusted"
-    console().print(Text(f"{name}'s key {entry.fingerprint} {verb} in the keyring {ring.path}"))
+    console().print(plain(f"{name}'s key {entry.fingerprint} {verb} in the keyring {ring.path}"))
 
 
 @keys_app.command("remove")
@@ -181,7 +180,7 @@ def remove(
         )
         return
     for e in gone:
-        console().print(Text(f"removed {name}'s key {e.fingerprint} from {ring.path}"))
+        console().print(plain(f"removed {name}'s key {e.fingerprint} from {ring.path}"))
 
 
 @keys_app.command("list")
@@ -205,9 +204,9 @@ def list_keys(ctx: typer.Context, json_out: JsonFlag = False) -> None:
         return
     out = console()
     if not ring.exists:
-        out.print(Text(f"no keyring at {ring.path} yet: torpor keys init --as NAME makes one"))
+        out.print(plain(f"no keyring at {ring.path} yet: torpor keys init --as NAME makes one"))
         return
-    out.print(Text(f"keyring {ring.path}"))
+    out.print(plain(f"keyring {ring.path}"))
     table = new_table("NAME", "FINGERPRINT", "SIGNS FOR", "COMMENT")
     for r in rows:
         add_row(

@@ -5,15 +5,26 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.text import Text
 
 from .. import telemetry
 from ..history import MessageView, Outcome, RunStatus, WaitInfo
 from ..owners import owner_is_dead
 from ..store.base import InboxMessage, RunRecord
+from ..urls import display_url
 from .approvals import approval_lines, trust_here
 from .context import open_client
-from .render import add_row, console, emit_json, fields, heading, new_table, relative, short, when
+from .render import (
+    add_row,
+    console,
+    emit_json,
+    fields,
+    heading,
+    new_table,
+    plain,
+    relative,
+    short,
+    when,
+)
 from .root import JsonFlag, RunId, options
 
 
@@ -32,13 +43,15 @@ def list_runs(
 
     Example: torpor ls --outcome unresolved
     """
-    with open_client(ctx) as client:
+    with open_client(ctx, read_only=True) as client:
         runs = client.runs(
             status=status.value if status else None,
             outcome=outcome.value if outcome else None,
             limit=limit,
         )
         now = client.store.now_ms()
+        read_from = display_url(client.store.url)
+    console(stderr=True).print(plain(f"store: {read_from}", style="dim"))
     if json_out:
         emit_json(runs)
         return
@@ -86,7 +99,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
 
     Example: torpor show deploy-42
     """
-    with open_client(ctx) as client:
+    with open_client(ctx, read_only=True) as client:
         rec = client.get(run_id)
         state = client.state(run_id)
         answers = client.answers(run_id)
@@ -234,7 +247,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         for e in effects:
             if e.status == "unknown":
                 out.print(
-                    Text(
+                    plain(
                         f"effect {e.key} is in doubt: {e.reason or 'outcome unknown'}. "
                         f"A person settles it: torpor resolve {run_id} {e.key} "
                         "(--applied [--result JSON] | --absent) --as NAME",
@@ -243,7 +256,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
                 )
             elif e.status == "intended":
                 out.print(
-                    Text(
+                    plain(
                         f"effect {e.key} was intended but never observed; resuming reconciles "
                         f"it: torpor resume {run_id}",
                         style="yellow",
@@ -273,7 +286,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         )
         if w.kind == "signal":
             out.print(
-                Text(
+                plain(
                     f"answer it: torpor signal {run_id} --wait-id {w.wait_id} --payload JSON",
                     style="cyan",
                 )
@@ -287,9 +300,9 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
             for text, style in approval_lines(
                 run_id, aid, info, trust, pending_here=aid in pending and aid not in decided
             ):
-                out.print(Text(text, style=style))
+                out.print(plain(text, style=style))
             if aid in decided and info.status == "requested":
-                out.print(Text("  a decision is in the inbox; it is checked when the run resumes"))
+                out.print(plain("  a decision is in the inbox; it is checked when the run resumes"))
 
     _messages(out, messages, inbox, state.wait)
 
@@ -345,7 +358,7 @@ def events(
 
     Example: torpor events deploy-42 --after 10 --limit 20
     """
-    with open_client(ctx) as client:
+    with open_client(ctx, read_only=True) as client:
         evs = client.events(run_id, after_seq=after, limit=limit)
     if json_out:
         emit_json(
@@ -376,12 +389,12 @@ def events(
             when(e.at_ms),
             str(e.epoch),
             e.type,
-            Text(e.step_id or "-"),
-            Text(short(detail, 90), no_wrap=True, overflow="ellipsis"),
+            plain(e.step_id or "-"),
+            plain(short(detail, 90), no_wrap=True, overflow="ellipsis"),
         )
     out.print(table)
     if len(evs) == limit:
-        out.print(Text(f"more: torpor events {run_id} --after {evs[-1].seq}", style="cyan"))
+        out.print(plain(f"more: torpor events {run_id} --after {evs[-1].seq}", style="cyan"))
 
 
 def register(app: typer.Typer) -> None:

@@ -1,7 +1,10 @@
 """How the ``torpor`` command prints: Rich consoles and tables, times, JSON.
 
 Pure rendering: nothing here opens a store or knows a command. Recorded values are printed as
-plain text (:func:`add_row`, :func:`fields`), never as Rich markup.
+plain text (:func:`add_row`, :func:`fields`, :func:`plain`), never as Rich markup, and with
+terminal control sequences neutralised (:func:`safe_text`): a name anyone could record — a run
+id, a step id, an artifact, an approver, a signal — cannot move the cursor, recolour or hide
+what follows.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -29,6 +33,25 @@ def console(stderr: bool = False) -> Console:
     return Console(file=stream, highlight=False, width=width, soft_wrap=False)
 
 
+def safe_text(value: Any) -> str:
+    """``value`` as text safe to print on a terminal: control characters (C0 but newline and
+    tab, DEL, C1), invisible format characters (bidirectional overrides), line separators and
+    lone surrogates are shown as escapes (``\\x1b``, ``\\u202e``, ``\\ud800``)."""
+    s = str(value)
+    if s.isprintable():
+        return s
+    return "".join(
+        ch if ch.isprintable() or ch in "\n\t" else ch.encode("unicode_escape").decode("ascii")
+        for ch in s
+    )
+
+
+def plain(value: Any, style: str = "", **kw: Any) -> Text:
+    """A Rich ``Text`` of :func:`safe_text` of ``value``: printed as is, no markup interpreted.
+    Every line the CLI prints goes through it (or :func:`add_row` / :func:`fields`)."""
+    return Text(safe_text(value), style=style, **kw)
+
+
 def json_default(o: Any) -> Any:
     """``json.dumps`` fallback: pydantic models, dataclasses, else ``str``."""
     if isinstance(o, BaseModel):
@@ -38,9 +61,16 @@ def json_default(o: Any) -> Any:
     return str(o)
 
 
+#: What JSON output escapes beyond what ``json.dumps`` does (it escapes C0 controls only):
+#: DEL and C1 controls, bidirectional and invisible format characters, line separators, lone
+#: surrogates — still valid JSON (``\\u009b``), never a terminal sequence.
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ud800-\udfff]")
+
+
 def emit_json(data: Any) -> None:
     """Print ``data`` as indented JSON on stdout (the ``--json`` output)."""
-    sys.stdout.write(json.dumps(data, indent=2, default=json_default, ensure_ascii=False) + "\n")
+    text = json.dumps(data, indent=2, default=json_default, ensure_ascii=False)
+    sys.stdout.write(_JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
 
 
 def when(ms: int | None) -> str:
@@ -87,7 +117,7 @@ def new_table(*columns: str, title: str | None = None) -> Table:
 
 def add_row(table: Table, *cells: Any) -> None:
     """Add a row of plain text (no Rich markup is interpreted in recorded values)."""
-    table.add_row(*(Text("-" if c is None or c == "" else str(c)) for c in cells))
+    table.add_row(*(plain("-" if c is None or c == "" else c) for c in cells))
 
 
 def fields(out: Console, pairs: Sequence[tuple[str, Any]]) -> None:
@@ -95,10 +125,10 @@ def fields(out: Console, pairs: Sequence[tuple[str, Any]]) -> None:
     grid.add_column(style="bold")
     grid.add_column()
     for k, v in pairs:
-        grid.add_row(Text(k), Text("-" if v is None or v == "" else str(v)))
+        grid.add_row(plain(k), plain("-" if v is None or v == "" else v))
     out.print(grid)
 
 
 def heading(out: Console, text: str) -> None:
     out.print()
-    out.print(Text(text, style="bold underline"))
+    out.print(plain(text, style="bold underline"))

@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.text import Text
 
 from ..errors import BadInputError
 from .context import open_client, parse_json, resume_command
-from .render import console, emit_json
+from .render import console, emit_json, plain
 from .root import Approver, JsonFlag, Person, RunId
 
 # --------------------------------------------------------------------------- approvals
@@ -65,10 +64,10 @@ def _decide(
         return
     out = console()
     via = f" (signed by delegate {delegate})" if delegate else ""
-    out.print(Text(f"{verb} {aid} of run {run_id} as {approver}{via}; the decision binds:"))
+    out.print(plain(f"{verb} {aid} of run {run_id} as {approver}{via}; the decision binds:"))
     for h in hashes:
-        out.print(Text(f"  sha256:{h}"))
-    out.print(Text(f"it applies when the run resumes: {resume}", style="cyan"))
+        out.print(plain(f"  sha256:{h}"))
+    out.print(plain(f"it applies when the run resumes: {resume}", style="cyan"))
 
 
 HashOpt = Annotated[
@@ -193,10 +192,10 @@ def revoke(
         emit_json({"run_id": run_id, "approval_id": approval_id, "by": by, "hashes": hashes})
         return
     out = console()
-    out.print(Text(f"revoked {approval_id} of run {run_id} as {by}; it bound:"))
+    out.print(plain(f"revoked {approval_id} of run {run_id} as {by}; it bound:"))
     for h in hashes:
-        out.print(Text(f"  sha256:{h}"))
-    out.print(Text(f"it applies when the run resumes: {resume}", style="cyan"))
+        out.print(plain(f"  sha256:{h}"))
+    out.print(plain(f"it applies when the run resumes: {resume}", style="cyan"))
 
 
 # --------------------------------------------------------------------------- steering
@@ -270,7 +269,7 @@ def signal(
         text = f"buffered: no wait for {d.name} yet {where}; the first wait for it takes it"
     else:
         text = f"signal {d.name!r} with message id {mid} was already delivered; not sent again"
-    console().print(Text(text))
+    console().print(plain(text))
 
 
 def cancel(
@@ -290,8 +289,8 @@ def cancel(
     if json_out:
         emit_json({"run_id": run_id, "cancel_requested": True, "by": by, "reason": reason})
         return
-    console().print(Text(f"cancel of run {run_id} requested"))
-    console().print(Text(f"it ends cancelled at its next boundary: {resume}", style="cyan"))
+    console().print(plain(f"cancel of run {run_id} requested"))
+    console().print(plain(f"it ends cancelled at its next boundary: {resume}", style="cyan"))
 
 
 def resolve(
@@ -332,8 +331,8 @@ def resolve(
     if json_out:
         emit_json({"run_id": run_id, "key": key, "verdict": verdict, "by": by})
         return
-    console().print(Text(f"effect {key} of run {run_id} resolved as {verdict} by {by}"))
-    console().print(Text(f"continue the run: torpor resume {run_id}", style="cyan"))
+    console().print(plain(f"effect {key} of run {run_id} resolved as {verdict} by {by}"))
+    console().print(plain(f"continue the run: torpor resume {run_id}", style="cyan"))
 
 
 def budget(
@@ -382,9 +381,9 @@ def budget(
     for k in ("tokens", "cost_usd", "steps", "wall_clock_s"):
         limit = lim.get(k)
         console().print(
-            Text(f"{k:<13} used {u[k]}  limit {limit if limit is not None else 'none'}")
+            plain(f"{k:<13} used {u[k]}  limit {limit if limit is not None else 'none'}")
         )
-    console().print(Text(f"continue the run: torpor resume {run_id}", style="cyan"))
+    console().print(plain(f"continue the run: torpor resume {run_id}", style="cyan"))
 
 
 def retry(
@@ -405,8 +404,8 @@ def retry(
         client.retry(run_id, by, step=step, reason=reason)
         resume = resume_command(client, run_id)
     what = f"step {step!r}" if step else "every open step"
-    console().print(Text(f"reopened {run_id}: the crashed attempts of {what} are forgiven"))
-    console().print(Text(f"continue the run: {resume}", style="cyan"))
+    console().print(plain(f"reopened {run_id}: the crashed attempts of {what} are forgiven"))
+    console().print(plain(f"continue the run: {resume}", style="cyan"))
 
 
 def register(app: typer.Typer) -> None:

@@ -37,6 +37,7 @@ from ..cli.approvals import trust_here
 from ..client import Client
 from ..config import Settings
 from ..keys import Trust
+from ..urls import display_url
 from .actions import Audit, Delegate, Steering
 from .sessions import Session, Sessions, Throttle
 from .users import Users
@@ -287,12 +288,8 @@ def same_origin(request: Request) -> bool:
 
 
 def redacted(url: str) -> str:
-    """A store URL without its password."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-    return url
+    """A store URL without its password (:func:`torpor.urls.display_url`)."""
+    return display_url(url)
 
 
 def login_token() -> str:

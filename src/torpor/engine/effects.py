@@ -51,6 +51,7 @@ from .approvals import Approval
 from .attempts import Ended, Retry, Running, Timeout
 from .calls import accepts_kw, refuse_async_in_loop
 from .journal import Journal, step_work
+from .lease import before_effect
 from .reconcile import (
     Absent,
     Applied,
@@ -192,6 +193,7 @@ def perform(
         if earlier is not None:  # an attempt left running here: none starts beside it
             out = settle.left_running(j, call, pol, earlier, earlier.join(grace_s))
         else:
+            before_effect(j, sid)
             with step_work():
                 out = attempts.call(fn, args, call.kwargs, pol.timeout)
         if isinstance(out, Running):
@@ -250,6 +252,7 @@ async def aperform(
         if earlier is not None:
             out = settle.left_running(j, call, pol, earlier, await earlier.ajoin(grace_s))
         else:
+            before_effect(j, sid)
             with step_work():
                 out = await attempts.acall(fn, args, call.kwargs, pol.timeout)
         if isinstance(out, Running):

@@ -35,6 +35,7 @@ from ..errors import (
     RecordedValueError,
     ReleaseRun,
     RunStopped,
+    StoreFileChangedError,
     TransitionError,
 )
 from ..history import (
@@ -152,7 +153,7 @@ class Journal:
         #: The id of the primitive being executed (named by a divergence error).
         self.asked: str | None = None
         #: Set by the heartbeat when the lease was lost; raised at the next boundary or write.
-        self.lost: LeaseLostError | None = None
+        self.lost: LeaseLostError | StoreFileChangedError | None = None
         #: Set when inbox messages may be pending (at start, and by the heartbeat).
         self.inbox_dirty = True
         #: Applies pending inbox messages (:func:`torpor.engine.inbox.sync`, set by the

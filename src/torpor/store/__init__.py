@@ -10,22 +10,32 @@ import time
 from collections.abc import Callable
 
 from ..errors import ConfigError
+from ..urls import display_url
 from .base import Completion, InboxMessage, Lease, RunCount, RunRecord, RunStorage, Store
 from .sqlstore import SQLStore
 
 
-def open_store(url: str, *, clock: Callable[[], float] = time.time) -> SQLStore:
-    """Open the store named by ``url``. Raises ConfigError for an unsupported scheme."""
+def open_store(
+    url: str, *, clock: Callable[[], float] = time.time, read_only: bool = False
+) -> SQLStore:
+    """Open the store named by ``url``. Raises ConfigError for an unsupported scheme.
+
+    ``read_only``: for commands that change nothing (``ls``, ``show``, ``events``,
+    ``artifacts``, ``doctor``): the store is never created or migrated (StoreMissingError when
+    there is none); a SQLite file is opened read-only.
+    """
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme == "sqlite":
         from .sqlite import open_sqlite
 
-        return open_sqlite(url, clock=clock)
+        return open_sqlite(url, clock=clock, read_only=read_only)
     if scheme in ("postgresql", "postgres"):
         from .postgres import open_postgres
 
-        return open_postgres(url, clock=clock)
-    raise ConfigError(f"unsupported store URL {url!r}: expected sqlite:///path or postgresql://…")
+        return open_postgres(url, clock=clock, read_only=read_only)
+    raise ConfigError(
+        f"unsupported store URL {display_url(url)!r}: expected sqlite:///path or postgresql://…"
+    )
 
 
 __all__ = [

@@ -24,14 +24,16 @@ A write that is fenced off changes nothing and raises
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import SchemaVersionError
 from ..history import Event, RunStarted, RunState
+from ..urls import display_url
 
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
 
@@ -47,7 +49,8 @@ def check_schema(found: int | None, known: int, url: str) -> None:
     """Refuse a database written by a newer schema (SchemaVersionError; nothing is changed)."""
     if found is not None and found > known:
         raise SchemaVersionError(
-            f"database {url} has schema version {found}, newer than this torpor's {known}; "
+            f"database {display_url(url)} has schema version {found}, newer than this "
+            f"torpor's {known}; "
             "upgrade torpor to open it (nothing was changed)"
         )
 
@@ -69,6 +72,11 @@ class Lease:
     #: The owner whose unreleased lease this one took over (None when it had been released):
     #: the run's last execution died, or was paused and is now fenced off.
     taken_from: str | None = None
+    #: This process's monotonic clock (seconds) just before the statement that took or renewed
+    #: the lease: the holder counts what is left of the ttl from here, by a clock that no wall
+    #: clock step moves and that keeps counting while the process is paused (see
+    #: :func:`torpor.engine.lease.before_effect`).
+    renewed_mono: float = field(default_factory=time.monotonic, compare=False)
 
 
 @dataclass(frozen=True)
@@ -277,6 +285,11 @@ class Store(Protocol):
     ) -> Lease | None: ...
 
     def renew_lease(self, lease: Lease) -> Lease: ...
+
+    def check_database_file(self) -> None:
+        """Raise StoreFileChangedError when the database file this store opened was deleted
+        or replaced since (SQLite: its device and inode); a no-op for a database server."""
+        ...
 
     def unrunnable_versions(
         self, accept: Mapping[str, Sequence[str]], limit: int = 100

@@ -10,6 +10,7 @@ journal. Decoding never repairs anything: a row that cannot be read is a
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from pydantic import ValidationError
@@ -143,34 +144,68 @@ def decode(run_id: str, row: tuple[Any, ...]) -> Event:
         raise corrupt(f"corrupt {etype} row: {loc}: {err['msg']}") from exc
 
 
+#: Separates a checkpoint's JSON from its digest (a newline cannot occur in compact JSON).
+DIGEST_MARK = "\n#sha256/128:"
+
+
+def _digest(body: str) -> str:
+    return hashlib.sha256(body.encode()).hexdigest()[:32]
+
+
 def checkpoint_text(state: RunState) -> str:
     """The engine checkpoint as stored: the state's JSON without the fields that hold their
-    defaults (loading validates it back to the same state). A run's checkpoint is rewritten at
-    its boundaries, so its size is paid per boundary: a running trivial run's is ~200 bytes
-    instead of ~750."""
-    return state.model_dump_json(exclude_defaults=True)
+    defaults (loading validates it back to the same state), then :data:`DIGEST_MARK` and the
+    first 128 bits of its sha256 — a checkpoint edited by hand, or damaged, no longer matches
+    and is not trusted (the state is folded from the history instead). A run's checkpoint is
+    rewritten at its boundaries, so its size is paid per boundary: a running trivial run's is
+    ~250 bytes instead of ~750."""
+    body = state.model_dump_json(exclude_defaults=True)
+    return body + DIGEST_MARK + _digest(body)
+
+
+def checkpoint_problem(run_id: str, ckpt_seq: Any, text: Any, last_seq: int) -> str | None:
+    """Why the stored checkpoint cannot be trusted, or None when it can (or there is none)."""
+    if not text:
+        return None
+    return _checkpoint(run_id, ckpt_seq, text, last_seq)[1]
 
 
 def checkpoint_state(run_id: str, ckpt_seq: Any, text: Any, last_seq: int) -> RunState | None:
     """The engine checkpoint, or None when there is none or it cannot be trusted (not JSON,
-    not a state of this run, a seq beyond the history).
+    its digest does not match, not a state of this run, a seq beyond the history or other than
+    the run row's; see :func:`checkpoint_problem`). Checkpoints written before digests were
+    (any without :data:`DIGEST_MARK`) are trusted as they were.
 
     Checkpoints written before performed effects left the state (store schema 1) still list
     them as ``observed``/``applied``: they are dropped here, which is exactly what today's fold
     would have kept (their keys stay known through the ``effect_key`` index)."""
-    if not text or not isinstance(ckpt_seq, int) or not 0 < ckpt_seq <= last_seq:
+    if not text:
         return None
+    return _checkpoint(run_id, ckpt_seq, text, last_seq)[0]
+
+
+def _checkpoint(
+    run_id: str, ckpt_seq: Any, text: Any, last_seq: int
+) -> tuple[RunState | None, str | None]:
+    if not isinstance(ckpt_seq, int) or not 0 < ckpt_seq <= last_seq:
+        return None, f"the run row's checkpoint seq {ckpt_seq!r} is not within its history"
+    body, mark, digest = str(text).partition(DIGEST_MARK)
+    if mark and digest != _digest(body):
+        return None, "the checkpoint does not match its digest (edited by hand, or damaged)"
     try:
-        state = RunState.model_validate_json(text)
+        state = RunState.model_validate_json(body)
     except (ValidationError, ValueError, TypeError):
-        return None
+        return None, "the checkpoint is not a run state"
     if state.run_id != run_id or state.seq != ckpt_seq:
-        return None
+        return None, (
+            f"the checkpoint is of run {state.run_id!r} at seq {state.seq}, the run row says "
+            f"{run_id!r} at seq {ckpt_seq}"
+        )
     if any(e.status in ("observed", "applied") for e in state.effects.values()):
         state.effects = {
             k: e for k, e in state.effects.items() if e.status not in ("observed", "applied")
         }
-    return state
+    return state, None
 
 
 def completion(run_id: str, step_id: str, payload: str, seq: int) -> Completion:

@@ -21,7 +21,8 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, StoreError
+from ..errors import ConfigError, StoreError, StoreMissingError
+from ..urls import display_url
 from .base import check_schema
 from .sqlstore import SQLStore
 
@@ -312,6 +313,26 @@ def migrate(driver: PostgresDriver, url: str) -> int:
     return SCHEMA_VERSION
 
 
+def _check_existing(driver: PostgresDriver, url: str) -> None:
+    """A read-only open: the store must exist at this schema version (nothing is written)."""
+    with driver.pool.connection() as conn:
+        row = conn.execute("SELECT to_regclass('torpor_schema')").fetchone()
+        if row is None or row[0] is None:
+            raise StoreMissingError(
+                f"no torpor store in {display_url(url)} (no torpor_schema table on the "
+                "connection's search path); nothing was created"
+            )
+        found = conn.execute("SELECT max(version) FROM torpor_schema").fetchone()
+    version = found[0] if found else None
+    check_schema(version, SCHEMA_VERSION, url)
+    if version is None or version < SCHEMA_VERSION:
+        raise StoreError(
+            f"{display_url(url)} has schema version {version}, older than this torpor's "
+            f"{SCHEMA_VERSION}, and a command that only reads does not migrate it: run one that "
+            "writes (e.g. torpor worker) once"
+        )
+
+
 class PostgresStore(SQLStore):
     """SQLStore on PostgreSQL, with LISTEN/NOTIFY wakeups.
 
@@ -366,13 +387,12 @@ class PostgresStore(SQLStore):
         super().close()
 
 
-def _redact(url: str) -> str:
-    """The URL without its password, for error messages."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
-
-
-def open_postgres(url: str, *, clock: Callable[[], float] = time.time) -> PostgresStore:
-    """Open (migrating) a ``postgresql://`` store."""
+def open_postgres(
+    url: str, *, clock: Callable[[], float] = time.time, read_only: bool = False
+) -> PostgresStore:
+    """Open (migrating) a ``postgresql://`` store; with ``read_only``, open an existing one
+    without creating or migrating anything (StoreMissingError when there is none on the
+    connection's search path, StoreError when it needs migrating)."""
     from psycopg_pool import PoolTimeout
 
     psycopg = _psycopg()
@@ -388,17 +408,22 @@ def open_postgres(url: str, *, clock: Callable[[], float] = time.time) -> Postgr
             if attempt < 2 and "administrator command" in str(exc):
                 time.sleep(0.2)
                 continue
-            raise StoreError(f"postgres {_redact(url)} is unreachable: {exc}".strip()) from exc
+            raise StoreError(f"postgres {display_url(url)} is unreachable: {exc}".strip()) from exc
     for attempt in range(3):
         try:
-            migrate(driver, url)
+            if read_only:
+                _check_existing(driver, url)
+            else:
+                migrate(driver, url)
             break
         except (PoolTimeout, psycopg.OperationalError) as exc:
             # The server answered just now: a connection lost while migrating (a terminated
             # backend, a restart) is retried on a fresh one before the store gives up.
             if isinstance(exc, PoolTimeout) or attempt == 2:
                 driver.close()
-                raise StoreError(f"postgres {_redact(url)} is unreachable: {exc}".strip()) from exc
+                raise StoreError(
+                    f"postgres {display_url(url)} is unreachable: {exc}".strip()
+                ) from exc
             time.sleep(0.2)
         except BaseException:
             driver.close()

@@ -3,10 +3,23 @@
 One connection per thread. Writes run in ``BEGIN IMMEDIATE`` transactions, so two processes
 sharing a file serialize their fenced appends. ``synchronous=FULL`` by default: a committed
 boundary survives power loss, not only a process crash (``NORMAL`` is offered for speed).
+
+A damaged file is refused loudly (G10): SQLite's "not a database" and "malformed" errors become
+one :class:`~torpor.errors.DamagedStoreError` naming the file and ``torpor doctor``, never a
+traceback or a partial answer. The file's device and inode are recorded when it is opened and
+compared at every lease renewal and before every effect call
+(:meth:`SQLiteStore.check_database_file`): a store whose file was deleted or replaced while in
+use stops with :class:`~torpor.errors.StoreFileChangedError` before the next effect, instead of
+writing on into a file nobody can open again. ``open_sqlite(url, read_only=True)`` (what
+``ls``, ``show``, ``events``, ``artifacts`` and ``doctor`` use) never creates or migrates a
+database: it opens the file ``mode=ro``, or ``immutable=1`` when its folder is not writable
+(then it cannot see other processes' writes while it reads, and says so in
+:attr:`SQLiteDriver.note`).
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -16,7 +29,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import parse_qs, urlparse
 
-from ..errors import ConfigError, StoreError
+from ..errors import (
+    ConfigError,
+    DamagedStoreError,
+    StoreError,
+    StoreFileChangedError,
+    StoreMissingError,
+)
 from .base import check_schema
 from .sqlstore import SQLStore
 
@@ -39,33 +58,94 @@ class SQLiteDriver:
 
     dialect = "sqlite"
 
-    def __init__(self, path: str, *, synchronous: str = "FULL", busy_timeout_ms: int = 10_000):
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: str = "FULL",
+        busy_timeout_ms: int = 10_000,
+        mode: str = "rwc",
+    ):
         if synchronous.upper() not in SYNCHRONOUS:
             raise ConfigError(f"sqlite synchronous must be one of {SYNCHRONOUS}, not {synchronous}")
+        if mode not in ("rwc", "ro", "immutable"):
+            raise ConfigError(f"sqlite mode must be rwc, ro or immutable, not {mode!r}")
         self.path = path
         self.synchronous = synchronous.upper()
         self.busy_timeout_ms = busy_timeout_ms
+        #: ``rwc`` (read, write, create), ``ro`` (read-only), ``immutable`` (read-only, and
+        #: the file is assumed not to change: no locks, no WAL index; for a read-only folder).
+        self.mode = mode
+        #: ``(st_dev, st_ino)`` of the file when the store was opened (None: not checked).
+        self.file_id: tuple[int, int] | None = None
+        #: Something whoever opened the store should be told (an immutable read-only open).
+        self.note: str | None = None
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
 
+    def connect(self) -> sqlite3.Connection:
+        """A new plain connection to the file, in this driver's mode (nothing configured)."""
+        if self.mode == "rwc" or self.path == ":memory:":
+            target, uri = self.path, False
+        else:
+            query = "mode=ro" if self.mode == "ro" else "immutable=1"
+            target, uri = f"{Path(self.path).resolve().as_uri()}?{query}", True
+        return sqlite3.connect(
+            target,
+            uri=uri,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=self.busy_timeout_ms / 1000,
+        )
+
     def conn(self) -> sqlite3.Connection:
         c: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if c is None:
-            c = sqlite3.connect(
-                self.path,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=self.busy_timeout_ms / 1000,
-            )
-            c.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
-            c.execute("PRAGMA journal_mode = WAL")
-            c.execute(f"PRAGMA synchronous = {self.synchronous}")
-            c.execute("PRAGMA foreign_keys = ON")
+            try:
+                c = self.connect()
+                c.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+                if self.mode == "rwc":
+                    c.execute("PRAGMA journal_mode = WAL")
+                    c.execute(f"PRAGMA synchronous = {self.synchronous}")
+                c.execute("PRAGMA foreign_keys = ON")
+            except sqlite3.DatabaseError as exc:
+                raise self.damaged(exc) from exc
             self._local.conn = c
             with self._lock:
                 self._all.append(c)
         return c
+
+    def damaged(self, exc: BaseException) -> BaseException:
+        """``exc`` as the error to raise: SQLite saying the file is not a (sound) database
+        becomes one DamagedStoreError naming the file and ``torpor doctor``."""
+        if not is_damage(exc):
+            return exc
+        # SQLite quotes the undecodable bytes it met: never print them (terminal sequences).
+        reason = str(exc).split(" with text ", 1)[0]
+        reason = "".join(ch if ch.isprintable() and ch.isascii() else "?" for ch in reason)
+        return DamagedStoreError(
+            f"sqlite database {self.path} is damaged ({reason}); nothing was read from it as "
+            f"sound: run torpor doctor --db sqlite:///{self.path}"
+        )
+
+    def check_file(self) -> None:
+        """Raise StoreFileChangedError when the file opened is gone or another file took its
+        path (device and inode compared with :attr:`file_id`)."""
+        if self.file_id is None:
+            return
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise StoreFileChangedError(
+                f"sqlite database {self.path} was deleted while in use; stopped before the "
+                "next effect (writes to a deleted file are lost)"
+            ) from None
+        if (st.st_dev, st.st_ino) != self.file_id:
+            raise StoreFileChangedError(
+                f"sqlite database {self.path} was replaced by another file while in use; "
+                "stopped before the next effect (this process still writes to the old one)"
+            )
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Cursor]:
@@ -82,6 +162,8 @@ class SQLiteDriver:
         """Roll back after ``exc``; raise it (an OperationalError as StoreError)."""
         with suppress(sqlite3.Error):
             c.execute("ROLLBACK")
+        if is_damage(exc):
+            raise self.damaged(exc) from exc
         if isinstance(exc, sqlite3.OperationalError):
             raise StoreError(f"sqlite {self.path}: {exc}") from exc
         raise exc
@@ -89,9 +171,11 @@ class SQLiteDriver:
     def _commit(self, c: sqlite3.Connection) -> None:
         try:
             c.execute("COMMIT")
-        except sqlite3.OperationalError as exc:
+        except sqlite3.DatabaseError as exc:
             with suppress(sqlite3.Error):
                 c.execute("ROLLBACK")
+            if is_damage(exc):
+                raise self.damaged(exc) from exc
             raise StoreError(f"sqlite {self.path}: commit failed: {exc}") from exc
 
     def _begin(self, cur: sqlite3.Cursor) -> None:
@@ -117,8 +201,12 @@ class SQLiteDriver:
             if self.unique_violation(exc) is None:
                 raise
             return None
-        except sqlite3.OperationalError as exc:
-            raise StoreError(f"sqlite {self.path}: {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            if is_damage(exc):
+                raise self.damaged(exc) from exc
+            if isinstance(exc, sqlite3.OperationalError):
+                raise StoreError(f"sqlite {self.path}: {exc}") from exc
+            raise
 
     def _cursor(self) -> sqlite3.Cursor:
         cur: sqlite3.Cursor | None = getattr(self._local, "cursor", None)
@@ -130,14 +218,17 @@ class SQLiteDriver:
     def read(self) -> Iterator[sqlite3.Cursor]:
         c = self.conn()
         cur = c.cursor()
-        if c.in_transaction:
-            yield cur
-            return
-        cur.execute("BEGIN")
         try:
-            yield cur
-        finally:
-            c.execute("COMMIT")
+            if c.in_transaction:
+                yield cur
+                return
+            cur.execute("BEGIN")
+            try:
+                yield cur
+            finally:
+                c.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            raise self.damaged(exc) from exc
 
     def execute(self, cur: Any, sql: str, params: dict[str, Any]) -> int:
         cur.execute(sql, params)
@@ -173,6 +264,10 @@ class SQLiteStore(SQLStore):
     milliseconds without querying the tables."""
 
     driver: SQLiteDriver
+
+    def check_database_file(self) -> None:
+        """See :meth:`~torpor.store.base.Store.check_database_file` (device and inode)."""
+        self.driver.check_file()
 
     @contextmanager
     def _lease_transaction(self) -> Iterator[Any]:
@@ -247,7 +342,7 @@ def _inspect(driver: SQLiteDriver, url: str) -> int | None:
     Raises StoreError for an SQLite database that has tables but is not a torpor store, and
     lets sqlite3.DatabaseError through for a file that is not SQLite at all.
     """
-    c = sqlite3.connect(driver.path, isolation_level=None, timeout=driver.busy_timeout_ms / 1000)
+    c = driver.connect()
     try:
         c.execute(f"PRAGMA busy_timeout = {driver.busy_timeout_ms}")
         tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -270,33 +365,106 @@ def _split(script: str) -> list[str]:
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
-def open_sqlite(url: str, *, clock: Callable[[], float] = time.time) -> SQLiteStore:
-    """Open (creating and migrating) a ``sqlite:///path`` store.
+def open_sqlite(
+    url: str, *, clock: Callable[[], float] = time.time, read_only: bool = False
+) -> SQLiteStore:
+    """Open (creating and migrating) a ``sqlite:///path`` store; with ``read_only``, open an
+    existing one without creating, migrating or writing anything (see the module docstring).
 
     Query options: ``?synchronous=NORMAL`` (default FULL). ``sqlite:///relative/path`` is
-    relative to the working directory; ``sqlite:////abs/path`` is absolute.
+    relative to the working directory; ``sqlite:////abs/path`` is absolute. Raises ConfigError
+    for a bad URL, DamagedStoreError for a file that is not a sound SQLite database,
+    StoreMissingError (read-only) when there is no store at the path, SchemaVersionError for a
+    newer schema.
     """
     parsed = urlparse(url)
-    if parsed.scheme != "sqlite":
+    path = path_of(url)
+    opts = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    unknown = set(opts) - {"synchronous"}
+    if unknown:
+        raise ConfigError(f"unknown sqlite URL option(s) {sorted(unknown)} in {url}")
+    synchronous = opts.get("synchronous", "FULL")
+    if read_only and path != ":memory:":
+        return _open_read_only(url, path, synchronous, clock)
+    if path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    driver = SQLiteDriver(path, synchronous=synchronous)
+    try:
+        migrate(driver, url)
+        _remember_file(driver)
+    except sqlite3.DatabaseError as exc:
+        driver.close()
+        raise driver.damaged(exc) from exc
+    except BaseException:
+        driver.close()
+        raise
+    return SQLiteStore(driver, url, clock=clock)
+
+
+def path_of(url: str) -> str:
+    """The file a ``sqlite:///path`` URL names (ConfigError for another URL)."""
+    if urlparse(url).scheme != "sqlite":
         raise ConfigError(f"not a sqlite URL: {url}")
     path = url.split("://", 1)[1].split("?", 1)[0]
     if path.startswith("/"):
         path = path[1:]  # sqlite:///rel -> "rel", sqlite:////abs -> "/abs"
     if not path:
         raise ConfigError(f"sqlite URL needs a file path: {url}")
-    opts = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
-    unknown = set(opts) - {"synchronous"}
-    if unknown:
-        raise ConfigError(f"unknown sqlite URL option(s) {sorted(unknown)} in {url}")
-    if path != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    driver = SQLiteDriver(path, synchronous=opts.get("synchronous", "FULL"))
+    return path
+
+
+def _remember_file(driver: SQLiteDriver) -> None:
+    if driver.path != ":memory:":
+        st = os.stat(driver.path)
+        driver.file_id = (st.st_dev, st.st_ino)
+
+
+def _open_read_only(
+    url: str, path: str, synchronous: str, clock: Callable[[], float]
+) -> SQLiteStore:
+    file = Path(path)
+    if not file.is_file():
+        raise StoreMissingError(
+            f"no torpor store at {path} ({url}); nothing was created: check --db, "
+            "TORPOR_DATABASE_URL or TORPOR_HOME"
+        )
+    folder_writable = os.access(file.parent, os.W_OK | os.X_OK)
+    driver = SQLiteDriver(
+        path, synchronous=synchronous, mode="ro" if folder_writable else "immutable"
+    )
+    if not folder_writable:
+        driver.note = (
+            f"{file.parent} is not writable: {path} was opened immutable, so writes other "
+            "processes make while this command reads are not seen"
+        )
     try:
-        migrate(driver, url)
+        found = _inspect(driver, url)
+        _remember_file(driver)
     except sqlite3.DatabaseError as exc:
         driver.close()
-        raise StoreError(f"{url}: not a usable torpor database: {exc}") from exc
+        raise driver.damaged(exc) from exc
     except BaseException:
         driver.close()
         raise
+    if found is None:
+        raise StoreMissingError(f"{path} ({url}) is an empty database, not a torpor store")
+    check_schema(found, SCHEMA_VERSION, url)
+    if found < SCHEMA_VERSION:
+        if folder_writable and os.access(path, os.W_OK):
+            return open_sqlite(url, clock=clock)  # an older store: migrated as any open does
+        raise StoreError(
+            f"{url} has schema version {found}, older than this torpor's {SCHEMA_VERSION}, and "
+            "cannot be migrated read-only: run a command that writes with write access once"
+        )
     return SQLiteStore(driver, url, clock=clock)
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether SQLite says the file is not a database or is malformed (SQLITE_NOTADB,
+    SQLITE_CORRUPT), as opposed to a constraint, a lock, or a misuse."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    if type(exc) is sqlite3.DatabaseError:
+        return True
+    text = str(exc).lower()
+    return any(m in text for m in ("malformed", "not a database", "could not decode"))

@@ -16,6 +16,7 @@ An append takes one of two paths (both fenced, see :mod:`.base`):
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -34,6 +35,7 @@ from ..errors import (
 )
 from ..history import Event, RunStarted, RunState, apply
 from ..owners import owner_is_dead
+from ..urls import display_url
 from . import codec
 from .appends import Appends
 from .base import (
@@ -51,6 +53,8 @@ from .base import (
 #: What a store remembers of its latest append to a run under a lease, so the next append can
 #: take the plain path: (lease epoch, last seq, checkpoint seq, the row's status columns).
 _Memo = tuple[int, int, int, tuple[Any, ...]]
+
+log = logging.getLogger("torpor.store")
 
 
 class SQLStore:
@@ -98,6 +102,10 @@ class SQLStore:
         """Release connections."""
         self.driver.close()
 
+    def check_database_file(self) -> None:
+        """See :meth:`~torpor.store.base.Store.check_database_file`: nothing to check on a
+        database server (SQLite overrides it)."""
+
     @contextmanager
     def _lease_transaction(self) -> Iterator[Any]:
         """A transaction that only moves a lease (claim, acquire, renew, release).
@@ -138,7 +146,7 @@ class SQLStore:
         with self.driver.read() as cur:
             row = self.driver.fetchone(cur, self.q["get_run"], {"run_id": run_id})
         if row is None:
-            raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
+            raise RunNotFoundError(f"no run {run_id!r} in {display_url(self.url)}")
         return RunRecord(*row)
 
     def list_runs(
@@ -219,7 +227,7 @@ class SQLStore:
             if rec.lease_owner and rec.lease_owner != owner and owner_is_dead(rec.lease_owner):
                 take_from = (rec.lease_owner, rec.lease_epoch)
         stale_owner, stale_epoch = take_from or (None, None)
-        start = self.now_ms()
+        mono, start = time.monotonic(), self.now_ms()
         self.appends.forget(run_id)
         with self._lease_transaction() as cur:
             row = self.driver.fetchone(
@@ -237,7 +245,7 @@ class SQLStore:
         if row is None:
             rec = self.get_run(run_id)
             raise LeaseHeldError(run_id, rec.lease_owner or "?", rec.lease_expires_at_ms)
-        return Lease(run_id, owner, int(row[0]), start + ttl_ms, ttl_ms, row[1])
+        return Lease(run_id, owner, int(row[0]), start + ttl_ms, ttl_ms, row[1], mono)
 
     def claim_next(
         self,
@@ -256,7 +264,7 @@ class SQLStore:
         claiming (``FOR UPDATE SKIP LOCKED``); SQLite serializes claims with its write lock.
         """
         ttl_ms = int(ttl_s * 1000)
-        start = self.now_ms()
+        mono, start = time.monotonic(), self.now_ms()
         with self._lease_transaction() as cur:
             row = self.driver.fetchone(
                 cur,
@@ -272,7 +280,7 @@ class SQLStore:
         if row is None:
             return None
         self.appends.forget(str(row[0]))
-        return Lease(str(row[0]), owner, int(row[1]), start + ttl_ms, ttl_ms, row[2])
+        return Lease(str(row[0]), owner, int(row[1]), start + ttl_ms, ttl_ms, row[2], mono)
 
     def next_wake_at_ms(self, *, accept: Mapping[str, Sequence[str]] | None = None) -> int | None:
         """The earliest timer deadline among waiting runs (epoch ms), or None; ``accept`` as in
@@ -296,7 +304,8 @@ class SQLStore:
 
     def renew_lease(self, lease: Lease) -> Lease:
         """Extend the lease by its ttl. Raises LeaseLostError if it was lost or expired."""
-        start = self.now_ms()
+        self.check_database_file()
+        mono, start = time.monotonic(), self.now_ms()
         with self._lease_transaction() as cur:
             n = self.driver.execute(
                 cur,
@@ -311,7 +320,14 @@ class SQLStore:
             )
         if n == 0:
             raise LeaseLostError(lease.run_id, lease.epoch, "renewal refused")
-        return Lease(lease.run_id, lease.owner, lease.epoch, start + lease.ttl_ms, lease.ttl_ms)
+        return Lease(
+            lease.run_id,
+            lease.owner,
+            lease.epoch,
+            start + lease.ttl_ms,
+            lease.ttl_ms,
+            renewed_mono=mono,
+        )
 
     def unrunnable_versions(
         self, accept: Mapping[str, Sequence[str]], limit: int = 100
@@ -380,14 +396,34 @@ class SQLStore:
     # ----------------------------------------------------------------- history
 
     def read_events(self, run_id: str, after_seq: int = 0, limit: int = 1_000_000) -> list[Event]:
-        """Events with ``seq > after_seq`` in order. Raises CorruptRecordError on a bad row."""
+        """Events with ``seq > after_seq`` in order. Raises CorruptRecordError on a bad row, and
+        on a history with a hole in it: seqs are dense, and reach at least the seq the run row
+        last recorded — a damaged database that loses rows is refused, not shown in part."""
         with self.driver.read() as cur:
             rows = self.driver.fetchall(
                 cur,
                 self.q["events_after"],
                 {"run_id": run_id, "after_seq": after_seq, "limit": limit},
             )
-        return [codec.decode(run_id, r) for r in rows]
+            recorded = None
+            if len(rows) < limit:
+                row = self.driver.fetchone(cur, self.q["recorded_seq"], {"run_id": run_id})
+                recorded = int(row[0]) if row and row[0] is not None else None
+        events = [codec.decode(run_id, r) for r in rows]
+        expected = after_seq + 1
+        for e in events:
+            if e.seq != expected:
+                break
+            expected += 1
+        else:
+            if recorded is None or expected > recorded:
+                return events
+        raise CorruptRecordError(
+            f"run {run_id!r}: event seq {expected} is missing from its history (the run row "
+            f"records seq {recorded or '?'}); the database may be damaged: run torpor doctor",
+            run_id=run_id,
+            seq=expected,
+        )
 
     def iter_events(self, run_id: str, page: int = 1000) -> Iterator[Event]:
         """All events of a run, read page by page."""
@@ -410,9 +446,12 @@ class SQLStore:
         with self.driver.read() as cur:
             row = self.driver.fetchone(cur, self.q["get_checkpoint"], {"run_id": run_id})
             if row is None:
-                raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
+                raise RunNotFoundError(f"no run {run_id!r} in {display_url(self.url)}")
             ckpt_seq, ckpt_text, row_seq = row[0], row[1], int(row[2])
             state = codec.checkpoint_state(run_id, ckpt_seq, ckpt_text, row_seq)
+            if state is None and ckpt_text:
+                why = codec.checkpoint_problem(run_id, ckpt_seq, ckpt_text, row_seq)
+                log.warning("run %r: %s; its state is folded from the history", run_id, why)
             rows = self._events_after(cur, run_id, state.seq if state else 0)
         if state is not None:
             try:
@@ -499,7 +538,7 @@ class SQLStore:
             # or one recording the outcome.
             row = self.driver.fetchone(cur, self.q["lock_run"], {"run_id": run_id})
             if row is None:
-                raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
+                raise RunNotFoundError(f"no run {run_id!r} in {display_url(self.url)}")
             status, outcome = row[1], row[2]
             finished = status == "finished" and not (
                 kind in REOPENING_KINDS and outcome in ("unresolved", "blocked")

@@ -98,6 +98,10 @@ WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
 UPDATE runs SET lease_owner = NULL, lease_expires_at_ms = 0, updated_at_ms = :now_ms
 WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch;
 
+-- name: recorded_seq
+-- The seq the run row last recorded (a status change, a checkpoint): the history reaches it.
+SELECT last_seq FROM runs WHERE run_id = :run_id;
+
 -- name: events_after
 SELECT seq, type, epoch, at_ms, v, payload FROM events
 WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq LIMIT :limit;
