@@ -49,6 +49,32 @@ def call_model(
     redacted response too, so what it acts on is exactly what a replay will see. Raises
     NonDeterminismError when a replayed call's prompt differs from the recorded one.
     """
+    return call_model_step(
+        run,
+        model,
+        messages,
+        tools,
+        name=name,
+        purpose=purpose,
+        before_call=before_call,
+        redact=redact,
+    )[0]
+
+
+def call_model_step(
+    run: Run,
+    model: Model,
+    messages: Sequence[Message],
+    tools: Sequence[ToolSpec] = (),
+    *,
+    name: str = "model",
+    purpose: str = "",
+    before_call: Callable[[], None] | None = None,
+    redact: Callable[[ModelResponse], ModelResponse] | None = None,
+    facts: Callable[[str], list[Payload]] | None = None,
+) -> tuple[ModelResponse, str]:
+    """:func:`call_model`, giving back the step id too; ``facts(step_id)``: more events
+    recorded in the same step as the call (what context was sent: ``context_built``)."""
     ph = prompt_hash(model.model_id, messages, tools)
 
     def work(sid: str) -> tuple[Any, list[Payload]]:
@@ -65,7 +91,8 @@ def call_model(
             output_tokens=max(0, resp.usage.output_tokens),
             cost_usd=resp.cost_usd,
         )
-        return {"prompt_hash": ph, "response": resp.model_dump(mode="json")}, [called]
+        more = facts(sid) if facts is not None else []
+        return {"prompt_hash": ph, "response": resp.model_dump(mode="json")}, [called, *more]
 
     rec = run.journal.record(name, work, purpose=purpose or f"model call ({model.model_id})")
     result = rec.result or {}
@@ -77,4 +104,4 @@ def call_model(
             f"{str(result.get('prompt_hash'))[:12]}, the replay builds {ph[:12]}; the code "
             "that builds the prompt changed since the call was recorded"
         )
-    return ModelResponse.model_validate(result["response"])
+    return ModelResponse.model_validate(result["response"]), rec.step_id
