@@ -214,6 +214,8 @@ class WorkingMemory:
         new = Summary(
             lines=[*self.summary.lines, *lines],
             turns_folded=self.summary.turns_folded + len(units),
+            model_turns_folded=self.summary.model_turns_folded
+            + sum(1 for u in units if u.kind == "model"),
             dropped_lines=self.summary.dropped_lines,
         ).trimmed(cfg.summary_tokens)
         call_ids = [c.call_id for u in units for c in u.calls]

@@ -54,6 +54,9 @@ class SummaryLine(BaseModel):
     turn: int
     text: str
     weight: int = 1
+    #: The fact part alone (no call descriptions, no refs): what the line is shortened to
+    #: before facts are dropped.
+    core: str = ""
 
 
 class Summary(BaseModel):
@@ -61,6 +64,7 @@ class Summary(BaseModel):
 
     lines: list[SummaryLine] = Field(default_factory=list)
     turns_folded: int = 0
+    model_turns_folded: int = 0
     dropped_lines: int = 0
 
     def text(self) -> str:
@@ -68,8 +72,8 @@ class Summary(BaseModel):
         if not self.lines and not self.turns_folded:
             return ""
         head = (
-            f"({self.turns_folded} earlier turns summarized; their raw events stay in the "
-            "history: torpor events RUN"
+            f"({self.turns_folded} earlier turns summarized, {self.model_turns_folded} of them "
+            "model turns; their raw events stay in the history: torpor events RUN"
         )
         if self.dropped_lines:
             head += f"; {self.dropped_lines} low-value lines dropped"
@@ -83,16 +87,26 @@ class Summary(BaseModel):
         lines oldest first."""
         lines = list(self.lines)
         dropped = self.dropped_lines
-        out = self.model_copy(update={"lines": lines})
-        for weight in (1, 2):
+        size = self.tokens()
+        # (Token counts are kept by difference: the estimate of a line does not depend on the
+        # others, within a token of rounding per line.)
+        for stage in ("plain", "shorten", "facts"):
             i = 0
-            while out.tokens() > max_tokens and i < len(lines):
-                if lines[i].weight == weight:
+            while size > max_tokens and i < len(lines):
+                x = lines[i]
+                if (stage == "plain" and x.weight == 1) or stage == "facts":
+                    size -= estimate_text(f"- [t{x.turn}] {x.text}\n") - 1
                     del lines[i]
                     dropped += 1
-                    out = self.model_copy(update={"lines": lines, "dropped_lines": dropped})
-                else:
-                    i += 1
+                    continue
+                if stage == "shorten" and x.core and x.core != x.text:
+                    size -= estimate_text(x.text) - estimate_text(x.core)
+                    lines[i] = x.model_copy(update={"text": x.core})
+                i += 1
+        out = self.model_copy(update={"lines": lines, "dropped_lines": dropped})
+        while lines and out.tokens() > max_tokens:  # rounding: drop until it holds
+            del lines[0]
+            out = self.model_copy(update={"lines": lines, "dropped_lines": out.dropped_lines + 1})
         return out
 
 
@@ -178,9 +192,15 @@ def extract_unit(u: Unit) -> SummaryLine:
     if found:
         parts.append("ids: " + ", ".join(found))
         weight = 2
+    core = [p for p in parts if not any(p.startswith(f"{c.tool}(") for c in u.calls)]
     if u.refs:
         parts.append("refs: " + ", ".join(u.refs))
-    return SummaryLine(turn=u.turn, text="; ".join(parts), weight=weight)
+    return SummaryLine(
+        turn=u.turn,
+        text="; ".join(parts),
+        weight=weight,
+        core="; ".join(core) if weight > 1 else "",
+    )
 
 
 class ExtractiveSummarizer:

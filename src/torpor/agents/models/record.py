@@ -31,6 +31,17 @@ def prompt_hash(model_id: str, messages: Sequence[Message], tools: Sequence[Tool
     )
 
 
+def context_hash(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> str:
+    """sha256 of the messages and tool definitions without the model id: a recorded call whose
+    prompt differs only by the model is replayed (the run resumed under another model)."""
+    return serde.hash_value(
+        {
+            "messages": [m.model_dump(mode="json") for m in messages],
+            "tools": [t.model_dump(mode="json") for t in tools],
+        }
+    )
+
+
 def call_model(
     run: Run,
     model: Model,
@@ -76,6 +87,7 @@ def call_model_step(
     """:func:`call_model`, giving back the step id too; ``facts(step_id)``: more events
     recorded in the same step as the call (what context was sent: ``context_built``)."""
     ph = prompt_hash(model.model_id, messages, tools)
+    ch = context_hash(messages, tools)
 
     def work(sid: str) -> tuple[Any, list[Payload]]:
         if before_call is not None:
@@ -92,13 +104,14 @@ def call_model_step(
             cost_usd=resp.cost_usd,
         )
         more = facts(sid) if facts is not None else []
-        return {"prompt_hash": ph, "response": resp.model_dump(mode="json")}, [called, *more]
+        result = {"prompt_hash": ph, "context_hash": ch, "response": resp.model_dump(mode="json")}
+        return result, [called, *more]
 
     rec = run.journal.record(name, work, purpose=purpose or f"model call ({model.model_id})")
     result = rec.result or {}
     if rec.new:
         faults.point("model.recorded")
-    elif result.get("prompt_hash") != ph:
+    elif result.get("prompt_hash") != ph and result.get("context_hash") != ch:
         raise NonDeterminismError(
             f"run {run.run_id!r} step {rec.step_id!r}: the recorded model call had prompt hash "
             f"{str(result.get('prompt_hash'))[:12]}, the replay builds {ph[:12]}; the code "

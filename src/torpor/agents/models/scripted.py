@@ -1,20 +1,26 @@
 """A scripted model for tests: implements the protocol without any network.
 
 The response to a request is chosen by the *turn*: the number of assistant messages already in
-the conversation. So a process that crashed and resumed gets the same answer for the same
-turn, and a test can tell a repeated call (the same turn asked twice) from a new one. Every
-call is appended to ``calls`` and, with ``counter_file``, to a file (one JSON line, fsynced),
-so a test in another process can count calls made before a crash.
+the conversation, plus the model turns its running summary says it folded (``N of them model
+turns``, see :mod:`torpor.memory.compaction`) when the agent's memory compacted. So a process
+that crashed and resumed gets the same answer for the same turn, and a test can tell a
+repeated call (the same turn asked twice) from a new one. Every call is appended to ``calls``
+and, with ``counter_file``, to a file (one JSON line, fsynced), so a test in another process
+can count calls made before a crash.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .base import Message, ModelResponse, TokenUsage, ToolCall, ToolSpec
+
+#: How a compacted context says how many model turns its summary folded.
+FOLDED = re.compile(r"(\d+) of them model turns")
 
 Script = ModelResponse | Message | Callable[[Sequence[Message], Sequence[ToolSpec]], Any]
 
@@ -33,6 +39,17 @@ def use(*calls: tuple[str, dict[str, Any]] | ToolCall, text: str = "", turn: int
         else:
             out.append(ToolCall(id=f"call-{turn}-{i}", name=c[0], arguments=c[1]))
     return Message(role="assistant", content=text, tool_calls=out)
+
+
+def turn_of(messages: Sequence[Message]) -> int:
+    """The conversation's turn: assistant messages + model turns folded into its summary."""
+    folded = 0
+    for m in messages:
+        if m.role == "system":
+            hit = FOLDED.search(m.content)
+            if hit:
+                folded = int(hit.group(1))
+    return folded + sum(1 for m in messages if m.role == "assistant")
 
 
 class ScriptedModel:
@@ -57,7 +74,7 @@ class ScriptedModel:
     def complete(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()
     ) -> ModelResponse:
-        turn = sum(1 for m in messages if m.role == "assistant")
+        turn = turn_of(messages)
         self.calls.append(list(messages))
         if self.counter_file is not None:
             with open(self.counter_file, "a") as f:
