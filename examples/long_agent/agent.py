@@ -103,12 +103,29 @@ def build_model(model_id: str = "scripted-a", turns: int = 5000) -> ScriptedMode
     return ScriptedModel([answer] * turns, model_id=model_id)
 
 
-agent = torpor.Agent(
-    NAME,
-    goal="read every notes file and remember what matters",
-    tools=tools,
-    planner=LongPlanner(build_model(os.environ.get("LONG_AGENT_MODEL") or "scripted-a")),
-    memory=Memory(budget_tokens=BUDGET_TOKENS, summary_share=0.45, buffer_share=0.45),
-    budget=torpor.Budget(steps=100_000),
-    max_plan_versions=1_000_000,
-)
+def make_agent(
+    name: str = NAME,
+    *,
+    budget_tokens: int = BUDGET_TOKENS,
+    model_id: str = "scripted-a",
+    summarizer: Any = None,
+) -> torpor.Agent:
+    """The long agent registered as workflow ``name`` (tests make several, with small budgets,
+    another model, or a model summarizer)."""
+    return torpor.Agent(
+        name,
+        goal="read every notes file and remember what matters",
+        tools=tools,
+        planner=LongPlanner(build_model(model_id)),
+        memory=Memory(
+            budget_tokens=budget_tokens,
+            summary_share=0.45,
+            buffer_share=0.45,
+            summarizer=summarizer,
+        ),
+        budget=torpor.Budget(steps=100_000),
+        max_plan_versions=1_000_000,
+    )
+
+
+agent = make_agent(model_id=os.environ.get("LONG_AGENT_MODEL") or "scripted-a")

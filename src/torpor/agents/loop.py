@@ -74,7 +74,6 @@ from .planners import Planner
 from .proposals import PlanView, Proposal, StepView
 from .tools import Tools, Vault
 from .verifiers import ModelJudge, Verifier
-from .working import WorkingMemory
 
 # ------------------------------------------------------------------ the agent
 
@@ -159,6 +158,10 @@ class AgentContext:
 
     def __post_init__(self) -> None:
         self.vault = Vault(self.run.journal.host.signing_key, self.agent.known_secrets())
+        # (Imported here: torpor.memory imports the model types of this package, so the
+        # package must import whichever of the two comes first without a cycle.)
+        from .working import WorkingMemory
+
         self.memory = WorkingMemory(self)
         self._from_model = False
 

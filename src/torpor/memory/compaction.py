@@ -95,7 +95,7 @@ class Summary(BaseModel):
             while size > max_tokens and i < len(lines):
                 x = lines[i]
                 if (stage == "plain" and x.weight == 1) or stage == "facts":
-                    size -= estimate_text(f"- [t{x.turn}] {x.text}\n") - 1
+                    size -= estimate_text(f"- [t{x.turn}] {x.text}\n")
                     del lines[i]
                     dropped += 1
                     continue
@@ -126,7 +126,7 @@ class Summarizer(Protocol):
 _EXT = "py|md|json|txt|toml|yaml|yml|cfg|ini|sql|js|ts|rs|go|c|h|log|csv|lock"
 _PATH = rf"(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:{_EXT})\b"
 _HEX = r"\b[0-9a-f]{7,64}\b"
-_ID = r"\b[A-Za-z][A-Za-z0-9]*(?:[-_:][A-Za-z0-9]+)*[-_:][A-Za-z0-9]*\d[A-Za-z0-9]*\b"
+_ID = r"\b(?=[\w:-]*\d)[A-Za-z]\w*(?:[-:]\w+)+"
 _NUM = r"(?<![\w.])\d{3,}(?:\.\d+)?\b|#\d+"
 #: Identifiers kept verbatim: paths, hex hashes, ids with a digit, numbers of 3+ digits, #seq.
 IDENTIFIER = re.compile(f"{_PATH}|{_HEX}|{_ID}|{_NUM}")
