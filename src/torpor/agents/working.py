@@ -55,10 +55,13 @@ class WorkingMemory:
         self.summary = Summary()
         self.compactions = 0
         self.failed_summaries = 0
+        self.failed_at = 0
         self.calibration = Calibration()
         self.answers: dict[str, Any] = {}
         self.retired: list[str] = []
         self.pending: BuiltContext | None = None
+        self.instructions = ""
+        self.extra: list[tuple[str, int, str]] = []
         self.restored = False
 
     # ------------------------------------------------------------ the snapshot
@@ -85,9 +88,12 @@ class WorkingMemory:
             summary=self.summary,
             compactions=self.compactions,
             failed_summaries=self.failed_summaries,
+            failed_at=self.failed_at,
             calibration=self.calibration,
             answers=self.answers,
             artifacts=self._artifact_excerpts(),
+            instructions=self.instructions,
+            extra=list(self.extra),
         )
 
     def load(self, snap: AgentSnapshot) -> None:
@@ -99,9 +105,12 @@ class WorkingMemory:
         self.summary = snap.summary
         self.compactions = snap.compactions
         self.failed_summaries = snap.failed_summaries
+        self.failed_at = snap.failed_at
         self.calibration = snap.calibration.model_copy()
         self.answers = dict(snap.answers)
         self.retired = list(snap.retired)
+        self.instructions = snap.instructions
+        self.extra = list(snap.extra)
 
     def save(self, need_plan: bool) -> None:
         """Checkpoint the loop's state (the run's user checkpoint; see :meth:`restore`)."""
@@ -199,6 +208,8 @@ class WorkingMemory:
         buf = Buffer(units=self.buffer_units)
         if not due(buf, cfg.buffer_tokens, cfg.compact_at):
             return
+        if self.failed_at and len(self.buffer_units) <= self.failed_at:
+            return  # the summary failed with this buffer: try again once it has grown
         idx = choose(buf, int(cfg.buffer_tokens * cfg.compact_to))
         if not idx:
             return
@@ -208,6 +219,7 @@ class WorkingMemory:
             lines = summarizer.summarize(self.ctx, units, self.summary)
         except SummaryFailed as exc:
             self.failed_summaries += 1
+            self.failed_at = len(self.buffer_units)
             self.ctx.run.warn(f"compaction skipped, the buffer is unchanged: {exc}")
             return
         before = buf.tokens()
@@ -257,8 +269,10 @@ class WorkingMemory:
     # ------------------------------------------------------------ contexts
 
     def conversation(self, instructions: str, need_plan: bool = True) -> list[Message]:
+        self.instructions = instructions
         snap = self.snapshot(need_plan)
         extra = self._extra_sections(snap)
+        self.extra = [(x.name, x.priority, x.text) for x in extra if x.text]
         self.pending = next_context(snap, instructions=instructions, extra=extra)
         return list(self.pending.messages)
 

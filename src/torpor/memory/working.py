@@ -69,9 +69,18 @@ class AgentSnapshot(BaseModel):
     summary: Summary = Field(default_factory=Summary)
     compactions: int = 0
     failed_summaries: int = 0
+    #: Buffer units when the latest summary failed (compaction waits for one more).
+    failed_at: int = 0
     calibration: Calibration = Field(default_factory=Calibration)
     answers: dict[str, Any] = Field(default_factory=dict)
     artifacts: dict[str, str] = Field(default_factory=dict)
+    #: The planner's instructions and the provider sections (name, priority, text) of the
+    #: latest context built: what ``torpor context RUN`` shows for them.
+    instructions: str = ""
+    extra: list[tuple[str, int, str]] = Field(default_factory=list)
+
+    def extra_sections(self) -> list[ContextSection]:
+        return [ContextSection(n, p, t) for n, p, t in self.extra]
 
 
 def goal_text(goal: str, criteria: Sequence[str], input: Any) -> str:
@@ -141,7 +150,8 @@ def sections_of(
         placement="conversation",
     )
     artifacts = "\n\n".join(f"sha256:{h}\n{text}" for h, text in sorted(snap.artifacts.items()))
-    system = "\n\n".join(x for x in (snap.system_text, instructions) if x)
+    status = f"(Model turns so far: {model_turns(snap)}.)"
+    system = "\n\n".join(x for x in (status, snap.system_text, instructions) if x)
     return [
         ContextSection("system", PRIORITIES["goal"], system, placement="system"),
         ContextSection("summary", PRIORITIES["summary"], snap.summary.text()),
@@ -152,6 +162,12 @@ def sections_of(
         ContextSection("goal", PRIORITIES["goal"], snap.goal_text, placement="goal"),
         buf,
     ]
+
+
+def model_turns(snap: AgentSnapshot) -> int:
+    """How many model turns the agent has taken: those folded into the summary and those in
+    the buffer (the context says so, whatever the budget left out)."""
+    return snap.summary.model_turns_folded + sum(1 for u in snap.buffer.units if u.kind == "model")
 
 
 def next_context(

@@ -1,8 +1,9 @@
 """A scripted model for tests: implements the protocol without any network.
 
 The response to a request is chosen by the *turn*: the number of assistant messages already in
-the conversation, plus the model turns its running summary says it folded (``N of them model
-turns``, see :mod:`torpor.memory.compaction`) when the agent's memory compacted. So a process
+the conversation — or, when the agent's working memory says how many model turns it has taken
+(``(Model turns so far: N.)`` in the system message, see :mod:`torpor.memory.working`), that
+number, whatever compaction or the budget left out of the context. So a process
 that crashed and resumed gets the same answer for the same turn, and a test can tell a
 repeated call (the same turn asked twice) from a new one. Every call is appended to ``calls``
 and, with ``counter_file``, to a file (one JSON line, fsynced), so a test in another process
@@ -19,8 +20,8 @@ from typing import Any
 
 from .base import Message, ModelResponse, TokenUsage, ToolCall, ToolSpec
 
-#: How a compacted context says how many model turns its summary folded.
-FOLDED = re.compile(r"(\d+) of them model turns")
+#: How an agent's context says how many model turns it has taken.
+TURNS = re.compile(r"\(Model turns so far: (\d+)\.\)")
 
 Script = ModelResponse | Message | Callable[[Sequence[Message], Sequence[ToolSpec]], Any]
 
@@ -42,14 +43,14 @@ def use(*calls: tuple[str, dict[str, Any]] | ToolCall, text: str = "", turn: int
 
 
 def turn_of(messages: Sequence[Message]) -> int:
-    """The conversation's turn: assistant messages + model turns folded into its summary."""
-    folded = 0
+    """The conversation's turn: the agent's count of its model turns when the context states
+    it, else the number of assistant messages."""
     for m in messages:
         if m.role == "system":
-            hit = FOLDED.search(m.content)
+            hit = TURNS.search(m.content)
             if hit:
-                folded = int(hit.group(1))
-    return folded + sum(1 for m in messages if m.role == "assistant")
+                return int(hit.group(1))
+    return sum(1 for m in messages if m.role == "assistant")
 
 
 class ScriptedModel:
