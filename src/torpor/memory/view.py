@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from .. import serde
 from ..history import RunState
 from .context import BuiltContext
-from .working import SNAPSHOT_VERSION, AgentSnapshot, next_context, sections_of
+from .working import SNAPSHOT_VERSION, AgentSnapshot, model_turns, next_context, sections_of
 
 
 @dataclass(frozen=True)
@@ -29,14 +29,15 @@ class SectionView:
 @dataclass(frozen=True)
 class ContextView:
     """The next context of a run: its sections in placement order, the total and budget
-    (tokens), the context's hash, how many turns the summary folded and the checkpoint's seq."""
+    (tokens), the context's hash, the agent's model turns, its compactions and the seq of the
+    checkpoint it was read from."""
 
     run_id: str
     sections: list[SectionView]
     total_tokens: int
     budget_tokens: int
     context_hash: str
-    turn: int
+    model_turns: int
     compactions: int
     checkpoint_seq: int
     built: BuiltContext
@@ -91,7 +92,7 @@ def context_view(state: RunState) -> ContextView | None:
         total_tokens=built.total_tokens,
         budget_tokens=built.budget_tokens,
         context_hash=built.context_hash,
-        turn=snap.turn,
+        model_turns=model_turns(snap),
         compactions=snap.compactions,
         checkpoint_seq=state.user_checkpoint_seq,
         built=built,
