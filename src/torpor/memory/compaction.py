@@ -87,7 +87,7 @@ class Summary(BaseModel):
         lines oldest first."""
         lines = list(self.lines)
         dropped = self.dropped_lines
-        size = self.tokens()
+        size = self.tokens() + 12  # (room for the header's count of dropped lines)
         # (Token counts are kept by difference: the estimate of a line does not depend on the
         # others, within a token of rounding per line.)
         for stage in ("plain", "shorten", "facts"):
@@ -104,8 +104,9 @@ class Summary(BaseModel):
                     lines[i] = x.model_copy(update={"text": x.core})
                 i += 1
         out = self.model_copy(update={"lines": lines, "dropped_lines": dropped})
-        while lines and out.tokens() > max_tokens:  # rounding: drop until it holds
-            del lines[0]
+        while lines and out.tokens() > max_tokens:  # rounding, the header: until it holds
+            plain = [i for i, x in enumerate(lines) if x.weight == 1]
+            del lines[plain[0] if plain else 0]
             out = self.model_copy(update={"lines": lines, "dropped_lines": out.dropped_lines + 1})
         return out
 
@@ -130,6 +131,9 @@ _ID = r"\b(?=[\w:-]*\d)[A-Za-z]\w*(?:[-:]\w+)+"
 _NUM = r"(?<![\w.])\d{3,}(?:\.\d+)?\b|#\d+"
 #: Identifiers kept verbatim: paths, hex hashes, ids with a digit, numbers of 3+ digits, #seq.
 IDENTIFIER = re.compile(f"{_PATH}|{_HEX}|{_ID}|{_NUM}")
+#: The identifiers that make a line a fact by themselves (a bare number does not: it is kept
+#: verbatim with the others, but "turn 123" alone is no reason to keep a line).
+STRONG_IDENTIFIER = re.compile(f"{_PATH}|{_HEX}|{_ID}")
 #: A sentence that carries a conclusion, a decision and its reason, an error and its fix, or a
 #: failed approach and why.
 SIGNAL = re.compile(
@@ -175,7 +179,7 @@ def extract_unit(u: Unit) -> SummaryLine:
         keep += [
             s[:SENTENCE_CHARS]
             for s in _sentences(u.text)
-            if s[:SENTENCE_CHARS] not in keep and IDENTIFIER.search(s)
+            if s[:SENTENCE_CHARS] not in keep and STRONG_IDENTIFIER.search(s)
         ]
         if keep:
             parts.append(" ".join(keep))
@@ -191,7 +195,8 @@ def extract_unit(u: Unit) -> SummaryLine:
     found = [i for i in found if i not in " ".join(parts)][:MAX_RESULT_IDS]
     if found:
         parts.append("ids: " + ", ".join(found))
-        weight = 2
+        if any(STRONG_IDENTIFIER.fullmatch(i) for i in found):
+            weight = 2
     core = [p for p in parts if not any(p.startswith(f"{c.tool}(") for c in u.calls)]
     if u.refs:
         parts.append("refs: " + ", ".join(u.refs))
