@@ -79,3 +79,56 @@ def test_console_run_page_shows_the_next_context(
     assert status == 200
     assert "Context of the next model call" in page and 'id="context-sections"' in page
     assert "earlier turns summarized" in page and "<td>summary</td>" in page
+
+
+def test_the_docs_snippet_runs_as_written(tmp_path: Path) -> None:
+    """docs/context.md's Python block and its ``torpor context`` commands, as written."""
+    import re
+    import subprocess
+
+    from conftest import run_python
+
+    doc = (ROOT / "docs" / "context.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", doc, re.S)[0]
+    proc = run_python(code, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("succeeded\n") and "## team-notes" in proc.stdout
+    assert "Deploys are frozen on Fridays." in proc.stdout
+    for line in re.findall(r"^(torpor --db .*?)\s+#", doc, re.M):
+        out = subprocess.run(
+            [sys.executable, "-m", "torpor.cli", *line.split()[1:]],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, (line, out.stderr)
+        assert "team-notes" in out.stdout
+
+
+@pytest.mark.slow
+def test_the_long_example_runs_as_its_readme_says(tmp_path: Path) -> None:
+    """The commands of docs/context.md's (and the README's) long example: killed at turn 150,
+    resumed to the end, then ``torpor context``."""
+    import re
+    import subprocess
+
+    doc = (ROOT / "docs" / "context.md").read_text()
+    block = re.findall(r"```bash\n(uv run python -m examples.long_agent.*?)```", doc, re.S)[0]
+    demo = tmp_path / "long-demo"
+    outs = []
+    for line in block.strip().splitlines():
+        args = line.replace("/tmp/long-demo", str(demo)).split()[2:]  # (after "uv run")
+        if args[0] == "python":
+            args = [sys.executable, *args[1:]]
+        else:
+            args = [sys.executable, "-m", "torpor.cli", *args[1:]]
+        outs.append(subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300))
+    killed, resumed, shown = outs
+    assert killed.returncode == -9 and "SIGKILL at turn 150" in killed.stdout, killed.stderr
+    assert resumed.returncode == 0 and "succeeded: 300 model calls" in resumed.stdout
+    first = resumed.stdout.splitlines()[0]
+    assert first.startswith("turn  150"), first  # continued where it died
+    sizes = [int(m) for m in re.findall(r"context\s+(\d+) tokens", resumed.stdout)]
+    assert max(sizes) <= 6000
+    assert shown.returncode == 0 and "summary" in shown.stdout
