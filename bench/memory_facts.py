@@ -124,7 +124,7 @@ def build(work: Path, turns: int, *, summarizer: bool) -> tuple[str, dict[str, s
     write_world(world, make_script(turns))
     url = f"sqlite:///{work}/mem-{turns}-{int(summarizer)}.db"
     env = dict(os.environ, LONG_AGENT_WORLD=str(world), PYTHONPATH=str(ROOT / "src"))
-    env["TORPOR_FAULTS"] = f"crash:checkpoint.saved@{2 * (turns - 1)}"
+    env["TORPOR_FAULTS"] = f"crash:checkpoint.saved@{turns - 1}"
     t0 = time.monotonic()
     args = ["build", url, "r", str(turns), str(work / "unused")]
     rc = _spawn([*args, *(["--summarizer"] if summarizer else [])], env)

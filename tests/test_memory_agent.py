@@ -81,7 +81,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_with_the_uninterrupted_context
     agent = make_agent(name, budget_tokens=BUDGET)
     with contexts() as straight:
         _run(store_url, agent, "straight")
-    # The same run, killed right after its 50th checkpoint (past several compactions).
+    # The same run, killed right after its 25th checkpoint (past several compactions).
     killed_child(
         tmp_path,
         store_url,
@@ -89,7 +89,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_with_the_uninterrupted_context
         rid="killed",
         turns=TURNS,
         budget=BUDGET,
-        crash_at="checkpoint.saved@50",
+        crash_at="checkpoint.saved@25",
     )
     client = torpor.Client(store_url)
     snap = AgentSnapshot.model_validate(client.state("killed").user_state)

@@ -29,10 +29,11 @@ Budgets (tokens, cost, steps, wall-clock) are checked before each new model or t
 from usage summed by the fold; a limit reached ends the run ``blocked`` with the reason, and
 ``torpor budget RUN --tokens N`` (:meth:`torpor.Client.reopen`) raises it and reopens the run.
 
-Recovery reads the latest checkpoint (issue 17, G9): at each boundary of the loop (a plan
-recorded, a call settled) its state — plan, working buffer, running summary, counters — is
-saved with ``run.checkpoint``; on resume the loop restores it and replays only what was
-recorded after it (never repeated), instead of every model turn since the start. Each model
+Recovery reads the latest checkpoint (issue 17, G9): at each boundary of the loop (before it
+asks the planner for a new plan, once the previous one recorded something) its state — plan,
+working buffer, running summary, counters — is saved with ``run.checkpoint``; on resume the
+loop restores it and replays only what was recorded after it (at most one turn's steps, never
+repeated), instead of every model turn since the start. Each model
 call of a ReAct planner gets a context built within ``Agent(memory=Memory(...))``'s token
 budget (:mod:`torpor.memory`): goal, plan, the checkpoint's four answers, the running summary,
 the recent buffer; the oldest turns are compacted into the summary as the buffer fills.
@@ -388,8 +389,12 @@ class AgentContext:
 
     def _loop(self, need_plan: bool) -> None:
         planner = self.agent.planner
+        moved = False  # something was recorded since the last boundary
         while True:
             if need_plan:
+                if moved:
+                    self._boundary()
+                    moved = False
                 if self.version >= self.agent.max_plan_versions:
                     raise PlannerError(
                         f"the planner revised the plan {self.version} times without finishing"
@@ -400,22 +405,22 @@ class AgentContext:
                     self._skip_pending("not run: the planner finished without it")
                     return
                 self._record_plan(proposal, planner.name)
-                need_plan = False
-                self._boundary(need_plan)
+                need_plan, moved = False, True
                 continue
             c = self._next_ready()
             if c is None:
                 need_plan = True
                 continue
             outcome = execute_call(self, c)
+            moved = True
             if outcome != "succeeded" and planner.replan_on_failure:
                 need_plan = True
-            self._boundary(need_plan)
 
-    def _boundary(self, need_plan: bool) -> None:
-        """A boundary of the loop: compact the buffer when it is due, then checkpoint."""
+    def _boundary(self) -> None:
+        """The loop's boundary, before each new plan (a model turn for ReAct): compact the
+        buffer when it is due, then checkpoint (a resume replays at most one turn's steps)."""
         self.memory.maybe_compact()
-        self.memory.save(need_plan)
+        self.memory.save(True)
 
     def _next_ready(self) -> PlannedCall | None:
         for cid in self.order:
