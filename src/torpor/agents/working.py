@@ -6,6 +6,7 @@ resumed run reads instead of replaying every model turn."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -17,6 +18,7 @@ from ..memory.compaction import ExtractiveSummarizer, Summary, choose, due
 from ..memory.context import BuiltContext, ContextSection, SectionRequest
 from ..memory.tokens import Calibration, estimate_request
 from ..memory.working import (
+    DURABLE_TEXT,
     SNAPSHOT_VERSION,
     AgentSnapshot,
     CallState,
@@ -28,6 +30,7 @@ from ..memory.working import (
 from .calls import PlannedCall
 from .context import Context
 from .models.base import Message, ModelResponse, ToolSpec
+from .proposals import clip
 
 
 class LoopState(Context, Protocol):
@@ -62,6 +65,10 @@ class WorkingMemory:
         self.pending: BuiltContext | None = None
         self.instructions = ""
         self.extra: list[tuple[str, int, str]] = []
+        #: A run recorded before working memory (event schema <= 3) replays with the whole
+        #: transcript as its prompts were built then (:meth:`legacy_conversation`).
+        self.legacy = False
+        self.legacy_turns: list[tuple[Message, list[str]]] = []
         self.restored = False
 
     # ------------------------------------------------------------ the snapshot
@@ -113,7 +120,10 @@ class WorkingMemory:
         self.extra = list(snap.extra)
 
     def save(self, need_plan: bool) -> None:
-        """Checkpoint the loop's state (the run's user checkpoint; see :meth:`restore`)."""
+        """Checkpoint the loop's state (the run's user checkpoint; see :meth:`restore`); not
+        for a run recorded before working memory (it goes on as it was recorded)."""
+        if self.legacy:
+            return
         self.answers = checkpoint_answers(self.ctx.run.state)
         snap = self.snapshot(need_plan)
         self.ctx.run.checkpoint(snap.model_dump(mode="json"))
@@ -123,6 +133,9 @@ class WorkingMemory:
         loop then starts from the top)."""
         raw = self.ctx.run.restore(None)
         if not isinstance(raw, dict) or raw.get("v") != SNAPSHOT_VERSION or "goal_text" not in raw:
+            st = self.ctx.run.state
+            # Model calls recorded and never a context built: recorded before working memory.
+            self.legacy = raw is None and st.usage.model_calls > 0 and st.context_tokens == 0
             return None
         snap = AgentSnapshot.model_validate(raw)
         self.load(snap)
@@ -132,6 +145,7 @@ class WorkingMemory:
     # ------------------------------------------------------------ the buffer
 
     def add_model_turn(self, message: Message, call_ids: list[str], reported: int | None) -> None:
+        self.legacy_turns.append((message, call_ids))
         self.turn += 1
         calls = [
             CallItem(call_id=cid, tool_call_id=tc.id, tool=tc.name, args=tc.arguments)
@@ -205,6 +219,8 @@ class WorkingMemory:
         cfg = self.config
         from ..memory.buffer import Buffer
 
+        if self.legacy:
+            return
         buf = Buffer(units=self.buffer_units)
         if not due(buf, cfg.buffer_tokens, cfg.compact_at):
             return
@@ -269,12 +285,37 @@ class WorkingMemory:
     # ------------------------------------------------------------ contexts
 
     def conversation(self, instructions: str, need_plan: bool = True) -> list[Message]:
+        if self.legacy:
+            return self.legacy_conversation(instructions)
         self.instructions = instructions
         snap = self.snapshot(need_plan)
         extra = self._extra_sections(snap)
         self.extra = [(x.name, x.priority, x.text) for x in extra if x.text]
         self.pending = next_context(snap, instructions=instructions, extra=extra)
         return list(self.pending.messages)
+
+    def legacy_conversation(self, instructions: str) -> list[Message]:
+        """The prompt as torpor built it before working memory: system, the goal and input,
+        then every model turn followed by one result per tool call it made."""
+        ctx = self.ctx
+        agent = ctx.agent
+        sys_text = "\n\n".join(x for x in (agent.instructions, instructions, DURABLE_TEXT) if x)
+        msgs = [
+            Message.system(sys_text),
+            Message.user(goal_text(agent.goal, list(agent.criteria), ctx.input)),
+        ]
+        for message, call_ids in self.legacy_turns:
+            msgs.append(message)
+            for cid, tc in zip(call_ids, message.tool_calls, strict=True):
+                c = ctx.calls.get(cid)
+                status = c.status if c else "superseded"
+                obs = c.observation if c else None
+                if status == "succeeded":
+                    text = clip(json.dumps(obs, sort_keys=True, default=str))
+                else:
+                    text = clip(json.dumps({"status": status, "detail": obs}, default=str))
+                msgs.append(Message.tool_result(tc.id, text, is_error=status != "succeeded"))
+        return msgs
 
     def facts_for(self, messages: Sequence[Message]) -> Any:
         """``facts(step_id)`` for :func:`call_model_step` when ``messages`` is the context
