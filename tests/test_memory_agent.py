@@ -206,3 +206,26 @@ def test_a_model_summarizer_is_a_recorded_call_paid_once(store_url: str, tmp_pat
     assert len(summarize_calls) == len(writer.calls) == len(compacted)
     snap = AgentSnapshot.model_validate(client.state("ms").user_state)
     assert "read the notes so far" in snap.summary.text()
+
+
+def test_reported_input_tokens_calibrate_the_budget(store_url: str, tmp_path: Path) -> None:
+    """A provider that counts more input tokens than the estimate: the ratio is kept and the
+    next contexts are built within the budget divided by it."""
+    turns = 8
+    world(tmp_path, turns)
+    agent = make_agent(
+        fresh("calibrated"),
+        budget_tokens=BUDGET,
+        usage=TokenUsage(input_tokens=400, output_tokens=30),
+    )
+    with contexts() as seen:
+        client = _run(store_url, agent, "cal", turns)
+    first = estimate_request(seen[0], tools.specs())
+    ratio = 400 / first
+    assert ratio > 1.5
+    built = payloads(client, "cal", "context_built")
+    assert built[0].budget_tokens == BUDGET
+    assert all(b.budget_tokens == int(BUDGET / ratio) for b in built[1:])
+    assert all(b.total_tokens <= b.budget_tokens for b in built)
+    snap = AgentSnapshot.model_validate(client.state("cal").user_state)
+    assert snap.calibration.ratio == ratio and snap.calibration.observed == turns - 1

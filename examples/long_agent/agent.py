@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torpor
-from torpor.agents.models import Message, ScriptedModel, ToolCall, ToolSpec
+from torpor.agents.models import Message, ScriptedModel, TokenUsage, ToolCall, ToolSpec
 from torpor.agents.models.scripted import turn_of
 from torpor.memory import Memory
 
@@ -99,8 +99,10 @@ class LongPlanner(torpor.ReActPlanner):
         return super().propose(ctx)
 
 
-def build_model(model_id: str = "scripted-a", turns: int = 5000) -> ScriptedModel:
-    return ScriptedModel([answer] * turns, model_id=model_id)
+def build_model(
+    model_id: str = "scripted-a", turns: int = 5000, usage: TokenUsage | None = None
+) -> ScriptedModel:
+    return ScriptedModel([answer] * turns, model_id=model_id, usage=usage)
 
 
 def make_agent(
@@ -109,14 +111,15 @@ def make_agent(
     budget_tokens: int = BUDGET_TOKENS,
     model_id: str = "scripted-a",
     summarizer: Any = None,
+    usage: TokenUsage | None = None,
 ) -> torpor.Agent:
     """The long agent registered as workflow ``name`` (tests make several, with small budgets,
-    another model, or a model summarizer)."""
+    another model, a model summarizer, or a model reporting ``usage``)."""
     return torpor.Agent(
         name,
         goal="read every notes file and remember what matters",
         tools=tools,
-        planner=LongPlanner(build_model(model_id)),
+        planner=LongPlanner(build_model(model_id, usage=usage)),
         memory=Memory(
             budget_tokens=budget_tokens,
             summary_share=0.45,
