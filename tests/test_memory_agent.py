@@ -7,6 +7,7 @@ first context holds the summary and the checkpoint; a failed summary changes not
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -229,3 +230,75 @@ def test_reported_input_tokens_calibrate_the_budget(store_url: str, tmp_path: Pa
     assert all(b.total_tokens <= b.budget_tokens for b in built)
     snap = AgentSnapshot.model_validate(client.state("cal").user_state)
     assert snap.calibration.ratio == ratio and snap.calibration.observed == turns - 1
+
+
+BIG = """
+import torpor
+from torpor.agents.models import ScriptedModel, say, use
+from torpor.memory import Memory
+
+tools = torpor.Tools()
+
+
+@tools.tool
+def big(i: int) -> dict:
+    return {"i": i, "blob": f"{i}:" + "x" * 300_000}
+
+
+def whole(ctx):
+    res = ctx.results()
+    return sorted(v["i"] for v in res.values()) == list(range(6)) and all(
+        len(v["blob"]) > 300_000 for v in res.values()
+    )
+
+
+agent = torpor.Agent(
+    "test.memory.big",
+    goal="collect six large results",
+    tools=tools,
+    planner=torpor.ReActPlanner(
+        ScriptedModel([use(("big", {"i": k})) for k in range(6)] + [say("done")])
+    ),
+    criteria={"whole": whole},
+    memory=Memory(budget_tokens=3000),
+)
+"""
+
+
+@pytest.mark.slow
+def test_large_observations_stay_in_the_history_and_come_back_on_resume(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Six results of 300 KB: the checkpoints stay far below the payload limit (large
+    observations are read back from the history on resume), and a verifier still sees every
+    result whole — those compaction took out of the view too — after a SIGKILL."""
+    from conftest import run_python
+
+    (tmp_path / "bigflow.py").write_text(BIG)
+    code = (
+        "import torpor, bigflow\n"
+        f"with torpor.Runtime({store_url!r}) as rt:\n"
+        "    rt.run(bigflow.agent, {}, run_id='big')\n"
+    )
+    proc = run_python(code, cwd=tmp_path, env={"TORPOR_FAULTS": "crash:checkpoint.saved@5"})
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import bigflow  # type: ignore[import-not-found]
+
+        with torpor.Runtime(store_url) as rt:
+            res = rt.resume("big")
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert res.outcome == "succeeded", res
+    client = torpor.Client(store_url)
+    assert [v.passed for v in payloads(client, "big", "verification_recorded")] == [True]
+    snap = AgentSnapshot.model_validate(client.state("big").user_state)
+    assert snap.retired and all("@v" in r for r in snap.retired)  # compaction retired calls
+    sizes = [
+        len(json.dumps(e.payload.state))
+        for e in client.events("big")
+        if e.type == "checkpoint_saved"
+    ]
+    assert len(sizes) == 6 and max(sizes) < 64_000
+    assert bigflow.agent.name == "test.memory.big"

@@ -29,14 +29,11 @@ Budgets (tokens, cost, steps, wall-clock) are checked before each new model or t
 from usage summed by the fold; a limit reached ends the run ``blocked`` with the reason, and
 ``torpor budget RUN --tokens N`` (:meth:`torpor.Client.reopen`) raises it and reopens the run.
 
-Recovery reads the latest checkpoint (issue 17, G9): at each boundary of the loop (before it
-asks the planner for a new plan, once the previous one recorded something) its state — plan,
-working buffer, running summary, counters — is saved with ``run.checkpoint``; on resume the
-loop restores it and replays only what was recorded after it (at most one turn's steps, never
-repeated), instead of every model turn since the start. Each model
-call of a ReAct planner gets a context built within ``Agent(memory=Memory(...))``'s token
-budget (:mod:`torpor.memory`): goal, plan, the checkpoint's four answers, the running summary,
-the recent buffer; the oldest turns are compacted into the summary as the buffer fills.
+Recovery reads the latest checkpoint (issue 17, G9): before each new plan the loop's state —
+plan, working buffer, running summary, counters — is saved with ``run.checkpoint``; a resume
+restores it and replays at most one turn's steps, not every model turn since the start. A
+ReAct model call gets a context within ``Agent(memory=Memory(...))``'s token budget
+(:mod:`torpor.memory`); the oldest turns are compacted into a summary as the buffer fills.
 """
 
 from __future__ import annotations
@@ -193,8 +190,12 @@ class AgentContext:
         return self.agent.tools.specs()
 
     def results(self) -> dict[str, Any]:
-        """Observations of the calls that succeeded, by call id."""
-        return {k: c.observation for k, c in self.calls.items() if c.status == "succeeded"}
+        """Observations of the calls that succeeded, by call id (those compaction took out of
+        the plan view are read back from their recorded outcomes)."""
+        live = {k: c.observation for k, c in self.calls.items() if c.status == "succeeded"}
+        if not self.memory.retired:
+            return live
+        return {**self.memory.retired_results(), **live}
 
     def call_model(
         self,
@@ -233,10 +234,11 @@ class AgentContext:
         self.memory.note(text, operator=operator)
 
     def call_id_for(self, model_call_id: str) -> str:
-        cid = model_call_id or f"call-{len(self.calls) + 1}"
+        retired = self.memory.retired_ids() if self.memory.retired else set()
+        cid = model_call_id or f"call-{len(self.calls) + len(retired) + 1}"
         n = 2
         base = cid
-        while cid in self.calls:
+        while cid in self.calls or cid in retired:
             cid = f"{base}~{n}"
             n += 1
         return cid

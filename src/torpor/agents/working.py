@@ -12,13 +12,14 @@ from typing import Any, Protocol
 
 from .. import faults, serde
 from ..errors import SummaryFailed
-from ..history import ContextBuilt, ContextCompacted, Payload, checkpoint_answers
+from ..history import ContextBuilt, ContextCompacted, Payload, Policy, checkpoint_answers
 from ..memory.buffer import CallItem, Unit, result_text
 from ..memory.compaction import ExtractiveSummarizer, Summary, choose, due
 from ..memory.context import BuiltContext, ContextSection, SectionRequest
 from ..memory.tokens import Calibration, estimate_request
 from ..memory.working import (
     DURABLE_TEXT,
+    OBSERVATION_INLINE_CHARS,
     SNAPSHOT_VERSION,
     AgentSnapshot,
     CallState,
@@ -85,7 +86,7 @@ class WorkingMemory:
             budget_tokens=self.config.budget_tokens,
             summary_tokens=self.config.summary_tokens,
             version=ctx.version,
-            calls=[CallState(**vars(c)) for c in ctx.calls.values()],
+            calls=[_call_state(c) for c in ctx.calls.values()],
             order=list(ctx.order),
             retired=list(self.retired),
             need_plan=need_plan,
@@ -106,7 +107,15 @@ class WorkingMemory:
     def load(self, snap: AgentSnapshot) -> None:
         ctx = self.ctx
         ctx.version, ctx.final, ctx.order = snap.version, snap.final, list(snap.order)
-        ctx.calls = {c.call_id: PlannedCall(**c.model_dump()) for c in snap.calls}
+        ctx.calls = {}
+        for c in snap.calls:
+            data = c.model_dump(exclude={"in_history"})
+            if c.in_history:
+                sid = f"settle:{c.call_id}@v{c.version}"
+                comp = ctx.run.journal.recorded(sid, Policy.READ)
+                if comp is not None:
+                    data["observation"] = ctx.run.journal.value(sid, comp.result)["observation"]
+            ctx.calls[c.call_id] = PlannedCall(**data)
         self.turn = snap.turn
         self.buffer_units = list(snap.buffer.units)
         self.summary = snap.summary
@@ -278,9 +287,28 @@ class WorkingMemory:
             c = self.ctx.calls.get(cid)
             if c is not None and c.status != "pending" and cid not in self.ctx.order:
                 del self.ctx.calls[cid]
-                self.retired.append(cid)
+                self.retired.append(f"{cid}@v{c.version}")
         if rec.new:
             faults.point("memory.compacted")
+
+    def retired_ids(self) -> set[str]:
+        """Ids of the calls compaction took out of the plan view (``call@vN`` entries)."""
+        return {r.rsplit("@v", 1)[0] for r in self.retired}
+
+    def retired_results(self) -> dict[str, Any]:
+        """Observations of the retired calls that succeeded, read from their recorded
+        outcomes (``settle:<call>@v<version>``): the history keeps what the view let go."""
+        out: dict[str, Any] = {}
+        j = self.ctx.run.journal
+        for entry in self.retired:
+            sid = f"settle:{entry}"
+            comp = j.recorded(sid, Policy.READ)
+            if comp is None:
+                continue
+            rec = j.value(sid, comp.result)
+            if rec.get("outcome") == "succeeded":
+                out[entry.rsplit("@v", 1)[0]] = rec.get("observation")
+        return out
 
     # ------------------------------------------------------------ contexts
 
@@ -382,6 +410,16 @@ class WorkingMemory:
             text = data[: self.config.artifact_chars * 2].decode("utf-8", "replace")
             out[h] = text[: self.config.artifact_chars]
         return out
+
+
+def _call_state(c: PlannedCall) -> CallState:
+    """A call as the checkpoint keeps it: a large settled observation stays in the history."""
+    state = CallState(**vars(c))
+    if c.status not in ("pending", "superseded") and c.observation is not None:
+        size = len(json.dumps(c.observation, default=str))
+        if size > OBSERVATION_INLINE_CHARS:
+            state = state.model_copy(update={"observation": None, "in_history": True})
+    return state
 
 
 def _strings(v: Any) -> list[str]:

@@ -46,6 +46,15 @@ class CallState(BaseModel):
     version: int = 0
     status: str = "pending"
     observation: Any = None
+    #: The observation was too large to keep in the checkpoint
+    #: (:data:`OBSERVATION_INLINE_CHARS`): it is read back from the call's recorded outcome.
+    in_history: bool = False
+
+
+#: Largest observation (JSON characters) a checkpoint holds; a larger one is read back from the
+#: history (``settle:<call>@v<version>``) on resume, so the checkpoint stays far below the
+#: payload limit whatever the tools return.
+OBSERVATION_INLINE_CHARS = 8192
 
 
 class AgentSnapshot(BaseModel):
