@@ -302,3 +302,38 @@ def test_large_observations_stay_in_the_history_and_come_back_on_resume(
     ]
     assert len(sizes) == 6 and max(sizes) < 64_000
     assert bigflow.agent.name == "test.memory.big"
+
+
+def test_the_context_holds_excerpts_of_the_artifacts_the_plan_names(
+    store_url: str, tmp_path: Path
+) -> None:
+    """An artifact named by sha256 in the current plan's arguments: its excerpt is a section of
+    the next context (and only that one)."""
+    tools = torpor.Tools()
+
+    @tools.tool
+    def review(spec: str) -> dict:
+        return {"reviewed": spec[:12]}
+
+    seen: list[list[Message]] = []
+
+    class Reviewer(torpor.CodePlanner):
+        def __init__(self) -> None:
+            super().__init__(lambda view: None, name="reviewer")
+
+        def propose(self, ctx):  # type: ignore[no-untyped-def]
+            if ctx.view().steps:
+                seen.append(ctx.conversation())
+                return torpor.Proposal.finish("reviewed")
+            ctx.run.artifact("other", "not needed")
+            ref = ctx.run.artifact("spec", "SPEC: the parser keeps unicode paths.\\n" * 3)
+            return torpor.Proposal(steps=[torpor.step("r1", "review", spec=ref.sha256)])
+
+    agent = torpor.Agent(
+        fresh("artifacts"), goal="review the spec", tools=tools, planner=Reviewer()
+    )
+    with torpor.Runtime(store_url) as rt:
+        assert rt.run(agent, None, run_id="arts").outcome == "succeeded"
+    system = seen[0][0].content
+    assert "## artifacts" in system and "SPEC: the parser keeps unicode paths." in system
+    assert "not needed" not in system

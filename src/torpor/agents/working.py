@@ -12,7 +12,14 @@ from typing import Any, Protocol
 
 from .. import faults, serde
 from ..errors import SummaryFailed
-from ..history import ContextBuilt, ContextCompacted, Payload, Policy, checkpoint_answers
+from ..history import (
+    SHA256_RE,
+    ContextBuilt,
+    ContextCompacted,
+    Payload,
+    Policy,
+    checkpoint_answers,
+)
 from ..memory.buffer import CallItem, Unit, result_text
 from ..memory.compaction import ExtractiveSummarizer, Summary, choose, due
 from ..memory.context import BuiltContext, ContextSection, SectionRequest
@@ -43,9 +50,6 @@ class LoopState(Context, Protocol):
     calls: dict[str, PlannedCall]
     order: list[str]
     final: str
-
-
-_SHA = 64
 
 
 class WorkingMemory:
@@ -393,17 +397,20 @@ class WorkingMemory:
         return out
 
     def _artifact_excerpts(self) -> dict[str, str]:
-        """Excerpts of the artifacts the pending calls' arguments name by sha256."""
+        """Excerpts of the artifacts the current plan names by sha256 — in its calls'
+        arguments or results — or the newest unit's text does: what the next step works on."""
         ctx = self.ctx
         known = {a.sha256 for a in ctx.run.state.artifacts.values()}
-        want: set[str] = set()
+        if not known:
+            return {}
+        texts: list[str] = []
         for cid in ctx.order:
             c = ctx.calls.get(cid)
-            if c is None or c.status != "pending":
-                continue
-            for tok in _strings(c.args):
-                if len(tok) == _SHA and tok in known:
-                    want.add(tok)
+            if c is not None:
+                texts += _strings(c.args) + _strings(c.observation)
+        if self.buffer_units:
+            texts.append(self.buffer_units[-1].text)
+        want = {h for t in texts for h in SHA256_RE.findall(t) if h in known}
         out = {}
         for h in sorted(want):
             data = ctx.run.read_artifact(h)
