@@ -10,7 +10,6 @@ import typer
 from rich.text import Text
 
 from ..errors import BadInputError
-from ..memory.view import context_view
 from .context import open_client
 from .render import add_row, console, emit_json, new_table
 from .root import JsonFlag, RunId
@@ -29,6 +28,8 @@ def show_context(
 
     Example: torpor context triage-7 --full
     """
+    from ..memory.view import context_view  # (the agents' code, only for this command)
+
     with open_client(ctx) as client:
         state = client.state(run_id)
     view = context_view(state)

@@ -26,8 +26,8 @@ UnitKind = Literal["model", "plan", "operator", "note"]
 
 
 class CallItem(BaseModel):
-    """A tool call of a unit with its result. ``status`` is ``pending`` until it settles;
-    ``awaiting_approval`` while a person has to decide on it."""
+    """A tool call of a unit with its result. ``status`` is ``pending`` until it settles
+    (a call waiting for a person's approval is pending)."""
 
     call_id: str
     tool_call_id: str
@@ -36,7 +36,6 @@ class CallItem(BaseModel):
     status: str = "pending"
     result: str = ""
     step: str | None = None
-    awaiting_approval: bool = False
 
 
 class Unit(BaseModel):
@@ -59,10 +58,6 @@ class Unit(BaseModel):
     def settled(self) -> bool:
         """Every call of the unit has its outcome."""
         return all(c.status != "pending" for c in self.calls)
-
-    @property
-    def awaiting_approval(self) -> bool:
-        return any(c.awaiting_approval for c in self.calls)
 
     def messages(self) -> list[Message]:
         """The unit as conversation messages: a model turn (or plan) is an assistant message
@@ -133,7 +128,7 @@ class Buffer(BaseModel):
     def pinned(self) -> set[int]:
         """Indexes of units compaction must keep: any unit with a call not yet settled (a
         pending approval among them) and the latest operator message."""
-        keep = {i for i, u in enumerate(self.units) if not u.settled or u.awaiting_approval}
+        keep = {i for i, u in enumerate(self.units) if not u.settled}
         for i in range(len(self.units) - 1, -1, -1):
             if self.units[i].kind == "operator":
                 keep.add(i)
