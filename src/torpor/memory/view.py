@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from .. import serde
+from ..agents.models.base import Message
 from ..history import RunState
 from .context import BuiltContext
 from .working import SNAPSHOT_VERSION, AgentSnapshot, model_turns, next_context, sections_of
@@ -99,10 +100,7 @@ def context_view(state: RunState) -> ContextView | None:
     )
 
 
-def _line(m: object) -> str:
-    from ..agents.models.base import Message
-
-    assert isinstance(m, Message)
+def _line(m: Message) -> str:
     calls = "".join(f" -> {c.name}({serde.dumps(c.arguments)})" for c in m.tool_calls)
     text = m.content if len(m.content) <= 200 else m.content[:197] + "..."
     return f"{m.role}: {text}{calls}".replace("\n", " ")
