@@ -76,6 +76,7 @@ COMMANDS = [
     "show",
     "events",
     "doctor",
+    "context",
     "approve",
     "deny",
     "revoke",
