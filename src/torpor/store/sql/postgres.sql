@@ -8,8 +8,11 @@
 SELECT version FROM torpor_schema ORDER BY version DESC LIMIT 1;
 
 -- name: insert_run
-INSERT INTO runs (run_id, workflow, version, status, created_at_ms, updated_at_ms, last_seq)
-VALUES (:run_id, :workflow, :version, 'pending', torpor_now_ms(), torpor_now_ms(), 1)
+INSERT INTO runs (run_id, workflow, version, status, created_at_ms, updated_at_ms, last_seq,
+                  queue, concurrency_key, priority, not_before_ms)
+VALUES (:run_id, :workflow, :version, 'pending', torpor_now_ms(), torpor_now_ms(), 1,
+        CAST(:queue AS text), CAST(:concurrency_key AS text), :priority,
+        CAST(:not_before_ms AS bigint))
 ON CONFLICT (run_id) DO NOTHING;
 
 -- name: insert_event
@@ -126,7 +129,8 @@ SET LOCAL synchronous_commit TO OFF;
 -- name: acquire_lease
 UPDATE runs
 SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
-    lease_expires_at_ms = torpor_now_ms() + :ttl_ms, updated_at_ms = torpor_now_ms()
+    lease_expires_at_ms = torpor_now_ms() + :ttl_ms, updated_at_ms = torpor_now_ms(),
+    started_at_ms = CASE WHEN CAST(:starts AS boolean) THEN COALESCE(started_at_ms, torpor_now_ms()) ELSE started_at_ms END
 WHERE run_id = :run_id
   AND (lease_owner IS NULL OR lease_expires_at_ms <= torpor_now_ms() OR lease_owner = :owner
        OR (lease_owner = CAST(:stale_owner AS text)
@@ -137,12 +141,22 @@ RETURNING lease_epoch, lease_taken_from;
 -- A waiting run whose lease was never released (its executor died mid-execution, say right
 -- after moving the wake signal into the history) is taken again once that lease expires.
 -- :accept ({workflow: [versions]} as JSON, or NULL) and :exclude (JSON list of run ids) limit
--- the claim to runs this worker can execute and has not backed off from.
-UPDATE runs
-SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
-    lease_expires_at_ms = torpor_now_ms() + :ttl_ms, updated_at_ms = torpor_now_ms()
-WHERE run_id = (
-    SELECT run_id FROM runs
+-- the claim to runs this worker can execute and has not backed off from; :skip_queues (JSON
+-- list) leaves out queues found full earlier in this transaction. A delayed run is not taken
+-- before its not_before_ms; a run of a queue that has not started yet only while every limit
+-- of its queue has room (a started run holds its slot: taking it over needs no room).
+-- The best candidate is locked (SKIP LOCKED: other workers take the next one). It is claimed
+-- here unless it is an unstarted run of a queue with limits: the counts this statement saw
+-- may be stale by the time it commits (another worker claiming another run of that queue), so
+-- such a run is returned unclaimed (needs_check) for lock_queue + claim_checked.
+-- Returns (run id, epoch or NULL, taken from, needs_check, queue).
+WITH cand AS (
+    SELECT run_id, queue,
+           (queue IS NOT NULL AND started_at_ms IS NULL
+            AND EXISTS (SELECT 1 FROM queues q WHERE q.name = r.queue AND (
+                q.concurrency IS NOT NULL OR q.key_concurrency IS NOT NULL
+                OR q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL))) AS needs_check
+    FROM runs r
     WHERE (status IN ('pending', 'running')
            OR (status = 'waiting'
                AND (wake_at_ms <= torpor_now_ms() OR lease_owner IS NOT NULL)))
@@ -150,12 +164,75 @@ WHERE run_id = (
       AND (CAST(:accept AS jsonb) IS NULL OR EXISTS (
            SELECT 1 FROM jsonb_each(CAST(:accept AS jsonb)) AS w(name, versions),
                          jsonb_array_elements_text(w.versions) AS v(version)
-           WHERE w.name = runs.workflow AND v.version = runs.version))
+           WHERE w.name = r.workflow AND v.version = r.version))
       AND NOT (CAST(:exclude AS jsonb) ? run_id)
-    ORDER BY COALESCE(wake_at_ms, created_at_ms)
+      AND (not_before_ms IS NULL OR not_before_ms <= torpor_now_ms())
+      AND (queue IS NULL OR started_at_ms IS NOT NULL
+           OR (NOT (CAST(:skip_queues AS jsonb) ? queue) AND NOT EXISTS (
+           SELECT 1 FROM queues q WHERE q.name = r.queue AND (
+               (q.concurrency IS NOT NULL AND q.concurrency <= (
+                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
+                   AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
+               OR (q.key_concurrency IS NOT NULL AND r.concurrency_key IS NOT NULL
+                   AND q.key_concurrency <= (
+                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
+                   AND o.concurrency_key = r.concurrency_key
+                   AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
+               OR (q.rate_limit IS NOT NULL AND q.rate_limit <= (
+                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
+                   AND o.started_at_ms > torpor_now_ms() - q.rate_period_ms))
+               OR (q.key_rate_limit IS NOT NULL AND r.concurrency_key IS NOT NULL
+                   AND q.key_rate_limit <= (
+                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
+                   AND o.concurrency_key = r.concurrency_key
+                   AND o.started_at_ms > torpor_now_ms() - q.key_rate_period_ms))))))
+    ORDER BY priority DESC, COALESCE(wake_at_ms, created_at_ms), run_seq
     LIMIT 1
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF r SKIP LOCKED
+), claimed AS (
+    UPDATE runs
+    SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
+        lease_expires_at_ms = torpor_now_ms() + :ttl_ms, updated_at_ms = torpor_now_ms(),
+        started_at_ms = COALESCE(started_at_ms, torpor_now_ms())
+    FROM cand
+    WHERE runs.run_id = cand.run_id AND NOT cand.needs_check
+    RETURNING runs.run_id, runs.lease_epoch, runs.lease_taken_from
 )
+SELECT cand.run_id, claimed.lease_epoch, claimed.lease_taken_from, cand.needs_check, cand.queue
+FROM cand LEFT JOIN claimed ON claimed.run_id = cand.run_id;
+
+-- name: lock_queue
+-- Serializes the checked claims of one queue until the transaction ends: the next
+-- claim_checked of the queue starts (and takes its snapshot) after this one committed.
+SELECT pg_advisory_xact_lock(1953460848, hashtext(:queue));
+
+-- name: claim_checked
+-- The claim of a run that claim_next locked and returned with needs_check, under lock_queue:
+-- this statement's snapshot sees every claim of the queue committed before the lock was ours,
+-- so counting the queue's slots here is exact.
+UPDATE runs
+SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
+    lease_expires_at_ms = torpor_now_ms() + :ttl_ms, updated_at_ms = torpor_now_ms(),
+    started_at_ms = COALESCE(started_at_ms, torpor_now_ms())
+WHERE run_id = :run_id AND runs.run_id IN (SELECT r.run_id FROM runs r
+    WHERE r.run_id = :run_id AND NOT EXISTS (
+           SELECT 1 FROM queues q WHERE q.name = r.queue AND (
+               (q.concurrency IS NOT NULL AND q.concurrency <= (
+                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
+                   AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
+               OR (q.key_concurrency IS NOT NULL AND r.concurrency_key IS NOT NULL
+                   AND q.key_concurrency <= (
+                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
+                   AND o.concurrency_key = r.concurrency_key
+                   AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
+               OR (q.rate_limit IS NOT NULL AND q.rate_limit <= (
+                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
+                   AND o.started_at_ms > torpor_now_ms() - q.rate_period_ms))
+               OR (q.key_rate_limit IS NOT NULL AND r.concurrency_key IS NOT NULL
+                   AND q.key_rate_limit <= (
+                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
+                   AND o.concurrency_key = r.concurrency_key
+                   AND o.started_at_ms > torpor_now_ms() - q.key_rate_period_ms)))))
 RETURNING run_id, lease_epoch, lease_taken_from;
 
 -- name: renew_lease
@@ -220,6 +297,7 @@ WHERE (status IN ('pending', 'running')
        OR (status = 'waiting'
            AND (wake_at_ms <= torpor_now_ms() OR lease_owner IS NOT NULL)))
   AND (lease_owner IS NULL OR lease_expires_at_ms <= torpor_now_ms())
+  AND (not_before_ms IS NULL OR not_before_ms <= torpor_now_ms())
 ORDER BY COALESCE(wake_at_ms, created_at_ms) LIMIT :limit;
 
 -- name: insert_inbox
@@ -257,8 +335,10 @@ SELECT count(*) FROM inbox WHERE run_id = :run_id AND consumed_seq IS NULL;
 SELECT pg_notify('torpor_wake', :run_id);
 
 -- name: next_wake_at
-SELECT min(wake_at_ms) FROM runs
-WHERE status = 'waiting' AND wake_at_ms IS NOT NULL
+-- The earliest timer of a waiting run, or delayed start of a pending one.
+SELECT min(CASE WHEN status = 'pending' THEN not_before_ms ELSE wake_at_ms END) FROM runs
+WHERE ((status = 'waiting' AND wake_at_ms IS NOT NULL)
+       OR (status = 'pending' AND not_before_ms > torpor_now_ms()))
   AND (CAST(:accept AS jsonb) IS NULL OR EXISTS (
        SELECT 1 FROM jsonb_each(CAST(:accept AS jsonb)) AS w(name, versions),
                      jsonb_array_elements_text(w.versions) AS v(version)
@@ -286,3 +366,95 @@ LIMIT :limit;
 
 -- name: note_infra_retry
 UPDATE runs SET infra_retries = infra_retries + 1 WHERE run_id = :run_id;
+
+-- name: queue_upsert
+-- Define a queue's limits, or replace them.
+INSERT INTO queues (name, concurrency, key_concurrency, rate_limit, rate_period_ms,
+                    key_rate_limit, key_rate_period_ms, updated_at_ms)
+VALUES (:name, CAST(:concurrency AS integer), CAST(:key_concurrency AS integer),
+        CAST(:rate_limit AS integer), CAST(:rate_period_ms AS bigint),
+        CAST(:key_rate_limit AS integer), CAST(:key_rate_period_ms AS bigint), :now_ms)
+ON CONFLICT (name) DO UPDATE SET
+    concurrency = excluded.concurrency, key_concurrency = excluded.key_concurrency,
+    rate_limit = excluded.rate_limit, rate_period_ms = excluded.rate_period_ms,
+    key_rate_limit = excluded.key_rate_limit, key_rate_period_ms = excluded.key_rate_period_ms,
+    updated_at_ms = excluded.updated_at_ms;
+
+-- name: queue_get
+SELECT name, concurrency, key_concurrency, rate_limit, rate_period_ms, key_rate_limit,
+       key_rate_period_ms
+FROM queues WHERE name = :name;
+
+-- name: queue_list
+SELECT name, concurrency, key_concurrency, rate_limit, rate_period_ms, key_rate_limit,
+       key_rate_period_ms
+FROM queues ORDER BY name;
+
+-- name: queue_delete
+DELETE FROM queues WHERE name = :name;
+
+-- name: queue_run
+-- What decides whether a run waits for its queue.
+SELECT status, queue, concurrency_key, priority, not_before_ms, started_at_ms
+FROM runs WHERE run_id = :run_id;
+
+-- name: queue_active
+-- The runs holding a slot of a queue (started, not finished), first started first.
+SELECT run_id, concurrency_key, started_at_ms FROM runs
+WHERE queue = :queue AND started_at_ms IS NOT NULL AND status <> 'finished'
+ORDER BY started_at_ms, run_id LIMIT :limit;
+
+-- name: queue_recent_starts
+-- Runs of a queue started after :since_ms, latest first.
+SELECT run_id, concurrency_key, started_at_ms FROM runs
+WHERE queue = :queue AND started_at_ms > :since_ms
+ORDER BY started_at_ms DESC LIMIT :limit;
+
+-- name: schedule_upsert
+-- Define a schedule, or replace it (a new generation: a worker holding the old definition
+-- cannot move its next fire on).
+INSERT INTO schedules (name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms,
+                       last_fire_ms, generation, updated_at_ms)
+VALUES (:name, :workflow, :input, :cron, :tz, :catchup, CAST(:queue AS text), false,
+        :next_fire_ms, NULL, 1, :now_ms)
+ON CONFLICT (name) DO UPDATE SET
+    workflow = excluded.workflow, input = excluded.input, cron = excluded.cron,
+    tz = excluded.tz, catchup = excluded.catchup, queue = excluded.queue,
+    next_fire_ms = excluded.next_fire_ms, generation = schedules.generation + 1,
+    updated_at_ms = excluded.updated_at_ms;
+
+-- name: schedule_get
+SELECT name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms, last_fire_ms,
+       generation
+FROM schedules WHERE name = :name;
+
+-- name: schedule_list
+SELECT name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms, last_fire_ms,
+       generation
+FROM schedules ORDER BY name;
+
+-- name: schedule_delete
+DELETE FROM schedules WHERE name = :name;
+
+-- name: schedule_pause
+-- Pause, or resume with the next fire recomputed by the caller (:next_fire_ms).
+UPDATE schedules SET paused = CAST(:paused AS boolean), generation = generation + 1,
+    next_fire_ms = COALESCE(CAST(:next_fire_ms AS bigint), next_fire_ms), updated_at_ms = :now_ms
+WHERE name = :name;
+
+-- name: schedule_due
+-- Schedules not paused whose next fire is due by :now_ms.
+SELECT name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms, last_fire_ms,
+       generation
+FROM schedules WHERE paused = false AND next_fire_ms <= :now_ms
+ORDER BY next_fire_ms LIMIT :limit;
+
+-- name: schedule_next_fire
+SELECT min(next_fire_ms) FROM schedules WHERE paused = false;
+
+-- name: schedule_advance
+-- Move a schedule past the slots a worker fired: only if no one else did, and it was not edited
+-- since the worker read it (compare-and-set on next fire and generation).
+UPDATE schedules SET next_fire_ms = :next_fire_ms,
+    last_fire_ms = COALESCE(CAST(:last_fire_ms AS bigint), last_fire_ms), updated_at_ms = :now_ms
+WHERE name = :name AND generation = :generation AND next_fire_ms = :prev_fire_ms;
