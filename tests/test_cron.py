@@ -3,6 +3,7 @@ around the 2026 transitions of America/New_York and Europe/Berlin (see torpor.cr
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from datetime import UTC, date, datetime, timedelta
 
@@ -55,7 +56,7 @@ def test_sub_daily_fires_once_per_real_slot(tz: str, day: date, kind: str, expr:
     got = fires(expr, tz, day)
     step = timedelta(minutes=20 if expr.startswith("*/20") else 60)
     utc = [f.astimezone(UTC) for f in got]
-    assert all(b - a == step for a, b in zip(utc, utc[1:], strict=False))
+    assert all(b - a == step for a, b in itertools.pairwise(utc))
     assert len(got) == (48 + 48 + (23 if kind == "spring" else 25)) * 3600 // step.seconds
 
 
