@@ -86,6 +86,8 @@ COMMANDS = [
     "budget",
     "retry",
     "keys",
+    "schedule",
+    "queue",
     "explore",
     "console",
 ]

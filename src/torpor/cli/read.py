@@ -9,6 +9,7 @@ from rich.text import Text
 
 from ..history import MessageView, Outcome, RunStatus, WaitInfo
 from ..owners import owner_is_dead
+from ..queues import why_not_running
 from ..store.base import InboxMessage, RunRecord
 from .approvals import approval_lines, trust_here
 from .context import open_client
@@ -38,6 +39,9 @@ def list_runs(
             limit=limit,
         )
         now = client.store.now_ms()
+        why = {
+            r.run_id: why_not_running(client.store, r.run_id) for r in runs if r.status == "pending"
+        }
     if json_out:
         emit_json(runs)
         return
@@ -47,6 +51,8 @@ def list_runs(
         return
     attention = any(r.attention for r in runs)
     columns = ["RUN", "WORKFLOW", "VERSION", "STATUS", "OUTCOME", "UPDATED", "WAKE", "EVENTS"]
+    queued = any(why.values())
+    columns += ["WHY NOT RUNNING"] if queued else []
     table = new_table(*columns, *(["NEEDS ATTENTION"] if attention else []))
     for r in runs:
         add_row(
@@ -59,6 +65,7 @@ def list_runs(
             when(r.updated_at_ms),
             relative(r.wake_at_ms) if r.status == RunStatus.WAITING.value else None,
             r.last_seq,
+            *([why.get(r.run_id)] if queued else []),
             *([short((r.attention or "").split(": ", 1)[0], 60)] if attention else []),
         )
     out.print(table)
@@ -95,6 +102,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         inbox = client.inbox(run_id)
         now = client.store.now_ms()
         messages = client.messages(run_id)
+        not_running = why_not_running(client.store, run_id)
     pending = {k: v.hashes for k, v in state.open_approvals().items()}
     if json_out:
         emit_json(
@@ -119,6 +127,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
                 "plan": state.plan,
                 "usage": {**state.usage.model_dump(), "tokens": state.usage.tokens},
                 "budget": state.budget,
+                "not_running": not_running,
             }
         )
         return
@@ -140,6 +149,8 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
     pairs.append(("created", when(rec.created_at_ms)))
     pairs.append(("updated", when(rec.updated_at_ms)))
     pairs.append(("events", f"{rec.last_seq} (latest checkpoint at seq {rec.checkpoint_seq})"))
+    if not_running:
+        pairs.append(("not running", not_running))
     if state.attention:
         pairs.append(("needs attention", state.attention))
     if rec.infra_retries:

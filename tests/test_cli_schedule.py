@@ -1,0 +1,129 @@
+"""``torpor queue``, ``torpor schedule`` and ``start --queue``, as real subprocesses; ``ls`` and
+``show`` say why a queued run is not running."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import torpor
+from test_cli import _env
+from torpor.schedules import Schedules
+
+FLOWS = """
+import torpor
+from torpor.schedules import Schedules
+
+
+@torpor.workflow("cliq.hold")
+def hold(run: torpor.Run, inp: object) -> object:
+    run.step("first", lambda: inp)
+    return run.wait_for("go")
+"""
+
+
+DRIVER = """
+import contextlib, io, json, sys
+from torpor.cli import main
+seen = []
+for args in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(args)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+    seen.append([code, out.getvalue(), err.getvalue()])
+print(json.dumps(seen))
+"""
+
+
+def session(cwd: Path, *invocations: list[str]) -> list[tuple[int, str, str]]:
+    """Run the real entry point for each invocation in one interpreter (a process each costs
+    about a second): ``(exit code, stdout, stderr)`` of each."""
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, json.dumps(list(invocations))],
+        cwd=cwd,
+        env=_env(cwd),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [(int(c or 0), o, e) for c, o, e in json.loads(proc.stdout)]
+
+
+@pytest.fixture
+def flows(tmp_path: Path) -> Path:
+    (tmp_path / "cliq_flows.py").write_text(FLOWS)
+    return tmp_path
+
+
+IMP = ["--import", "cliq_flows"]
+
+
+def test_queue_start_ls_show(flows: Path, db_url: str) -> None:
+    res = session(
+        flows,
+        ["queue", "set", "deploys", "--concurrency", "1", "--rate", "5/60"],
+        ["start", "cliq.hold", "--queue", "deploys", "--run-id", "d1", *IMP, "--json"],
+        ["start", "cliq.hold", "--queue", "deploys", "--run-id", "d2", *IMP, "--json"],
+        ["worker", *IMP, "--until-idle", "--max-seconds", "20", "--poll", "0.05"],
+        ["ls"],
+        ["show", "d2", "--json"],
+        ["queue", "ls", "--json"],
+        ["queue", "set", "q", "--rate", "ten"],
+        ["start", "cliq.hold", "--key", "k", *IMP],
+    )
+    assert all(code == 0 for code, _, _ in res[:7]), res
+    assert json.loads(res[1][1])["status"] == "pending"  # only created: a worker starts it
+    assert "d1" in res[3][1] and "d2" not in res[3][1]
+    listing = res[4][1]
+    assert "WHY NOT RUNNING" in listing
+    assert "queued behind run d1 (queue deploys limit 1)" in listing
+    shown = json.loads(res[5][1])
+    assert shown["not_running"] == "queued behind run d1 (queue deploys limit 1)"
+    assert json.loads(res[6][1]) == [
+        {
+            "name": "deploys",
+            "concurrency": 1,
+            "key_concurrency": None,
+            "rate_limit": 5,
+            "rate_period_s": 60.0,
+            "key_rate_limit": None,
+            "key_rate_period_s": None,
+        }
+    ]
+    for (code, _, err), fragment in zip(
+        res[7:], ["--rate 'ten'", "given without a queue"], strict=True
+    ):
+        assert code == 2 and err.startswith("error: ") and fragment in err, err
+
+
+def test_schedule_commands(flows: Path, db_url: str) -> None:
+    add = ["schedule", "add", "report", "cliq.hold", "--cron", "0 17 * * *"]
+    res = session(
+        flows,
+        [*add, "--tz", "America/New_York", "--input", '{"x": 1}', "--json"],
+        ["schedule", "ls"],
+        ["schedule", "pause", "report", "--json"],
+        ["schedule", "add", "bad", "cliq.hold", "--cron", "0 17 * *"],
+    )
+    s = json.loads(res[0][1])
+    assert s["next_fire"].endswith(("17:00:00-05:00", "17:00:00-04:00"))
+    assert s["input"] == {"x": 1} and s["catchup"] == "one"
+    assert "report" in res[1][1] and "America/New_York" in res[1][1]
+    assert json.loads(res[2][1])["paused"] is True
+    assert res[3][0] == 2 and "has 4 fields" in res[3][2]
+    with torpor.Client(db_url) as client:
+        got = Schedules(client.store).get("report")
+        assert got is not None and got.paused and got.tz == "America/New_York"
+    res = session(flows, ["schedule", "resume", "report"], ["schedule", "rm", "report"])
+    assert [c for c, _, _ in res] == [0, 0] and "resumed" in res[0][1]
+    with torpor.Client(db_url) as client:
+        assert Schedules(client.store).list() == []
