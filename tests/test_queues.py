@@ -236,3 +236,17 @@ def test_claims_racing_never_exceed_the_limits(store_url: str) -> None:
     assert len(keys) == 3  # per-key 1: three different keys
     assert sorted(claimed) == sorted(set(claimed))
     setup.close()
+
+
+def test_a_free_run_behind_many_held_back_is_claimed(rt: torpor.Runtime) -> None:
+    """More held-back runs ahead of a free one than a claim checks first (TOP_K): the claim
+    looks further and takes the free one (no head-of-line blocking)."""
+    from torpor.store.claims import TOP_K
+
+    Queues(rt.store).set("hol", key_concurrency=1)
+    for i in range(TOP_K + 4):
+        rt.start("q_hold", i, run_id=f"a{i:02}", queue="hol", key="a")
+    rt.start("q_hold", 0, run_id="b", queue="hol", key="b")
+    assert claim(rt) == "a00"
+    assert claim(rt) == "b"
+    assert claim(rt) is None

@@ -14,7 +14,9 @@ their period.
   runs of one queue at once would both see room), so the candidate is claimed by
   ``claim_checked`` after ``lock_queue`` (a transaction-scoped advisory lock per queue): that
   statement's snapshot is taken after every earlier claim of the queue committed. A queue found
-  full is skipped and the next candidate tried, a few times, in the same transaction.
+  full is skipped and the next candidate tried, a few times, in the same transaction. Only the
+  first :data:`TOP_K` runnable runs are checked against their limits (each check is a few
+  index probes); all of them only when none of those can be claimed.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ from .base import Driver
 
 #: Queues found full that one claim skips before giving up until the next wakeup.
 MAX_FULL_QUEUES = 8
+#: PostgreSQL: how many runs, first in claim order, a claim checks against their queue's limits
+#: before it looks further (only when none of those could be claimed).
+TOP_K = 16
+_ALL = 1 << 62
 
 
 def claim_in(
@@ -35,11 +41,19 @@ def claim_in(
 
     ``params``: those of ``claim_next`` (owner, ttl_ms, accept, exclude, now_ms)."""
     full: list[str] = []
-    for _ in range(MAX_FULL_QUEUES + 1):
-        row = driver.fetchone(cur, q["claim_next"], {**params, "skip_queues": serde.dumps(full)})
+    top_k = TOP_K
+    for _ in range(MAX_FULL_QUEUES + 2):
+        row = driver.fetchone(
+            cur, q["claim_next"], {**params, "skip_queues": serde.dumps(full), "top_k": top_k}
+        )
         if row is None:
             return None
-        run_id, epoch, taken_from, needs_check, queue = row
+        considered, run_id, epoch, taken_from, needs_check, queue = row
+        if run_id is None:
+            if considered < top_k:
+                return None  # every runnable run was looked at
+            top_k = _ALL  # the first ones are all held back: look at every runnable run
+            continue
         if not needs_check:
             return (run_id, epoch, taken_from)
         driver.fetchone(cur, q["lock_queue"], {"queue": queue})
@@ -50,4 +64,4 @@ def claim_in(
     return None
 
 
-__all__ = ["MAX_FULL_QUEUES", "claim_in"]
+__all__ = ["MAX_FULL_QUEUES", "TOP_K", "claim_in"]

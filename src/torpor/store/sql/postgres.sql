@@ -145,48 +145,74 @@ RETURNING lease_epoch, lease_taken_from;
 -- list) leaves out queues found full earlier in this transaction. A delayed run is not taken
 -- before its not_before_ms; a run of a queue that has not started yet only while every limit
 -- of its queue has room (a started run holds its slot: taking it over needs no room).
--- The best candidate is locked (SKIP LOCKED: other workers take the next one). It is claimed
--- here unless it is an unstarted run of a queue with limits: the counts this statement saw
--- may be stale by the time it commits (another worker claiming another run of that queue), so
--- such a run is returned unclaimed (needs_check) for lock_queue + claim_checked.
--- Returns (run id, epoch or NULL, taken from, needs_check, queue).
-WITH cand AS (
-    SELECT run_id, queue,
-           (queue IS NOT NULL AND started_at_ms IS NULL
-            AND EXISTS (SELECT 1 FROM queues q WHERE q.name = r.queue AND (
-                q.concurrency IS NOT NULL OR q.key_concurrency IS NOT NULL
-                OR q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL))) AS needs_check
-    FROM runs r
+-- `top`: the first :top_k runnable runs in claim order, without the limit checks (cheap);
+-- only those are checked against their queue's limits (a few count probes each), so a claim
+-- costs the same however many runs wait in queues. When none of them can be claimed and there
+-- were :top_k, the caller asks again with a larger :top_k (runs further down may be free).
+-- The best candidate is locked (SKIP LOCKED: other workers take the next one; its runnable
+-- conditions are re-evaluated on the row's latest version). It is claimed here unless it is an
+-- unstarted run of a queue with limits: the counts this statement saw may be stale by the time
+-- it commits (another worker claiming another run of that queue), so such a run is returned
+-- unclaimed (needs_check) for lock_queue + claim_checked.
+-- Returns one row: (runs in top, run id, epoch, taken from, needs_check, queue); the run id is
+-- NULL when nothing was found.
+WITH clock AS MATERIALIZED (SELECT torpor_now_ms() AS now_ms),
+top AS MATERIALIZED (
+    SELECT run_id, queue, concurrency_key, started_at_ms FROM runs r
     WHERE (status IN ('pending', 'running')
            OR (status = 'waiting'
-               AND (wake_at_ms <= torpor_now_ms() OR lease_owner IS NOT NULL)))
-      AND (lease_owner IS NULL OR lease_expires_at_ms <= torpor_now_ms())
+               AND (wake_at_ms <= (SELECT now_ms FROM clock) OR lease_owner IS NOT NULL)))
+      AND (lease_owner IS NULL OR lease_expires_at_ms <= (SELECT now_ms FROM clock))
       AND (CAST(:accept AS jsonb) IS NULL OR EXISTS (
            SELECT 1 FROM jsonb_each(CAST(:accept AS jsonb)) AS w(name, versions),
                          jsonb_array_elements_text(w.versions) AS v(version)
            WHERE w.name = r.workflow AND v.version = r.version))
       AND NOT (CAST(:exclude AS jsonb) ? run_id)
-      AND (not_before_ms IS NULL OR not_before_ms <= torpor_now_ms())
-      AND (queue IS NULL OR started_at_ms IS NOT NULL
-           OR (NOT (CAST(:skip_queues AS jsonb) ? queue) AND NOT EXISTS (
-           SELECT 1 FROM queues q WHERE q.name = r.queue AND (
-               (q.concurrency IS NOT NULL AND q.concurrency <= (
-                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
-                   AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
-               OR (q.key_concurrency IS NOT NULL AND r.concurrency_key IS NOT NULL
-                   AND q.key_concurrency <= (
-                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
-                   AND o.concurrency_key = r.concurrency_key
-                   AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
-               OR (q.rate_limit IS NOT NULL AND q.rate_limit <= (
-                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
-                   AND o.started_at_ms > torpor_now_ms() - q.rate_period_ms))
-               OR (q.key_rate_limit IS NOT NULL AND r.concurrency_key IS NOT NULL
-                   AND q.key_rate_limit <= (
-                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
-                   AND o.concurrency_key = r.concurrency_key
-                   AND o.started_at_ms > torpor_now_ms() - q.key_rate_period_ms))))))
+      AND (not_before_ms IS NULL OR not_before_ms <= (SELECT now_ms FROM clock))
     ORDER BY priority DESC, COALESCE(wake_at_ms, created_at_ms), run_seq
+    LIMIT :top_k
+), qstate AS MATERIALIZED (
+    -- The limits of the queues of the unstarted runs in `top`, and whether a queue-wide limit
+    -- (concurrency, rate) has no room: counted once per queue, not once per run.
+    SELECT q.name, q.key_concurrency, q.key_rate_limit, q.key_rate_period_ms,
+           (q.concurrency IS NOT NULL AND q.concurrency <= (
+               SELECT count(*) FROM runs o WHERE o.queue = q.name
+               AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
+           OR (q.rate_limit IS NOT NULL AND q.rate_limit <= (
+               SELECT count(*) FROM runs o WHERE o.queue = q.name
+               AND o.started_at_ms > (SELECT now_ms FROM clock) - q.rate_period_ms)) AS full,
+           (q.concurrency IS NOT NULL OR q.key_concurrency IS NOT NULL
+            OR q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL) AS limited
+    FROM queues q
+    WHERE q.name IN (SELECT queue FROM top WHERE started_at_ms IS NULL)
+), checked AS MATERIALIZED (
+    -- The runs of `top` whose queue has room for them (per key too), by `top`'s snapshot.
+    SELECT t.run_id, (t.started_at_ms IS NULL AND COALESCE(qs.limited, false)) AS needs_check
+    FROM top t LEFT JOIN qstate qs ON qs.name = t.queue
+    WHERE t.queue IS NULL OR t.started_at_ms IS NOT NULL OR qs.name IS NULL
+          OR (NOT (CAST(:skip_queues AS jsonb) ? t.queue) AND NOT qs.full
+              AND NOT (qs.key_concurrency IS NOT NULL AND t.concurrency_key IS NOT NULL
+                       AND qs.key_concurrency <= (
+                  SELECT count(*) FROM runs o WHERE o.queue = t.queue
+                  AND o.concurrency_key = t.concurrency_key
+                  AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
+              AND NOT (qs.key_rate_limit IS NOT NULL AND t.concurrency_key IS NOT NULL
+                       AND qs.key_rate_limit <= (
+                  SELECT count(*) FROM runs o WHERE o.queue = t.queue
+                  AND o.concurrency_key = t.concurrency_key
+                  AND o.started_at_ms > (SELECT now_ms FROM clock) - qs.key_rate_period_ms)))
+), cand AS (
+    -- The first of them not being claimed by another worker, locked; its runnable conditions
+    -- are evaluated again on the row's latest version.
+    SELECT r.run_id, r.queue,
+           r.run_id = ANY (ARRAY(SELECT run_id FROM checked WHERE needs_check)) AS needs_check
+    FROM runs r
+    WHERE r.run_id = ANY (ARRAY(SELECT run_id FROM checked))
+      AND (r.status IN ('pending', 'running')
+           OR (r.status = 'waiting'
+               AND (r.wake_at_ms <= (SELECT now_ms FROM clock) OR r.lease_owner IS NOT NULL)))
+      AND (r.lease_owner IS NULL OR r.lease_expires_at_ms <= (SELECT now_ms FROM clock))
+    ORDER BY r.priority DESC, COALESCE(r.wake_at_ms, r.created_at_ms), r.run_seq
     LIMIT 1
     FOR UPDATE OF r SKIP LOCKED
 ), claimed AS (
@@ -198,8 +224,11 @@ WITH cand AS (
     WHERE runs.run_id = cand.run_id AND NOT cand.needs_check
     RETURNING runs.run_id, runs.lease_epoch, runs.lease_taken_from
 )
-SELECT cand.run_id, claimed.lease_epoch, claimed.lease_taken_from, cand.needs_check, cand.queue
-FROM cand LEFT JOIN claimed ON claimed.run_id = cand.run_id;
+SELECT (SELECT count(*) FROM top), cand.run_id, claimed.lease_epoch, claimed.lease_taken_from,
+       cand.needs_check, cand.queue
+FROM (SELECT 1) AS one
+LEFT JOIN cand ON true
+LEFT JOIN claimed ON claimed.run_id = cand.run_id;
 
 -- name: lock_queue
 -- Serializes the checked claims of one queue until the transaction ends: the next
@@ -227,12 +256,12 @@ WHERE run_id = :run_id AND runs.run_id IN (SELECT r.run_id FROM runs r
                    AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
                OR (q.rate_limit IS NOT NULL AND q.rate_limit <= (
                    SELECT count(*) FROM runs o WHERE o.queue = r.queue
-                   AND o.started_at_ms > torpor_now_ms() - q.rate_period_ms))
+                   AND o.started_at_ms > (SELECT torpor_now_ms()) - q.rate_period_ms))
                OR (q.key_rate_limit IS NOT NULL AND r.concurrency_key IS NOT NULL
                    AND q.key_rate_limit <= (
                    SELECT count(*) FROM runs o WHERE o.queue = r.queue
                    AND o.concurrency_key = r.concurrency_key
-                   AND o.started_at_ms > torpor_now_ms() - q.key_rate_period_ms)))))
+                   AND o.started_at_ms > (SELECT torpor_now_ms()) - q.key_rate_period_ms)))))
 RETURNING run_id, lease_epoch, lease_taken_from;
 
 -- name: renew_lease

@@ -196,7 +196,8 @@ SELECT run_id, status, outcome FROM runs WHERE run_id = :run_id;
 -- taken before its not_before_ms; a run of a queue that has not started yet only while every
 -- limit of its queue has room (a started run holds its slot: taking it over needs no room).
 -- Under the write lock of BEGIN IMMEDIATE the counts cannot change before the update lands.
--- Returns (run id, epoch, taken from, needs a checked claim: always 0 here, queue).
+-- Returns (0, run id, epoch, taken from, needs a checked claim: always 0 here, queue), or no
+-- row (:top_k is PostgreSQL's: this statement checks every runnable run).
 UPDATE runs
 SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
     lease_expires_at_ms = :now_ms + :ttl_ms, updated_at_ms = :now_ms,
@@ -232,7 +233,7 @@ WHERE run_id = (
     ORDER BY priority DESC, COALESCE(wake_at_ms, created_at_ms), rowid
     LIMIT 1
 )
-RETURNING run_id, lease_epoch, lease_taken_from, 0, queue;
+RETURNING 0, run_id, lease_epoch, lease_taken_from, 0, queue;
 
 -- name: lock_queue
 -- (PostgreSQL serializes the checked claims of one queue; SQLite's write lock already does.)
