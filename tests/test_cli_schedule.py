@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import torpor
+from conftest import ROOT
 from test_cli import _env
 from torpor.schedules import Schedules
 
@@ -127,3 +130,30 @@ def test_schedule_commands(flows: Path, db_url: str) -> None:
     assert [c for c, _, _ in res] == [0, 0] and "resumed" in res[0][1]
     with torpor.Client(db_url) as client:
         assert Schedules(client.store).list() == []
+
+
+def test_readme_queues_and_schedules(tmp_path: Path) -> None:
+    """The README's queues-and-schedules snippets, as written: the module run as a script,
+    then every ``torpor`` line of the shell block through the real entry point."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Queues and schedules\n", 1)[1]
+    module = section.split("# queues_demo.py\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "queues_demo.py").write_text(module)
+    proc = subprocess.run(
+        [sys.executable, "queues_demo.py"],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    finished, why = proc.stdout.strip().splitlines()
+    assert sorted(ast.literal_eval(finished)) == ["deploy-0", "deploy-1", "deploy-2", "hotfix"]
+    assert why.startswith("delayed until ")
+    shell = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = [ln.split("  #", 1)[0] for ln in shell.splitlines() if ln.startswith("torpor ")]
+    res = session(tmp_path, *(shlex.split(ln)[1:] for ln in lines))
+    assert [code for code, _, _ in res] == [0] * len(lines), res
+    listing = res[2][1]
+    assert "WHY NOT RUNNING" in listing and "delayed until" in listing
