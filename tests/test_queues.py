@@ -250,3 +250,19 @@ def test_a_free_run_behind_many_held_back_is_claimed(rt: torpor.Runtime) -> None
     assert claim(rt) == "a00"
     assert claim(rt) == "b"
     assert claim(rt) is None
+
+
+def test_console_pages_say_why(rt: torpor.Runtime) -> None:
+    """The console's runs list and run page carry the same reason as ls/show."""
+    from torpor.console.pages import Filters, runs_page, summary
+
+    Queues(rt.store).set("one", concurrency=1)
+    rt.start("q_hold", 1, run_id="c1", queue="one")
+    rt.start("q_hold", 2, run_id="c2", queue="one")
+    assert claim(rt) == "c1"
+    client = torpor.Client(rt.store)
+    rows = {r.run_id: r for r in runs_page(client, Filters())["rows"]}
+    assert rows["c2"].waiting_for == "queued behind run c1 (queue one limit 1)"
+    assert rows["c1"].waiting_for == "signal go"
+    assert summary(client, "c2")["not_running"] == "queued behind run c1 (queue one limit 1)"
+    assert summary(client, "c1")["not_running"] is None
