@@ -11,16 +11,19 @@ their period.
 - **PostgreSQL**: ``claim_next`` locks the best candidate (``FOR UPDATE SKIP LOCKED``) and claims
   it at once when no limit applies to it (no queue, a queue without limits, or a run that
   already holds its slot). Otherwise the counts it saw may be stale (two workers claiming two
-  runs of one queue at once would both see room), so the candidate is claimed by
-  ``claim_checked`` after ``lock_queue`` (a transaction-scoped advisory lock per queue): that
-  statement's snapshot is taken after every earlier claim of the queue committed. A queue found
-  full is skipped and the next candidate tried, a few times, in the same transaction. Only the
-  first :data:`TOP_K` runnable runs are checked against their limits (each check is a few
-  index probes); all of them only when none of those can be claimed.
+  runs of one queue at once would both see room), so ``claim_next`` takes the queue's
+  transaction-scoped advisory lock and returns the candidate unclaimed, and ``claim_checked``
+  claims it: that statement's snapshot is taken after every earlier claim of the queue
+  committed. A queue found full is skipped and the next candidate tried, a few times, each in
+  a transaction of its own (so a claim never holds two queues' locks). Only the first
+  :data:`TOP_K` runnable runs are checked against their limits (each check is a few index
+  probes); all of them only when none of those can be claimed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from .. import serde
@@ -34,34 +37,40 @@ TOP_K = 16
 _ALL = 1 << 62
 
 
-def claim_in(
-    driver: Driver, q: dict[str, str], cur: Any, params: dict[str, Any]
+def claim(
+    transaction: Callable[[], AbstractContextManager[Any]],
+    driver: Driver,
+    q: dict[str, str],
+    params: dict[str, Any],
 ) -> tuple[Any, ...] | None:
-    """Claim one run in the open transaction ``cur``: ``(run id, epoch, taken from)`` or None.
+    """Claim one run: ``(run id, epoch, taken from)``, or None when none can be.
 
+    ``transaction``: opens the (lease) transaction of one attempt; an attempt that found its
+    candidate's queue full ends its transaction — releasing that queue's lock — before the next
+    one skips the queue, so a claim never holds two queues' locks (no deadlock between claims).
     ``params``: those of ``claim_next`` (owner, ttl_ms, accept, exclude, now_ms)."""
     full: list[str] = []
     top_k = TOP_K
     for _ in range(MAX_FULL_QUEUES + 2):
-        row = driver.fetchone(
-            cur, q["claim_next"], {**params, "skip_queues": serde.dumps(full), "top_k": top_k}
-        )
-        if row is None:
-            return None
-        considered, run_id, epoch, taken_from, needs_check, queue = row
-        if run_id is None:
-            if considered < top_k:
-                return None  # every runnable run was looked at
-            top_k = _ALL  # the first ones are all held back: look at every runnable run
-            continue
-        if not needs_check:
-            return (run_id, epoch, taken_from)
-        driver.fetchone(cur, q["lock_queue"], {"queue": queue})
-        got = driver.fetchone(cur, q["claim_checked"], {**params, "run_id": run_id})
-        if got is not None:
-            return tuple(got)
+        with transaction() as cur:
+            row = driver.fetchone(
+                cur, q["claim_next"], {**params, "skip_queues": serde.dumps(full), "top_k": top_k}
+            )
+            if row is None:
+                return None
+            considered, run_id, epoch, taken_from, needs_check, queue = row
+            if run_id is None:
+                if considered < top_k:
+                    return None  # every runnable run was looked at
+                top_k = _ALL  # the first ones are all held back: look at every runnable run
+                continue
+            if not needs_check:
+                return (run_id, epoch, taken_from)
+            got = driver.fetchone(cur, q["claim_checked"], {**params, "run_id": run_id})
+            if got is not None:
+                return tuple(got)
         full.append(str(queue))
     return None
 
 
-__all__ = ["MAX_FULL_QUEUES", "TOP_K", "claim_in"]
+__all__ = ["MAX_FULL_QUEUES", "TOP_K", "claim"]

@@ -48,7 +48,7 @@ from .base import (
     RunStorage,
     load_queries,
 )
-from .claims import claim_in
+from .claims import claim
 
 #: What a store remembers of its latest append to a run under a lease, so the next append can
 #: take the plain path: (lease epoch, last seq, checkpoint seq, the row's status columns).
@@ -274,8 +274,7 @@ class SQLStore:
             exclude=serde.dumps(list(exclude)),
             now_ms=start,
         )
-        with self._lease_transaction() as cur:
-            row = claim_in(self.driver, self.q, cur, params)
+        row = claim(self._lease_transaction, self.driver, self.q, params)
         if row is None:
             return None
         self.appends.forget(str(row[0]))

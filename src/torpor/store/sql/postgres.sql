@@ -153,7 +153,7 @@ RETURNING lease_epoch, lease_taken_from;
 -- conditions are re-evaluated on the row's latest version). It is claimed here unless it is an
 -- unstarted run of a queue with limits: the counts this statement saw may be stale by the time
 -- it commits (another worker claiming another run of that queue), so such a run is returned
--- unclaimed (needs_check) for lock_queue + claim_checked.
+-- unclaimed (needs_check), with its queue's lock_queue taken (`locked`), for claim_checked.
 -- Returns one row: (runs in top, run id, epoch, taken from, needs_check, queue); the run id is
 -- NULL when nothing was found.
 WITH clock AS MATERIALIZED (SELECT torpor_now_ms() AS now_ms),
@@ -223,22 +223,21 @@ top AS MATERIALIZED (
     FROM cand
     WHERE runs.run_id = cand.run_id AND NOT cand.needs_check
     RETURNING runs.run_id, runs.lease_epoch, runs.lease_taken_from
+), locked AS (
+    -- lock_queue for a candidate that needs the checked claim (saves a round trip)
+    SELECT pg_advisory_xact_lock(1953460848, hashtext(queue)) FROM cand WHERE needs_check
 )
 SELECT (SELECT count(*) FROM top), cand.run_id, claimed.lease_epoch, claimed.lease_taken_from,
        cand.needs_check, cand.queue
-FROM (SELECT 1) AS one
+FROM (SELECT count(*) FROM locked) AS one
 LEFT JOIN cand ON true
 LEFT JOIN claimed ON claimed.run_id = cand.run_id;
 
--- name: lock_queue
--- Serializes the checked claims of one queue until the transaction ends: the next
--- claim_checked of the queue starts (and takes its snapshot) after this one committed.
-SELECT pg_advisory_xact_lock(1953460848, hashtext(:queue));
-
 -- name: claim_checked
--- The claim of a run that claim_next locked and returned with needs_check, under lock_queue:
--- this statement's snapshot sees every claim of the queue committed before the lock was ours,
--- so counting the queue's slots here is exact.
+-- The claim of a run that claim_next locked and returned with needs_check, under the queue's
+-- advisory lock, which serializes the checked claims of one queue until their transactions
+-- end: this statement's snapshot (taken after the lock was ours) sees every claim of the queue
+-- committed before, so counting the queue's slots here is exact.
 UPDATE runs
 SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
     lease_expires_at_ms = torpor_now_ms() + :ttl_ms, updated_at_ms = torpor_now_ms(),

@@ -235,10 +235,6 @@ WHERE run_id = (
 )
 RETURNING 0, run_id, lease_epoch, lease_taken_from, 0, queue;
 
--- name: lock_queue
--- (PostgreSQL serializes the checked claims of one queue; SQLite's write lock already does.)
-SELECT :queue;
-
 -- name: claim_checked
 -- (PostgreSQL only: claim_next above already checks every limit under the write lock.)
 SELECT NULL WHERE 0;
