@@ -112,3 +112,91 @@ def test_killed_worker_frees_slots_through_recovery(store_url: str, tmp_path: Pa
         assert mine == [(s, rid) for rid in ids for s in ("a", "b")], mine
     assert not (tmp_path / "kills-serial-0").read_text().strip("0")
     rt.close()
+
+
+OVERLAP_FLOWS = """
+import os, time
+from pathlib import Path
+import torpor
+
+HERE = Path(__file__).parent
+
+
+def note(what, run_id, key):
+    with open(HERE / "spans.log", "a") as f:
+        f.write(f"{what} {run_id} {key} {time.time():.6f} {os.getpid()}\\n")
+
+
+@torpor.workflow("qo.job")
+def job(run: torpor.Run, key: str) -> str:
+    run.step("start", lambda: note("start", run.run_id, key))
+    time.sleep(0.03)  # between two recorded steps: the slot is held
+    run.step("end", lambda: note("end", run.run_id, key))
+    return key
+"""
+
+OVERLAP_WORKER = """
+import sys, time
+from pathlib import Path
+import torpor, qo_flows
+from torpor.worker import Worker
+rt = torpor.Runtime(sys.argv[1], lease_ttl_s=10.0)
+gate = Path(sys.argv[2])
+print("READY", flush=True)
+while not gate.exists():
+    time.sleep(0.005)
+Worker(rt, concurrency=2, poll_s=0.02).run(until_idle=True, max_seconds=60)
+"""
+
+
+@pytest.mark.slow
+def test_worker_processes_never_exceed_the_limits(store_url: str, tmp_path: Path) -> None:
+    """Worker processes (4 x 2 threads) drain a queue of concurrency 3 and per-key 1 at once:
+    at no instant more than 3 of its runs between their two steps, never two of one key."""
+    (tmp_path / "qo_flows.py").write_text(OVERLAP_FLOWS)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import qo_flows  # noqa: F401
+    finally:
+        sys.path.remove(str(tmp_path))
+    rt = torpor.Runtime(store_url)
+    Queues(rt.store).set("tight", concurrency=3, key_concurrency=1)
+    for i in range(24):
+        rt.start("qo.job", f"k{i % 5}", run_id=f"t{i:02}", queue="tight", key=f"k{i % 5}")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "src")])}
+    gate = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", OVERLAP_WORKER, store_url, str(gate)],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    for p in procs:
+        assert p.stdout is not None and "READY" in p.stdout.readline()
+    gate.touch()
+    for p in procs:
+        assert p.wait(timeout=90) == 0, p.stderr.read() if p.stderr else ""
+    events = []
+    for ln in (tmp_path / "spans.log").read_text().splitlines():
+        what, rid, key, at, pid = ln.split()
+        events.append((float(at), 0 if what == "end" else 1, rid, key, int(pid)))
+    events.sort()
+    running: dict[str, str] = {}
+    peak = 0
+    for _, starting, rid, key, _ in events:
+        if starting:
+            assert key not in running.values(), (rid, key, running)
+            running[rid] = key
+            peak = max(peak, len(running))
+            assert len(running) <= 3, running
+        else:
+            del running[rid]
+    assert len(events) == 48 and not running
+    assert len({e[4] for e in events}) > 1  # several processes did the work
+    assert all(r.outcome == "succeeded" for r in rt.store.list_runs(limit=100))
+    rt.close()
