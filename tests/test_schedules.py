@@ -190,3 +190,26 @@ def test_a_worker_fires_and_executes_a_schedule(rt: torpor.Runtime, clock: FakeC
     assert stats.finished == 1
     (rid,) = run_ids(rt)
     assert rid.startswith("w@") and rt.store.get_run(rid).outcome == "succeeded"
+
+
+def test_hourly_across_fall_back_fires_every_real_hour(
+    rt: torpor.Runtime, clock: FakeClock
+) -> None:
+    """An hourly schedule through the store over the 2026-11-01 fall-back in New York: the
+    repeated 01:00 fires twice (EDT, then EST), each real hour once."""
+    book = Schedules(rt.store)
+    clock.advance(at(2026, 10, 31, 23, 30) - clock())
+    book.add("hourly", cron="0 * * * *", tz="America/New_York", workflow="sched_job")
+    fired = []
+    for _ in range(5):
+        s = book.get("hourly")
+        assert s is not None
+        clock.advance(s.next_fire_ms / 1000 - clock() + 1)
+        fired += fire_due(rt)
+    assert fired == [
+        "hourly@2026-11-01T04:00:00Z",  # 00:00 EDT
+        "hourly@2026-11-01T05:00:00Z",  # 01:00 EDT
+        "hourly@2026-11-01T06:00:00Z",  # 01:00 EST
+        "hourly@2026-11-01T07:00:00Z",  # 02:00 EST
+        "hourly@2026-11-01T08:00:00Z",
+    ]
