@@ -159,6 +159,9 @@ def start(
             with _interruptible(rid):
                 res = rt.resume(rid, follow_timers=follow)
         resume = resume_command(Client(rt.store), rid)
+        if queue is not None or at is not None:  # a worker starts it, under its queue's limits
+            module = Client(rt.store).state(rid).module
+            resume = f"torpor worker --import {module if module != '__main__' else 'MODULE'}"
     _print_result(res, json_out, resume)
     if res.outcome not in _GOOD_OUTCOMES:
         raise typer.Exit(EXIT_OUTCOME)
