@@ -291,18 +291,20 @@ class PostgresDriver:
 
 
 def migrate(driver: PostgresDriver, url: str) -> int:
-    """Bring the schema to :data:`SCHEMA_VERSION` under an advisory lock; refuse a newer one."""
+    """Apply every known migration not yet applied, under an advisory lock; refuse a database
+    whose newest migration is newer than :data:`SCHEMA_VERSION`."""
     with driver.pool.connection() as conn, conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
         conn.execute(
             "CREATE TABLE IF NOT EXISTS torpor_schema ("
             "version integer PRIMARY KEY, applied_at_ms bigint NOT NULL)"
         )
-        row = conn.execute("SELECT max(version) FROM torpor_schema").fetchone()
-        current = row[0] if row and row[0] is not None else 0
-        check_schema(current, SCHEMA_VERSION, url)
+        applied = {r[0] for r in conn.execute("SELECT version FROM torpor_schema")}
+        check_schema(max(applied, default=0), SCHEMA_VERSION, url)
         for version, sql in _migrations():
-            if version <= current:
+            # Every known migration not yet applied, in order — also one numbered below the
+            # newest applied (migration numbers are assigned per change, merged in any order).
+            if version in applied:
                 continue
             conn.execute(sql)
             conn.execute(
