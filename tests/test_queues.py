@@ -266,3 +266,19 @@ def test_console_pages_say_why(rt: torpor.Runtime) -> None:
     assert rows["c1"].waiting_for == "signal go"
     assert summary(client, "c2")["not_running"] == "queued behind run c1 (queue one limit 1)"
     assert summary(client, "c1")["not_running"] is None
+
+
+def test_runnable_leaves_queued_runs_to_workers(rt: torpor.Runtime) -> None:
+    """``resume --all`` (Client.runnable) continues started runs and runs of no queue or of a
+    queue without limits; the unstarted runs of a limited queue are left to workers."""
+    Queues(rt.store).set("lim", concurrency=1)
+    rt.start("q_hold", 1, run_id="free")
+    rt.start("q_hold", 2, run_id="open", queue="no-limits")
+    rt.start("q_hold", 3, run_id="held1", queue="lim")
+    rt.start("q_hold", 4, run_id="held2", queue="lim")
+    client = torpor.Client(rt.store)
+    assert sorted(client.runnable()) == ["free", "open"]
+    lease = rt.store.claim_next("gone", 0.2, accept={"q_hold": ["1"]}, exclude=["free", "open"])
+    assert lease is not None and lease.run_id == "held1"
+    rt.store.release_lease(lease)  # started, released without finishing: resumable
+    assert sorted(client.runnable()) == ["free", "held1", "open"]

@@ -193,7 +193,8 @@ class SQLStore:
         return RunStorage(*(int(v) for v in row))
 
     def runnable_runs(self, limit: int = 100) -> list[str]:
-        """Runs that a worker could take now: pending, crashed, or waiting with a due wake."""
+        """Runs that a worker could take now: pending (and due), crashed, or waiting with a due
+        wake; not the unstarted runs of queues with limits (workers start those)."""
         with self.driver.read() as cur:
             rows = self.driver.fetchall(cur, self.q["runnable_runs"], self._p(limit=limit))
         return [r[0] for r in rows]

@@ -320,12 +320,18 @@ SELECT (SELECT count(*) FROM events WHERE run_id = :run_id),
        (SELECT COALESCE(sum(pg_column_size(body)), 0) FROM inbox WHERE run_id = :run_id);
 
 -- name: runnable_runs
+-- (`resume --all`): runs not yet started in a queue with limits are left to workers, which
+-- start them under those limits.
 SELECT run_id FROM runs
 WHERE (status IN ('pending', 'running')
        OR (status = 'waiting'
            AND (wake_at_ms <= torpor_now_ms() OR lease_owner IS NOT NULL)))
   AND (lease_owner IS NULL OR lease_expires_at_ms <= torpor_now_ms())
   AND (not_before_ms IS NULL OR not_before_ms <= torpor_now_ms())
+  AND (queue IS NULL OR started_at_ms IS NOT NULL OR NOT EXISTS (
+       SELECT 1 FROM queues q WHERE q.name = runs.queue AND (
+           q.concurrency IS NOT NULL OR q.key_concurrency IS NOT NULL
+           OR q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL)))
 ORDER BY COALESCE(wake_at_ms, created_at_ms) LIMIT :limit;
 
 -- name: insert_inbox
