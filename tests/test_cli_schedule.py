@@ -91,6 +91,12 @@ def test_queue_start_ls_show(flows: Path, db_url: str) -> None:
     assert "queued behind run d1 (queue deploys limit 1)" in listing
     shown = json.loads(res[5][1])
     assert shown["not_running"] == "queued behind run d1 (queue deploys limit 1)"
+    assert shown["dispatch"] == {
+        "queue": "deploys",
+        "key": None,
+        "priority": 0,
+        "not_before_ms": None,
+    }
     assert json.loads(res[6][1]) == [
         {
             "name": "deploys",

@@ -298,6 +298,29 @@ def queue_snapshot(store: SQLStore, run_id: str) -> QueueSnapshot | None:
     return QueueSnapshot(run_id, queue, key, not_before_ms, limits, tuple(active), tuple(recent))
 
 
+def dispatch_of(store: SQLStore, run_id: str) -> Dispatch | None:
+    """The queue, key, priority and delayed start a run was started with (None: unknown run)."""
+    with store.driver.read() as cur:
+        row = store.driver.fetchone(cur, store.q["queue_run"], {"run_id": run_id})
+    if row is None:
+        return None
+    _status, queue, key, priority, not_before_ms, _started = row
+    return Dispatch(queue, key, int(priority), not_before_ms)
+
+
+def describe_dispatch(d: Dispatch) -> str:
+    """``deploys (key api, priority 10, not before …)``; ``-`` for a run of no queue."""
+    extra = []
+    if d.key is not None:
+        extra.append(f"key {d.key}")
+    if d.priority:
+        extra.append(f"priority {d.priority}")
+    if d.not_before_ms is not None:
+        extra.append(f"not before {_utc(d.not_before_ms)}")
+    head = d.queue or "-"
+    return f"{head} ({', '.join(extra)})" if extra else head
+
+
 def why_not_running(store: SQLStore, run_id: str) -> str | None:
     """Why run ``run_id`` is not running because of its queue or its delayed start ("queued
     behind run X (per-key limit 1)", "rate limited until …", "delayed until …"), or None."""
@@ -310,7 +333,9 @@ __all__ = [
     "QueueSnapshot",
     "Queues",
     "check_name",
+    "describe_dispatch",
     "dispatch_for",
+    "dispatch_of",
     "queue_reason",
     "queue_snapshot",
     "why_not_running",

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from ..history import MessageView, Outcome, RunStatus, WaitInfo
 from ..owners import owner_is_dead
-from ..queues import why_not_running
+from ..queues import describe_dispatch, dispatch_of, why_not_running
 from ..store.base import InboxMessage, RunRecord
 from .approvals import approval_lines, trust_here
 from .context import open_client
@@ -103,6 +103,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         now = client.store.now_ms()
         messages = client.messages(run_id)
         not_running = why_not_running(client.store, run_id)
+        dispatch = dispatch_of(client.store, run_id)
     pending = {k: v.hashes for k, v in state.open_approvals().items()}
     if json_out:
         emit_json(
@@ -128,6 +129,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
                 "usage": {**state.usage.model_dump(), "tokens": state.usage.tokens},
                 "budget": state.budget,
                 "not_running": not_running,
+                "dispatch": dispatch,
             }
         )
         return
@@ -149,6 +151,8 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
     pairs.append(("created", when(rec.created_at_ms)))
     pairs.append(("updated", when(rec.updated_at_ms)))
     pairs.append(("events", f"{rec.last_seq} (latest checkpoint at seq {rec.checkpoint_seq})"))
+    if dispatch is not None and (dispatch.queue or dispatch.not_before_ms or dispatch.priority):
+        pairs.append(("queue", describe_dispatch(dispatch)))
     if not_running:
         pairs.append(("not running", not_running))
     if state.attention:
