@@ -163,3 +163,11 @@ def test_readme_queues_and_schedules(tmp_path: Path) -> None:
     assert [code for code, _, _ in res] == [0] * len(lines), res
     listing = res[2][1]
     assert "WHY NOT RUNNING" in listing and "delayed until" in listing
+
+
+def test_help_for_schedule_and_queue_commands(tmp_path: Path) -> None:
+    subs = [["schedule", c] for c in ("add", "ls", "rm", "pause", "resume")]
+    subs += [["queue", c] for c in ("set", "ls", "rm")]
+    res = session(tmp_path, *([*args, "--help"] for args in subs))
+    for args, (code, out, _) in zip(subs, res, strict=True):
+        assert code == 0 and "Usage: torpor" in out and "Example: torpor" in out, (args, out)

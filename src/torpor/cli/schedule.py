@@ -98,7 +98,10 @@ def add(
 
 @schedule_app.command("ls")
 def ls(ctx: typer.Context, json_out: JsonFlag = False) -> None:
-    """List schedules with their next fire (local to each schedule's zone)."""
+    """List schedules with their next fire (local to each schedule's zone).
+
+    Example: torpor schedule ls --json
+    """
     with open_client(ctx) as client:
         rows = Schedules(client.store).list()
     if json_out:
@@ -116,7 +119,10 @@ def ls(ctx: typer.Context, json_out: JsonFlag = False) -> None:
 
 @schedule_app.command("rm")
 def rm(ctx: typer.Context, name: ScheduleName) -> None:
-    """Remove a schedule (the runs it started stay)."""
+    """Remove a schedule (the runs it started stay).
+
+    Example: torpor schedule rm report
+    """
     with open_client(ctx) as client:
         gone = Schedules(client.store).remove(name)
     console().print(Text(f"schedule {name} removed" if gone else f"no schedule named {name}"))
@@ -126,14 +132,20 @@ def rm(ctx: typer.Context, name: ScheduleName) -> None:
 
 @schedule_app.command("pause")
 def pause(ctx: typer.Context, name: ScheduleName, json_out: JsonFlag = False) -> None:
-    """Stop firing a schedule until it is resumed."""
+    """Stop firing a schedule until it is resumed.
+
+    Example: torpor schedule pause report
+    """
     with open_client(ctx) as client:
         _said(Schedules(client.store).pause(name), "paused", json_out)
 
 
 @schedule_app.command("resume")
 def resume(ctx: typer.Context, name: ScheduleName, json_out: JsonFlag = False) -> None:
-    """Fire again from the next slot after now (the paused period is not caught up)."""
+    """Fire again from the next slot after now (the paused period is not caught up).
+
+    Example: torpor schedule resume report
+    """
     with open_client(ctx) as client:
         _said(Schedules(client.store).resume(name), "resumed", json_out)
 
@@ -193,7 +205,10 @@ def _rate(flag: str, text: str | None) -> tuple[int | None, float | None]:
 
 @queue_app.command("ls")
 def list_queues(ctx: typer.Context, json_out: JsonFlag = False) -> None:
-    """List the defined queues and their limits."""
+    """List the defined queues and their limits.
+
+    Example: torpor queue ls
+    """
     with open_client(ctx) as client:
         rows = Queues(client.store).list()
     if json_out:
@@ -212,7 +227,10 @@ def list_queues(ctx: typer.Context, json_out: JsonFlag = False) -> None:
 def rm_queue(
     ctx: typer.Context, name: Annotated[str, typer.Argument(metavar="NAME", help="Queue.")]
 ) -> None:
-    """Remove a queue's limits (its runs are then not limited)."""
+    """Remove a queue's limits (its runs are then not limited).
+
+    Example: torpor queue rm deploys
+    """
     with open_client(ctx) as client:
         gone = Queues(client.store).remove(name)
     console().print(Text(f"queue {name} removed" if gone else f"no queue named {name}"))
