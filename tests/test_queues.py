@@ -282,3 +282,16 @@ def test_runnable_leaves_queued_runs_to_workers(rt: torpor.Runtime) -> None:
     assert lease is not None and lease.run_id == "held1"
     rt.store.release_lease(lease)  # started, released without finishing: resumable
     assert sorted(client.runnable()) == ["free", "held1", "open"]
+
+
+def test_a_lease_taken_only_to_annotate_takes_no_slot(rt: torpor.Runtime) -> None:
+    """A worker naming a run it cannot execute (a version mismatch) leases it with
+    ``starts=False``: the run does not take its queue's slot; ``resume`` (starts) does."""
+    Queues(rt.store).set("solo", concurrency=1)
+    rt.start("q_hold", 1, run_id="n1", queue="solo")
+    rt.start("q_hold", 2, run_id="n2", queue="solo")
+    lease = rt.store.acquire_lease("n2", "annotator", 5, starts=False)
+    rt.store.release_lease(lease)
+    assert why_not_running(rt.store, "n2") is None
+    assert claim(rt) == "n1"  # n2 did not take the slot
+    assert why_not_running(rt.store, "n2") == "queued behind run n1 (queue solo limit 1)"

@@ -218,7 +218,7 @@ class Runtime:
         its workflow cannot continue) why no worker takes it — once; False when its lease is
         held (someone is on it) or it was already noted. Used by idle workers."""
         try:
-            lease = self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
+            lease = self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s, starts=False)
         except LeaseHeldError:
             return False
         try:

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict
 from typing import Any
 
 from .. import faults, serde
@@ -124,7 +125,7 @@ class SQLStore:
         """Create a run with its ``run_started`` event. Idempotent: False if it existed (its
         row, queue included, is left as it was). ``dispatch``: its queue, concurrency key,
         priority and delayed start (:class:`~torpor.store.base.Dispatch`; None: no queue)."""
-        d = dispatch or Dispatch()
+        d = asdict(dispatch or Dispatch())
         now = self.now_ms()
         ev = Event(run_id=run_id, seq=1, type="run_started", payload=started, at_ms=now, epoch=0)
         row = codec.encode(ev)
@@ -132,15 +133,7 @@ class SQLStore:
             n = self.driver.execute(
                 cur,
                 self.q["insert_run"],
-                self._p(
-                    run_id=run_id,
-                    workflow=started.workflow,
-                    version=started.version,
-                    queue=d.queue,
-                    concurrency_key=d.key,
-                    priority=d.priority,
-                    not_before_ms=d.not_before_ms,
-                ),
+                self._p(run_id=run_id, workflow=started.workflow, version=started.version, **d),
             )
             if n == 0:
                 return False
@@ -211,9 +204,8 @@ class SQLStore:
         starts: bool = True,
     ) -> Lease:
         """Take the run's lease, bumping its epoch (which fences off every earlier holder).
-        ``starts``: the holder executes the run, which then holds a slot of its queue (as a
-        claim does, but without checking the queue's limits: ``torpor resume`` is a person's
-        override); False for a lease taken only to annotate the run.
+        ``starts``: the run holds a slot of its queue from now, limits unchecked (``resume`` is
+        an override); False for a lease taken only to annotate the run.
 
         Succeeds when the lease is free, expired (store clock), already ours, or held by the
         owner and epoch named by ``take_from`` — by default, a holder on this host that is gone

@@ -11,7 +11,7 @@ SELECT version FROM torpor_schema ORDER BY version DESC LIMIT 1;
 INSERT INTO runs (run_id, workflow, version, status, created_at_ms, updated_at_ms, last_seq,
                   queue, concurrency_key, priority, not_before_ms)
 VALUES (:run_id, :workflow, :version, 'pending', torpor_now_ms(), torpor_now_ms(), 1,
-        CAST(:queue AS text), CAST(:concurrency_key AS text), :priority,
+        CAST(:queue AS text), CAST(:key AS text), :priority,
         CAST(:not_before_ms AS bigint))
 ON CONFLICT (run_id) DO NOTHING;
 

@@ -9,7 +9,7 @@ SELECT version FROM torpor_schema ORDER BY version DESC LIMIT 1;
 INSERT INTO runs (run_id, workflow, version, status, created_at_ms, updated_at_ms, last_seq,
                   queue, concurrency_key, priority, not_before_ms)
 VALUES (:run_id, :workflow, :version, 'pending', :now_ms, :now_ms, 1,
-        :queue, :concurrency_key, :priority, :not_before_ms)
+        :queue, :key, :priority, :not_before_ms)
 ON CONFLICT (run_id) DO NOTHING;
 
 -- name: insert_event
