@@ -237,13 +237,14 @@ LEFT JOIN claimed ON claimed.run_id = cand.run_id;
 -- The claim of a run that claim_next locked and returned with needs_check, under the queue's
 -- advisory lock, which serializes the checked claims of one queue until their transactions
 -- end: this statement's snapshot (taken after the lock was ours) sees every claim of the queue
--- committed before, so counting the queue's slots here is exact.
+-- committed before, so counting the queue's slots here is exact. (A run that started since
+-- claim_next's snapshot — another worker took it and let it go — already holds its slot.)
 UPDATE runs
 SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
     lease_expires_at_ms = torpor_now_ms() + :ttl_ms, updated_at_ms = torpor_now_ms(),
     started_at_ms = COALESCE(started_at_ms, torpor_now_ms())
 WHERE run_id = :run_id AND runs.run_id IN (SELECT r.run_id FROM runs r
-    WHERE r.run_id = :run_id AND NOT EXISTS (
+    WHERE r.run_id = :run_id AND (r.started_at_ms IS NOT NULL OR NOT EXISTS (
            SELECT 1 FROM queues q WHERE q.name = r.queue AND (
                (q.concurrency IS NOT NULL AND q.concurrency <= (
                    SELECT count(*) FROM runs o WHERE o.queue = r.queue
@@ -260,7 +261,7 @@ WHERE run_id = :run_id AND runs.run_id IN (SELECT r.run_id FROM runs r
                    AND q.key_rate_limit <= (
                    SELECT count(*) FROM runs o WHERE o.queue = r.queue
                    AND o.concurrency_key = r.concurrency_key
-                   AND o.started_at_ms > (SELECT torpor_now_ms()) - q.key_rate_period_ms)))))
+                   AND o.started_at_ms > (SELECT torpor_now_ms()) - q.key_rate_period_ms))))))
 RETURNING run_id, lease_epoch, lease_taken_from;
 
 -- name: renew_lease
