@@ -79,11 +79,12 @@ def test_queue_start_ls_show(flows: Path, db_url: str) -> None:
         ["worker", *IMP, "--until-idle", "--max-seconds", "20", "--poll", "0.05"],
         ["ls"],
         ["show", "d2", "--json"],
+        ["ls", "--json"],
         ["queue", "ls", "--json"],
         ["queue", "set", "q", "--rate", "ten"],
         ["start", "cliq.hold", "--key", "k", *IMP],
     )
-    assert all(code == 0 for code, _, _ in res[:7]), res
+    assert all(code == 0 for code, _, _ in res[:8]), res
     assert json.loads(res[1][1])["status"] == "pending"  # only created: a worker starts it
     assert "d1" in res[3][1] and "d2" not in res[3][1]
     listing = res[4][1]
@@ -97,7 +98,10 @@ def test_queue_start_ls_show(flows: Path, db_url: str) -> None:
         "priority": 0,
         "not_before_ms": None,
     }
-    assert json.loads(res[6][1]) == [
+    rows = {r["run_id"]: r for r in json.loads(res[6][1])}
+    assert rows["d2"]["not_running"] == "queued behind run d1 (queue deploys limit 1)"
+    assert rows["d1"]["not_running"] is None and rows["d1"]["status"] == "waiting"
+    assert json.loads(res[7][1]) == [
         {
             "name": "deploys",
             "concurrency": 1,
@@ -109,7 +113,7 @@ def test_queue_start_ls_show(flows: Path, db_url: str) -> None:
         }
     ]
     for (code, _, err), fragment in zip(
-        res[7:], ["--rate 'ten'", "given without a queue"], strict=True
+        res[8:], ["--rate 'ten'", "given without a queue"], strict=True
     ):
         assert code == 2 and err.startswith("error: ") and fragment in err, err
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
@@ -42,8 +43,8 @@ def list_runs(
         why = {
             r.run_id: why_not_running(client.store, r.run_id) for r in runs if r.status == "pending"
         }
-    if json_out:
-        emit_json(runs)
+    if json_out:  # each run row, with why a queued run is not running
+        emit_json([{**asdict(r), "not_running": why.get(r.run_id)} for r in runs])
         return
     out = console()
     if not runs:
