@@ -194,6 +194,8 @@ def test_bad_input_is_named(rt: torpor.Runtime) -> None:
         rt.start("q_hold", run_id="k", key="k")
     with pytest.raises(BadInputError, match="no time zone"):
         rt.start("q_hold", run_id="k", start_at=datetime(2026, 1, 1))
+    with pytest.raises(BadInputError, match="aware datetime or epoch seconds, not 'soon'"):
+        rt.start("q_hold", run_id="k", start_at="soon")  # type: ignore[arg-type]
     with pytest.raises(BadInputError, match="queue name 'a b'"):
         rt.start("q_hold", run_id="k", queue="a b")
     with pytest.raises(BadInputError, match="concurrency must be an integer >= 1"):

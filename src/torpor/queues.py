@@ -75,8 +75,12 @@ def dispatch_for(
                 f"start_at {start_at.isoformat()} has no time zone; give an aware datetime"
             )
         not_before_ms = int(start_at.timestamp() * 1000)
+    elif isinstance(start_at, int | float) and not isinstance(start_at, bool):
+        not_before_ms = int(start_at * 1000)
     elif start_at is not None:
-        not_before_ms = int(float(start_at) * 1000)
+        raise BadInputError(
+            f"start_at must be an aware datetime or epoch seconds, not {start_at!r}"
+        )
     return Dispatch(queue=queue, key=key, priority=priority, not_before_ms=not_before_ms)
 
 

@@ -7,6 +7,9 @@ SQLite file on one machine). Each loop iteration claims one runnable run — pen
 when it waits or ends. Idle workers block on ``LISTEN torpor_wake`` (PostgreSQL) or a short
 poll (SQLite), never longer than the next timer deadline.
 
+Workers also fire due schedules (:mod:`torpor.schedules`) of the workflows they import: one run
+per slot, however many workers.
+
 Shutdown (SIGTERM/SIGINT, or :meth:`Worker.stop`): stop claiming; running executions release
 their run at their next boundary (or finish first); the worker exits when they are done.
 """
