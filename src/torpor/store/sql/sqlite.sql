@@ -201,42 +201,57 @@ SELECT run_id, status, outcome FROM runs WHERE run_id = :run_id;
 -- the claim to runs this worker can execute and has not backed off from. A delayed run is not
 -- taken before its not_before_ms; a run of a queue that has not started yet only while every
 -- limit of its queue has room (a started run holds its slot: taking it over needs no room).
--- Under the write lock of BEGIN IMMEDIATE the counts cannot change before the update lands.
--- Returns (0, run id, epoch, taken from, needs a checked claim: always 0 here, queue), or no
--- row (:top_k is PostgreSQL's: this statement checks every runnable run).
+-- The limits are checked once per queue (`qfull`) and once per (queue, key) (`kfull`) among
+-- the candidates, not once per candidate: a thousand runs waiting behind one key cost one
+-- count. Under the write lock of BEGIN IMMEDIATE the counts cannot change before the update
+-- lands. Returns (0, run id, epoch, taken from, needs a checked claim: always 0 here, queue),
+-- or no row (:top_k and :skip_queues are PostgreSQL's).
 UPDATE runs
 SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
     lease_expires_at_ms = :now_ms + :ttl_ms, updated_at_ms = :now_ms,
     started_at_ms = COALESCE(started_at_ms, :now_ms)
 WHERE run_id = (
-    SELECT run_id FROM runs r
-    WHERE (status IN ('pending', 'running')
-           OR (status = 'waiting' AND (wake_at_ms <= :now_ms OR lease_owner IS NOT NULL)))
-      AND (lease_owner IS NULL OR lease_expires_at_ms <= :now_ms)
-      AND (:accept IS NULL OR EXISTS (
-           SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
-           WHERE w.key = r.workflow AND v.value = r.version))
-      AND run_id NOT IN (SELECT value FROM json_each(:exclude))
-      AND (not_before_ms IS NULL OR not_before_ms <= :now_ms)
-      AND (queue IS NULL OR started_at_ms IS NOT NULL OR NOT EXISTS (
-           SELECT 1 FROM queues q WHERE q.name = r.queue AND (
-               (q.concurrency IS NOT NULL AND q.concurrency <= (
-                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
-                   AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
-               OR (q.key_concurrency IS NOT NULL AND r.concurrency_key IS NOT NULL
-                   AND q.key_concurrency <= (
-                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
-                   AND o.concurrency_key = r.concurrency_key
+    WITH cand AS MATERIALIZED (
+        SELECT run_id, queue, concurrency_key, started_at_ms, priority,
+               COALESCE(wake_at_ms, created_at_ms) AS due, rowid AS n
+        FROM runs r
+        WHERE (status IN ('pending', 'running')
+               OR (status = 'waiting' AND (wake_at_ms <= :now_ms OR lease_owner IS NOT NULL)))
+          AND (lease_owner IS NULL OR lease_expires_at_ms <= :now_ms)
+          AND (:accept IS NULL OR EXISTS (
+               SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
+               WHERE w.key = r.workflow AND v.value = r.version))
+          AND run_id NOT IN (SELECT value FROM json_each(:exclude))
+          AND (not_before_ms IS NULL OR not_before_ms <= :now_ms)
+    ), qfull AS MATERIALIZED (
+        SELECT q.name FROM queues q
+        WHERE q.name IN (SELECT queue FROM cand WHERE started_at_ms IS NULL)
+          AND ((q.concurrency IS NOT NULL AND q.concurrency <= (
+                   SELECT count(*) FROM runs o WHERE o.queue = q.name
                    AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
                OR (q.rate_limit IS NOT NULL AND q.rate_limit <= (
-                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
-                   AND o.started_at_ms > :now_ms - q.rate_period_ms))
-               OR (q.key_rate_limit IS NOT NULL AND r.concurrency_key IS NOT NULL
-                   AND q.key_rate_limit <= (
-                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
-                   AND o.concurrency_key = r.concurrency_key
-                   AND o.started_at_ms > :now_ms - q.key_rate_period_ms)))))
-    ORDER BY priority DESC, COALESCE(wake_at_ms, created_at_ms), rowid
+                   SELECT count(*) FROM runs o WHERE o.queue = q.name
+                   AND o.started_at_ms > :now_ms - q.rate_period_ms)))
+    ), ckeys AS MATERIALIZED (
+        SELECT DISTINCT queue, concurrency_key AS ckey FROM cand
+        WHERE started_at_ms IS NULL AND queue IS NOT NULL AND concurrency_key IS NOT NULL
+    ), kfull AS MATERIALIZED (
+        SELECT k.queue, k.ckey FROM ckeys k JOIN queues q ON q.name = k.queue
+        WHERE (q.key_concurrency IS NOT NULL AND q.key_concurrency <= (
+                   SELECT count(*) FROM runs o WHERE o.queue = k.queue
+                   AND o.concurrency_key = k.ckey
+                   AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
+              OR (q.key_rate_limit IS NOT NULL AND q.key_rate_limit <= (
+                   SELECT count(*) FROM runs o WHERE o.queue = k.queue
+                   AND o.concurrency_key = k.ckey
+                   AND o.started_at_ms > :now_ms - q.key_rate_period_ms))
+    )
+    SELECT run_id FROM cand c
+    WHERE c.queue IS NULL OR c.started_at_ms IS NOT NULL
+       OR (c.queue NOT IN (SELECT name FROM qfull)
+           AND NOT EXISTS (SELECT 1 FROM kfull k
+                           WHERE k.queue = c.queue AND k.ckey = c.concurrency_key))
+    ORDER BY priority DESC, due, n
     LIMIT 1
 )
 RETURNING 0, run_id, lease_epoch, lease_taken_from, 0, queue;
