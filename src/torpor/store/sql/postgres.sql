@@ -174,7 +174,7 @@ top AS MATERIALIZED (
 ), qstate AS MATERIALIZED (
     -- The limits of the queues of the unstarted runs in `top`, and whether a queue-wide limit
     -- (concurrency, rate) has no room: counted once per queue, not once per run.
-    SELECT q.name, q.key_concurrency, q.key_rate_limit, q.key_rate_period_ms,
+    SELECT q.name,
            (q.concurrency IS NOT NULL AND q.concurrency <= (
                SELECT count(*) FROM runs o WHERE o.queue = q.name
                AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
@@ -185,22 +185,27 @@ top AS MATERIALIZED (
             OR q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL) AS limited
     FROM queues q
     WHERE q.name IN (SELECT queue FROM top WHERE started_at_ms IS NULL)
+), ckeys AS MATERIALIZED (
+    SELECT DISTINCT queue, concurrency_key AS ckey FROM top
+    WHERE started_at_ms IS NULL AND queue IS NOT NULL AND concurrency_key IS NOT NULL
+), kfull AS MATERIALIZED (
+    -- The (queue, key) pairs of `top` whose per-key limit has no room: counted once per pair
+    -- (a thousand runs waiting behind one key cost one count).
+    SELECT k.queue, k.ckey FROM ckeys k JOIN queues q ON q.name = k.queue
+    WHERE (q.key_concurrency IS NOT NULL AND q.key_concurrency <= (
+               SELECT count(*) FROM runs o WHERE o.queue = k.queue AND o.concurrency_key = k.ckey
+               AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
+          OR (q.key_rate_limit IS NOT NULL AND q.key_rate_limit <= (
+               SELECT count(*) FROM runs o WHERE o.queue = k.queue AND o.concurrency_key = k.ckey
+               AND o.started_at_ms > (SELECT now_ms FROM clock) - q.key_rate_period_ms))
 ), checked AS MATERIALIZED (
     -- The runs of `top` whose queue has room for them (per key too), by `top`'s snapshot.
     SELECT t.run_id, (t.started_at_ms IS NULL AND COALESCE(qs.limited, false)) AS needs_check
     FROM top t LEFT JOIN qstate qs ON qs.name = t.queue
     WHERE t.queue IS NULL OR t.started_at_ms IS NOT NULL OR qs.name IS NULL
           OR (NOT (CAST(:skip_queues AS jsonb) ? t.queue) AND NOT qs.full
-              AND NOT (qs.key_concurrency IS NOT NULL AND t.concurrency_key IS NOT NULL
-                       AND qs.key_concurrency <= (
-                  SELECT count(*) FROM runs o WHERE o.queue = t.queue
-                  AND o.concurrency_key = t.concurrency_key
-                  AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
-              AND NOT (qs.key_rate_limit IS NOT NULL AND t.concurrency_key IS NOT NULL
-                       AND qs.key_rate_limit <= (
-                  SELECT count(*) FROM runs o WHERE o.queue = t.queue
-                  AND o.concurrency_key = t.concurrency_key
-                  AND o.started_at_ms > (SELECT now_ms FROM clock) - qs.key_rate_period_ms)))
+              AND NOT EXISTS (SELECT 1 FROM kfull k
+                              WHERE k.queue = t.queue AND k.ckey = t.concurrency_key))
 ), cand AS (
     -- The first of them not being claimed by another worker, locked; its runnable conditions
     -- are evaluated again on the row's latest version.
