@@ -11,13 +11,14 @@ their period.
 - **PostgreSQL**: ``claim_next`` locks the best candidate (``FOR UPDATE SKIP LOCKED``) and claims
   it at once when no limit applies to it (no queue, a queue without limits, or a run that
   already holds its slot). Otherwise the counts it saw may be stale (two workers claiming two
-  runs of one queue at once would both see room), so ``claim_next`` takes the queue's
-  transaction-scoped advisory lock and returns the candidate unclaimed, and ``claim_checked``
-  claims it: that statement's snapshot is taken after every earlier claim of the queue
-  committed. A queue found full is skipped and the next candidate tried, a few times, each in
-  a transaction of its own (so a claim never holds two queues' locks). Only the first
-  :data:`TOP_K` runnable runs are checked against their limits (each check is a few index
-  probes); all of them only when none of those can be claimed.
+  runs of one queue at once would both see room), so it calls ``torpor_claim_checked``
+  (migration 0005): that function takes the queue's transaction-scoped advisory lock, then
+  counts with a fresh snapshot — one taken after every earlier claim of the queue committed —
+  and claims, all in the same statement (one round trip, as a claim without a queue). A queue
+  found full is skipped and the next candidate tried, a few times, each in a transaction of
+  its own (so a claim never holds two queues' locks). Only the first :data:`TOP_K` runnable
+  runs are checked against their limits, once per queue and once per (queue, key); all of
+  them only when none of those can be claimed.
 """
 
 from __future__ import annotations
@@ -64,11 +65,9 @@ def claim(
                     return None  # every runnable run was looked at
                 top_k = _ALL  # the first ones are all held back: look at every runnable run
                 continue
-            if not needs_check:
+            if epoch is not None:
                 return (run_id, epoch, taken_from)
-            got = driver.fetchone(cur, q["claim_checked"], {**params, "run_id": run_id})
-            if got is not None:
-                return tuple(got)
+            assert needs_check  # a candidate that needs no check is claimed
         full.append(str(queue))
     return None
 

@@ -150,12 +150,12 @@ RETURNING lease_epoch, lease_taken_from;
 -- costs the same however many runs wait in queues. When none of them can be claimed and there
 -- were :top_k, the caller asks again with a larger :top_k (runs further down may be free).
 -- The best candidate is locked (SKIP LOCKED: other workers take the next one; its runnable
--- conditions are re-evaluated on the row's latest version). It is claimed here unless it is an
--- unstarted run of a queue with limits: the counts this statement saw may be stale by the time
--- it commits (another worker claiming another run of that queue), so such a run is returned
--- unclaimed (needs_check), with its queue's lock_queue taken (`locked`), for claim_checked.
+-- conditions are re-evaluated on the row's latest version) and claimed (`claimed`), unless it
+-- is an unstarted run of a queue with limits: the counts this statement saw may be stale by
+-- the time it commits (another worker claiming another run of that queue), so such a run is
+-- claimed by torpor_claim_checked (migration 0005), which counts again under the queue's lock.
 -- Returns one row: (runs in top, run id, epoch, taken from, needs_check, queue); the run id is
--- NULL when nothing was found.
+-- NULL when nothing was found, the epoch NULL when the checked claim found no room.
 WITH clock AS MATERIALIZED (SELECT torpor_now_ms() AS now_ms),
 top AS MATERIALIZED (
     SELECT run_id, queue, concurrency_key, started_at_ms FROM runs r
@@ -175,12 +175,17 @@ top AS MATERIALIZED (
     -- The limits of the queues of the unstarted runs in `top`, and whether a queue-wide limit
     -- (concurrency, rate) has no room: counted once per queue, not once per run.
     SELECT q.name,
+           -- (each count stops at its limit, read in the order of the index that serves it)
            (q.concurrency IS NOT NULL AND q.concurrency <= (
-               SELECT count(*) FROM runs o WHERE o.queue = q.name
-               AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
+               SELECT count(*) FROM (
+                   SELECT 1 FROM runs o WHERE o.queue = q.name
+                   AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'
+                   ORDER BY o.queue LIMIT q.concurrency) AS active))
            OR (q.rate_limit IS NOT NULL AND q.rate_limit <= (
-               SELECT count(*) FROM runs o WHERE o.queue = q.name
-               AND o.started_at_ms > (SELECT now_ms FROM clock) - q.rate_period_ms)) AS full,
+               SELECT count(*) FROM (
+                   SELECT 1 FROM runs o WHERE o.queue = q.name
+                   AND o.started_at_ms > (SELECT now_ms FROM clock) - q.rate_period_ms
+                   ORDER BY o.queue, o.started_at_ms LIMIT q.rate_limit) AS recent)) AS full,
            (q.concurrency IS NOT NULL OR q.key_concurrency IS NOT NULL
             OR q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL) AS limited
     FROM queues q
@@ -193,11 +198,16 @@ top AS MATERIALIZED (
     -- (a thousand runs waiting behind one key cost one count).
     SELECT k.queue, k.ckey FROM ckeys k JOIN queues q ON q.name = k.queue
     WHERE (q.key_concurrency IS NOT NULL AND q.key_concurrency <= (
-               SELECT count(*) FROM runs o WHERE o.queue = k.queue AND o.concurrency_key = k.ckey
-               AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
+               SELECT count(*) FROM (
+                   SELECT 1 FROM runs o WHERE o.queue = k.queue AND o.concurrency_key = k.ckey
+                   AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'
+                   ORDER BY o.queue, o.concurrency_key LIMIT q.key_concurrency) AS active))
           OR (q.key_rate_limit IS NOT NULL AND q.key_rate_limit <= (
-               SELECT count(*) FROM runs o WHERE o.queue = k.queue AND o.concurrency_key = k.ckey
-               AND o.started_at_ms > (SELECT now_ms FROM clock) - q.key_rate_period_ms))
+               SELECT count(*) FROM (
+                   SELECT 1 FROM runs o WHERE o.queue = k.queue AND o.concurrency_key = k.ckey
+                   AND o.started_at_ms > (SELECT now_ms FROM clock) - q.key_rate_period_ms
+                   ORDER BY o.queue, o.concurrency_key, o.started_at_ms
+                   LIMIT q.key_rate_limit) AS recent))
 ), checked AS MATERIALIZED (
     -- The runs of `top` whose queue has room for them (per key too), by `top`'s snapshot.
     SELECT t.run_id, (t.started_at_ms IS NULL AND COALESCE(qs.limited, false)) AS needs_check
@@ -228,46 +238,19 @@ top AS MATERIALIZED (
     FROM cand
     WHERE runs.run_id = cand.run_id AND NOT cand.needs_check
     RETURNING runs.run_id, runs.lease_epoch, runs.lease_taken_from
-), locked AS (
-    -- lock_queue for a candidate that needs the checked claim (saves a round trip)
-    SELECT pg_advisory_xact_lock(1953460848, hashtext(queue)) FROM cand WHERE needs_check
+), checked_claim AS MATERIALIZED (
+    -- an unstarted run of a queue with limits: counted and claimed under the queue's lock
+    SELECT f.epoch, f.taken_from
+    FROM cand, LATERAL torpor_claim_checked(cand.run_id, :owner, :ttl_ms) AS f
+    WHERE cand.needs_check
 )
-SELECT (SELECT count(*) FROM top), cand.run_id, claimed.lease_epoch, claimed.lease_taken_from,
+SELECT (SELECT count(*) FROM top), cand.run_id,
+       COALESCE(claimed.lease_epoch, (SELECT epoch FROM checked_claim)),
+       COALESCE(claimed.lease_taken_from, (SELECT taken_from FROM checked_claim)),
        cand.needs_check, cand.queue
-FROM (SELECT count(*) FROM locked) AS one
+FROM (SELECT 1) AS one
 LEFT JOIN cand ON true
 LEFT JOIN claimed ON claimed.run_id = cand.run_id;
-
--- name: claim_checked
--- The claim of a run that claim_next locked and returned with needs_check, under the queue's
--- advisory lock, which serializes the checked claims of one queue until their transactions
--- end: this statement's snapshot (taken after the lock was ours) sees every claim of the queue
--- committed before, so counting the queue's slots here is exact. (A run that started since
--- claim_next's snapshot — another worker took it and let it go — already holds its slot.)
-UPDATE runs
-SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
-    lease_expires_at_ms = torpor_now_ms() + :ttl_ms, updated_at_ms = torpor_now_ms(),
-    started_at_ms = COALESCE(started_at_ms, torpor_now_ms())
-WHERE run_id = :run_id AND runs.run_id IN (SELECT r.run_id FROM runs r
-    WHERE r.run_id = :run_id AND (r.started_at_ms IS NOT NULL OR NOT EXISTS (
-           SELECT 1 FROM queues q WHERE q.name = r.queue AND (
-               (q.concurrency IS NOT NULL AND q.concurrency <= (
-                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
-                   AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
-               OR (q.key_concurrency IS NOT NULL AND r.concurrency_key IS NOT NULL
-                   AND q.key_concurrency <= (
-                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
-                   AND o.concurrency_key = r.concurrency_key
-                   AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
-               OR (q.rate_limit IS NOT NULL AND q.rate_limit <= (
-                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
-                   AND o.started_at_ms > (SELECT torpor_now_ms()) - q.rate_period_ms))
-               OR (q.key_rate_limit IS NOT NULL AND r.concurrency_key IS NOT NULL
-                   AND q.key_rate_limit <= (
-                   SELECT count(*) FROM runs o WHERE o.queue = r.queue
-                   AND o.concurrency_key = r.concurrency_key
-                   AND o.started_at_ms > (SELECT torpor_now_ms()) - q.key_rate_period_ms))))))
-RETURNING run_id, lease_epoch, lease_taken_from;
 
 -- name: renew_lease
 UPDATE runs SET lease_expires_at_ms = torpor_now_ms() + :ttl_ms

@@ -256,10 +256,6 @@ WHERE run_id = (
 )
 RETURNING 0, run_id, lease_epoch, lease_taken_from, 0, queue;
 
--- name: claim_checked
--- (PostgreSQL only: claim_next above already checks every limit under the write lock.)
-SELECT NULL WHERE 0;
-
 -- name: notify_wake
 SELECT :run_id;
 

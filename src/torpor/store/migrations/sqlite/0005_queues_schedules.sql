@@ -16,7 +16,7 @@ CREATE INDEX runs_queue_active ON runs (queue, concurrency_key)
     WHERE queue IS NOT NULL AND started_at_ms IS NOT NULL AND status <> 'finished';
 CREATE INDEX runs_queue_started ON runs (queue, started_at_ms) WHERE queue IS NOT NULL;
 CREATE INDEX runs_queue_key_started ON runs (queue, concurrency_key, started_at_ms)
-    WHERE queue IS NOT NULL AND concurrency_key IS NOT NULL;
+    WHERE queue IS NOT NULL;
 
 -- A queue's limits (NULL: that limit does not apply). A run naming a queue without a row here
 -- is not limited.
