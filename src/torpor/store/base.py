@@ -220,6 +220,11 @@ class Driver(Protocol):
         connection raises StoreError: the statement may or may not have committed."""
         ...
 
+    def fetch_one(self, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """Run one statement as a transaction of its own and return its first row: committed
+        when this returns, with no round trip to the caller while it holds its locks."""
+        ...
+
     def unique_violation(self, exc: BaseException) -> str | None:
         """The violated unique index or constraint when ``exc`` is a unique violation."""
         ...

@@ -23,8 +23,6 @@ their period.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any
 
 from .. import serde
@@ -38,36 +36,31 @@ TOP_K = 16
 _ALL = 1 << 62
 
 
-def claim(
-    transaction: Callable[[], AbstractContextManager[Any]],
-    driver: Driver,
-    q: dict[str, str],
-    params: dict[str, Any],
-) -> tuple[Any, ...] | None:
+def claim(driver: Driver, q: dict[str, str], params: dict[str, Any]) -> tuple[Any, ...] | None:
     """Claim one run: ``(run id, epoch, taken from)``, or None when none can be.
 
-    ``transaction``: opens the (lease) transaction of one attempt; an attempt that found its
-    candidate's queue full ends its transaction — releasing that queue's lock — before the next
-    one skips the queue, so a claim never holds two queues' locks (no deadlock between claims).
+    Each attempt is one statement committed on its own (:meth:`.Driver.fetch_one`): on
+    PostgreSQL the queue's lock is released as the statement commits, without a round trip to
+    this process in between, and an attempt that found its candidate's queue full holds no lock
+    when the next one skips the queue (a claim never holds two queues' locks).
     ``params``: those of ``claim_next`` (owner, ttl_ms, accept, exclude, now_ms)."""
     full: list[str] = []
     top_k = TOP_K
     for _ in range(MAX_FULL_QUEUES + 2):
-        with transaction() as cur:
-            row = driver.fetchone(
-                cur, q["claim_next"], {**params, "skip_queues": serde.dumps(full), "top_k": top_k}
-            )
-            if row is None:
-                return None
-            considered, run_id, epoch, taken_from, needs_check, queue = row
-            if run_id is None:
-                if considered < top_k:
-                    return None  # every runnable run was looked at
-                top_k = _ALL  # the first ones are all held back: look at every runnable run
-                continue
-            if epoch is not None:
-                return (run_id, epoch, taken_from)
-            assert needs_check  # a candidate that needs no check is claimed
+        row = driver.fetch_one(
+            q["claim_next"], {**params, "skip_queues": serde.dumps(full), "top_k": top_k}
+        )
+        if row is None:
+            return None
+        considered, run_id, epoch, taken_from, needs_check, queue = row
+        if run_id is None:
+            if considered < top_k:
+                return None  # every runnable run was looked at
+            top_k = _ALL  # the first ones are all held back: look at every runnable run
+            continue
+        if epoch is not None:
+            return (run_id, epoch, taken_from)
+        assert needs_check  # a candidate that needs no check is claimed
         full.append(str(queue))
     return None
 

@@ -236,6 +236,23 @@ class PostgresDriver:
             self._local.appender = None
             raise StoreError(f"postgres: {exc}".strip()) from exc
 
+    def fetch_one(self, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """One statement in a transaction of its own (as :meth:`write_one`, on the thread's
+        autocommit connection) and its first row: it commits on the server as the statement
+        ends, with no round trip to this process while its locks are held."""
+        app = self._appender()
+        if app is None:
+            with self.transaction() as cur:
+                return self.fetchone(cur, sql, params)
+        try:
+            app.cur.execute(self._sql(sql), params)
+            row = app.cur.fetchone()
+            return tuple(row) if row is not None else None
+        except (self._errors.OperationalError, self._errors.InterfaceError) as exc:
+            app.close()
+            self._local.appender = None
+            raise StoreError(f"postgres: {exc}".strip()) from exc
+
     def _write_one_pooled(self, sql: str, params: dict[str, Any]) -> int | None:
         try:
             conn = self._getconn()

@@ -104,6 +104,12 @@ class SQLiteDriver:
                     raise StoreError(f"sqlite {self.path}: cannot begin a write: {exc}") from exc
                 time.sleep(0.01)
 
+    def fetch_one(self, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """One statement as a transaction of its own and its first row (see
+        :meth:`~torpor.store.base.Driver.fetch_one`), under ``BEGIN IMMEDIATE``."""
+        with self.transaction() as cur:
+            return self.fetchone(cur, sql, params)
+
     def write_one(self, sql: str, params: dict[str, Any]) -> int | None:
         """One statement as a transaction of its own (see
         :meth:`~torpor.store.base.Driver.write_one`): in autocommit mode, so SQLite takes the

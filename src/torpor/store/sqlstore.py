@@ -267,7 +267,7 @@ class SQLStore:
             exclude=serde.dumps(list(exclude)),
             now_ms=start,
         )
-        row = claim(self._lease_transaction, self.driver, self.q, params)
+        row = claim(self.driver, self.q, params)
         if row is None:
             return None
         self.appends.forget(str(row[0]))

@@ -156,7 +156,11 @@ RETURNING lease_epoch, lease_taken_from;
 -- claimed by torpor_claim_checked (migration 0005), which counts again under the queue's lock.
 -- Returns one row: (runs in top, run id, epoch, taken from, needs_check, queue); the run id is
 -- NULL when nothing was found, the epoch NULL when the checked claim found no room.
-WITH clock AS MATERIALIZED (SELECT torpor_now_ms() AS now_ms),
+WITH clock AS MATERIALIZED (
+    -- committed on its own (autocommit): a lease move needs no WAL flush (see
+    -- SQLStore._lease_transaction for why that is safe)
+    SELECT torpor_now_ms() AS now_ms, set_config('synchronous_commit', 'off', true) AS mode
+),
 top AS MATERIALIZED (
     SELECT run_id, queue, concurrency_key, started_at_ms FROM runs r
     WHERE (status IN ('pending', 'running')
@@ -194,20 +198,23 @@ top AS MATERIALIZED (
     SELECT DISTINCT queue, concurrency_key AS ckey FROM top
     WHERE started_at_ms IS NULL AND queue IS NOT NULL AND concurrency_key IS NOT NULL
 ), kfull AS MATERIALIZED (
-    -- The (queue, key) pairs of `top` whose per-key limit has no room: counted once per pair
-    -- (a thousand runs waiting behind one key cost one count).
+    -- The (queue, key) pairs of `top` whose per-key limit has no room: the runs holding a slot
+    -- counted once per pair (a thousand runs waiting behind one key cost one count), the
+    -- recent starts in one pass over the queues' rate windows.
     SELECT k.queue, k.ckey FROM ckeys k JOIN queues q ON q.name = k.queue
-    WHERE (q.key_concurrency IS NOT NULL AND q.key_concurrency <= (
+    WHERE q.key_concurrency IS NOT NULL AND q.key_concurrency <= (
                SELECT count(*) FROM (
                    SELECT 1 FROM runs o WHERE o.queue = k.queue AND o.concurrency_key = k.ckey
                    AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'
-                   ORDER BY o.queue, o.concurrency_key LIMIT q.key_concurrency) AS active))
-          OR (q.key_rate_limit IS NOT NULL AND q.key_rate_limit <= (
-               SELECT count(*) FROM (
-                   SELECT 1 FROM runs o WHERE o.queue = k.queue AND o.concurrency_key = k.ckey
-                   AND o.started_at_ms > (SELECT now_ms FROM clock) - q.key_rate_period_ms
-                   ORDER BY o.queue, o.concurrency_key, o.started_at_ms
-                   LIMIT q.key_rate_limit) AS recent))
+                   ORDER BY o.queue, o.concurrency_key LIMIT q.key_concurrency) AS active)
+    UNION
+    SELECT o.queue, o.concurrency_key FROM runs o JOIN queues q ON q.name = o.queue
+    WHERE q.key_rate_limit IS NOT NULL
+      AND o.queue IN (SELECT queue FROM ckeys)
+      AND o.started_at_ms > (SELECT now_ms FROM clock) - q.key_rate_period_ms
+      AND (o.queue, o.concurrency_key) IN (SELECT queue, ckey FROM ckeys)
+    GROUP BY o.queue, o.concurrency_key, q.key_rate_limit
+    HAVING count(*) >= q.key_rate_limit
 ), checked AS MATERIALIZED (
     -- The runs of `top` whose queue has room for them (per key too), by `top`'s snapshot.
     SELECT t.run_id, (t.started_at_ms IS NULL AND COALESCE(qs.limited, false)) AS needs_check
