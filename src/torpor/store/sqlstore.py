@@ -103,7 +103,8 @@ class SQLStore:
 
     @contextmanager
     def _lease_transaction(self) -> Iterator[Any]:
-        """A transaction that only moves a lease (claim, acquire, renew, release).
+        """A transaction that only moves a lease (acquire, renew, release; a claim is one
+        statement committed on its own, with the same relaxed commit: see :mod:`.claims`).
 
         On PostgreSQL it commits without waiting for its WAL flush (``synchronous_commit``
         off for this transaction alone), saving an fsync per claim and per release. That is
