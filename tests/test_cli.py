@@ -88,6 +88,8 @@ COMMANDS = [
     "budget",
     "retry",
     "keys",
+    "schedule",
+    "queue",
     "explore",
     "console",
 ]

@@ -14,9 +14,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
-from . import serde, telemetry
+from . import queues, serde, telemetry
 from .artifacts import ArtifactStore
 from .config import Settings
 from .engine.execution import Execution, RunResult
@@ -140,10 +141,26 @@ class Runtime:
     # ------------------------------------------------------------ lifecycle
 
     def start(
-        self, workflow: str | Callable[..., Any], input: Any = None, *, run_id: str | None = None
+        self,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
+        priority: int = 0,
+        start_at: datetime | float | None = None,
     ) -> str:
         """Create a run (not executed yet). Idempotent: an existing ``run_id`` is returned
-        as is (ConfigError if it belongs to another workflow)."""
+        as is (ConfigError if it belongs to another workflow), its queue and start time left
+        as they were.
+
+        ``queue``: the queue a worker claims it from, under that queue's limits
+        (:mod:`torpor.queues`); ``key``: its concurrency key within the queue (per-key limits);
+        ``priority``: higher is claimed first (default 0); ``start_at``: not claimed before
+        this time (an aware ``datetime``, or epoch seconds). BadInputError for a key without a
+        queue, a naive datetime, or a malformed queue name."""
+        dispatch = queues.dispatch_for(queue, key, priority, start_at)
         wf = get_workflow(workflow)
         if run_id is not None:
             _check_run_id(run_id)
@@ -162,6 +179,7 @@ class Runtime:
                 goal=wf.goal,
                 module=getattr(wf.fn, "__module__", "") or "",
             ),
+            dispatch,
         )
         if created and (tel := telemetry.get()) is not None:
             tel.started(self.store, rid)  # the run's trace joins the caller's current span
@@ -213,7 +231,7 @@ class Runtime:
         its workflow cannot continue) why no worker takes it — once; False when its lease is
         held (someone is on it) or it was already noted. Used by idle workers."""
         try:
-            lease = self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
+            lease = self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s, starts=False)
         except LeaseHeldError:
             return False
         try:

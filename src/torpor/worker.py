@@ -7,6 +7,9 @@ SQLite file on one machine). Each loop iteration claims one runnable run — pen
 when it waits or ends. Idle workers block on ``LISTEN torpor_wake`` (PostgreSQL) or a short
 poll (SQLite), never longer than the next timer deadline.
 
+Workers also fire due schedules (:mod:`torpor.schedules`) of the workflows they import: one run
+per slot, however many workers.
+
 Shutdown (SIGTERM/SIGINT, or :meth:`Worker.stop`): stop claiming; running executions release
 their run at their next boundary (or finish first); the worker exits when they are done.
 """
@@ -28,6 +31,7 @@ from . import telemetry
 from .errors import ConfigError, LeaseHeldError, LeaseLostError, TorporError
 from .owners import owner_is_dead
 from .runtime import RunResult, Runtime
+from .schedules import Schedules, fire_due
 from .store.base import Lease
 from .workflows import accepted_versions
 
@@ -42,6 +46,8 @@ MIN_IDLE_S = 0.02
 #: versions it cannot continue (to name them).
 DEAD_SCAN_S = 1.0
 VERSION_SCAN_S = 5.0
+#: How often an idle worker looks for due schedules (and bounds its idle wait by the next).
+SCHEDULE_SCAN_S = 0.5
 
 
 @dataclass
@@ -91,6 +97,8 @@ class Worker:
         tel = telemetry.get()
         if tel is not None:
             tel.watch(self.store)  # torpor.runs by status, observed at each metrics collection
+        self._next_schedule_scan = 0.0
+        self._next_fire_ms: int | None = None
 
     def stop(self) -> None:
         """Stop claiming; running executions release their run at the next boundary."""
@@ -183,6 +191,22 @@ class Worker:
         except TorporError as exc:
             log.warning("noting runs of unrunnable versions failed: %s", exc)
 
+    def _fire_schedules(self) -> None:
+        """Start the runs of due schedules whose workflow this worker has (one run per slot
+        whatever the number of workers: :func:`~torpor.schedules.fire_due`); checked at most
+        every :data:`SCHEDULE_SCAN_S`, or when the next fire is due."""
+        now = time.monotonic()
+        due = self._next_fire_ms is not None and self._next_fire_ms <= self.store.now_ms()
+        if now < self._next_schedule_scan and not due:
+            return
+        self._next_schedule_scan = now + SCHEDULE_SCAN_S
+        try:
+            for run_id in fire_due(self.runtime):
+                log.info("schedule fired: run %s", run_id)
+            self._next_fire_ms = Schedules(self.store).next_fire_ms()
+        except TorporError as exc:
+            log.warning("firing schedules failed: %s", exc)
+
     def _back_off(self, run_id: str) -> float:
         """The run failed here without an outcome (its history is intact; the cause may be
         transient, or specific to this worker): skip it for a while, doubling each time, so one
@@ -233,6 +257,7 @@ class Worker:
                 if max_seconds is not None and time.monotonic() - start > max_seconds:
                     break
                 self.store.check_database_file()
+                self._fire_schedules()
                 if not self._slots.acquire(timeout=self.poll_s):
                     continue
                 try:
@@ -275,8 +300,9 @@ class Worker:
             nxt = self.store.next_wake_at_ms(accept=accepted_versions())
         except TorporError:
             nxt = None
-        if nxt is not None:
-            timeout = min(timeout, (nxt - self.store.now_ms()) / 1000)
+        for due in (nxt, self._next_fire_ms):
+            if due is not None:
+                timeout = min(timeout, (due - self.store.now_ms()) / 1000)
         backoff_end = self._next_backoff_end()
         if backoff_end is not None:
             timeout = min(timeout, backoff_end)

@@ -116,26 +116,69 @@ def start(
     no_execute: Annotated[
         bool, typer.Option("--no-execute", help="Only create the run; execute it later.")
     ] = False,
+    queue: Annotated[
+        str | None,
+        typer.Option(
+            "--queue", metavar="NAME", help="Queue it: a worker starts it under the queue's limits."
+        ),
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option("--key", metavar="KEY", help="Concurrency key within the queue."),
+    ] = None,
+    priority: Annotated[
+        int, typer.Option("--priority", metavar="N", help="Higher is claimed first.")
+    ] = 0,
+    start_at: Annotated[
+        str | None,
+        typer.Option(
+            "--start-at",
+            metavar="TIME",
+            help="Not started before this ISO 8601 time with a zone (a worker starts it).",
+        ),
+    ] = None,
     follow: Follow = True,
     json_out: JsonFlag = False,
 ) -> None:
     """Start a run of WORKFLOW and execute it in this process until it finishes or waits.
 
+    With --queue or --start-at the run is only created: a worker starts it when its queue has
+    room and it is due.
+
     Example: torpor start deploy --import myflows --input '{"env": "prod"}' --run-id deploy-42
     """
     data = parse_json("--input", input_json)
+    at = _start_at(start_at)
     with open_runtime(ctx, imports) as rt:
-        rid = rt.start(workflow, data, run_id=run_id)
-        if no_execute:
+        rid = rt.start(
+            workflow, data, run_id=run_id, queue=queue, key=key, priority=priority, start_at=at
+        )
+        if no_execute or queue is not None or at is not None:
             rec = Client(rt.store).get(rid)
             res = RunResult(rid, rec.status, rec.outcome)
         else:
             with _interruptible(rid):
                 res = rt.resume(rid, follow_timers=follow)
         resume = resume_command(Client(rt.store), rid)
+        if queue is not None or at is not None:  # a worker starts it, under its queue's limits
+            module = Client(rt.store).state(rid).module
+            resume = f"torpor worker --import {module if module != '__main__' else 'MODULE'}"
     _print_result(res, json_out, resume)
     if res.outcome not in _GOOD_OUTCOMES:
         raise typer.Exit(EXIT_OUTCOME)
+
+
+def _start_at(text: str | None) -> datetime | None:
+    """``--start-at``: an ISO 8601 time with a zone (BadInputError otherwise)."""
+    if text is None:
+        return None
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise BadInputError(f"--start-at {text!r} is not an ISO 8601 time") from None
+    if at.tzinfo is None:
+        raise BadInputError(f"--start-at {text!r} has no zone; add one, e.g. {text}+00:00")
+    return at
 
 
 def _resume_one(rt: Runtime, run_id: str, follow: bool, wait: bool, quiet: bool) -> RunResult:

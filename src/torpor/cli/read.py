@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
@@ -9,6 +10,7 @@ import typer
 from .. import telemetry
 from ..history import MessageView, Outcome, RunStatus, WaitInfo
 from ..owners import owner_is_dead
+from ..queues import describe_dispatch, dispatch_of, why_not_running
 from ..store.base import InboxMessage, RunRecord
 from ..urls import display_url
 from .approvals import approval_lines, trust_here
@@ -51,9 +53,12 @@ def list_runs(
         )
         now = client.store.now_ms()
         read_from = display_url(client.store.url)
+        why = {
+            r.run_id: why_not_running(client.store, r.run_id) for r in runs if r.status == "pending"
+        }
     console(stderr=True).print(plain(f"store: {read_from}", style="dim"))
-    if json_out:
-        emit_json(runs)
+    if json_out:  # each run row, with why a queued run is not running
+        emit_json([{**asdict(r), "not_running": why.get(r.run_id)} for r in runs])
         return
     out = console()
     if not runs:
@@ -61,6 +66,8 @@ def list_runs(
         return
     attention = any(r.attention for r in runs)
     columns = ["RUN", "WORKFLOW", "VERSION", "STATUS", "OUTCOME", "UPDATED", "WAKE", "EVENTS"]
+    queued = any(why.values())
+    columns += ["WHY NOT RUNNING"] if queued else []
     table = new_table(*columns, *(["NEEDS ATTENTION"] if attention else []))
     for r in runs:
         add_row(
@@ -73,6 +80,7 @@ def list_runs(
             when(r.updated_at_ms),
             relative(r.wake_at_ms) if r.status == RunStatus.WAITING.value else None,
             r.last_seq,
+            *([why.get(r.run_id)] if queued else []),
             *([short((r.attention or "").split(": ", 1)[0], 60)] if attention else []),
         )
     out.print(table)
@@ -110,6 +118,8 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         now = client.store.now_ms()
         messages = client.messages(run_id)
         trace_id = telemetry.trace_id_of(client.store.trace_context(run_id))
+        not_running = why_not_running(client.store, run_id)
+        dispatch = dispatch_of(client.store, run_id)
     pending = {k: v.hashes for k, v in state.open_approvals().items()}
     if json_out:
         emit_json(
@@ -135,6 +145,8 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
                 "usage": {**state.usage.model_dump(), "tokens": state.usage.tokens},
                 "budget": state.budget,
                 "trace_id": trace_id,
+                "not_running": not_running,
+                "dispatch": dispatch,
             }
         )
         return
@@ -158,6 +170,10 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
     pairs.append(("created", when(rec.created_at_ms)))
     pairs.append(("updated", when(rec.updated_at_ms)))
     pairs.append(("events", f"{rec.last_seq} (latest checkpoint at seq {rec.checkpoint_seq})"))
+    if dispatch is not None and (dispatch.queue or dispatch.not_before_ms or dispatch.priority):
+        pairs.append(("queue", describe_dispatch(dispatch)))
+    if not_running:
+        pairs.append(("not running", not_running))
     if state.attention:
         pairs.append(("needs attention", state.attention))
     if rec.infra_retries:

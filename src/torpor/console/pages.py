@@ -24,6 +24,7 @@ from ..history import (
 )
 from ..keys import Trust
 from ..memory.view import context_view
+from ..queues import why_not_running
 from ..store import RunRecord
 from . import views
 from .views import short, when
@@ -136,7 +137,11 @@ def runs_page(client: Client, f: Filters) -> dict[str, Any]:
                 r.workflow,
                 r.version,
                 lease_text(r, now),
-                f"{w.kind} {w.name}" if w is not None else "",
+                f"{w.kind} {w.name}"
+                if w is not None
+                else (why_not_running(client.store, r.run_id) or "")
+                if r.status == "pending"
+                else "",
                 r.outcome or "",
                 when(r.updated_at_ms),
                 r.last_seq,
@@ -250,6 +255,9 @@ def _summary(client: Client, rec: RunRecord, state: RunState) -> dict[str, Any]:
         "reason": state.outcome_reason,
         "result": short(state.result, 600) if state.result is not None else "",
         "attention": state.attention,
+        "not_running": why_not_running(client.store, rec.run_id)
+        if state.status is RunStatus.PENDING
+        else None,
         "cancel_requested": state.cancel_requested,
         "last_seq": rec.last_seq,
         "checkpoint_seq": rec.checkpoint_seq,

@@ -105,6 +105,19 @@ class RunRecord:
 
 
 @dataclass(frozen=True)
+class Dispatch:
+    """How a new run is dispatched: its ``queue`` (None: none, never limited), its
+    concurrency ``key`` within the queue (one customer, one repository), its ``priority``
+    (higher is claimed first; default 0) and a delayed start ``not_before_ms`` (epoch ms of the
+    store's clock; a run is never claimed before it)."""
+
+    queue: str | None = None
+    key: str | None = None
+    priority: int = 0
+    not_before_ms: int | None = None
+
+
+@dataclass(frozen=True)
 class RunCount:
     """How many runs have this status, outcome and needs-attention flag."""
 
@@ -215,6 +228,11 @@ class Driver(Protocol):
         connection raises StoreError: the statement may or may not have committed."""
         ...
 
+    def fetch_one(self, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """Run one statement as a transaction of its own and return its first row: committed
+        when this returns, with no round trip to the caller while it holds its locks."""
+        ...
+
     def unique_violation(self, exc: BaseException) -> str | None:
         """The violated unique index or constraint when ``exc`` is a unique violation."""
         ...
@@ -239,7 +257,9 @@ class Store(Protocol):
     def close(self) -> None: ...
 
     # runs
-    def create_run(self, run_id: str, started: RunStarted) -> bool:
+    def create_run(
+        self, run_id: str, started: RunStarted, dispatch: Dispatch | None = None
+    ) -> bool:
         """Create a run with its ``run_started`` event; False if it existed (idempotent)."""
         ...
 
@@ -269,10 +289,17 @@ class Store(Protocol):
 
     # leases
     def acquire_lease(
-        self, run_id: str, owner: str, ttl_s: float, *, take_from: tuple[str, int] | None = None
+        self,
+        run_id: str,
+        owner: str,
+        ttl_s: float,
+        *,
+        take_from: tuple[str, int] | None = None,
+        starts: bool = True,
     ) -> Lease:
         """Take the run's lease (epoch + 1) when it is free, expired, ours, or the one named
-        by ``take_from`` (an owner proven dead, with its epoch); LeaseHeldError otherwise."""
+        by ``take_from`` (an owner proven dead, with its epoch); LeaseHeldError otherwise.
+        ``starts``: mark the run started (it holds a slot of its queue)."""
         ...
 
     def claim_next(
@@ -361,6 +388,7 @@ __all__ = [
     "INBOX_HEADROOM_BYTES",
     "REOPENING_KINDS",
     "Completion",
+    "Dispatch",
     "Driver",
     "InboxMessage",
     "Lease",

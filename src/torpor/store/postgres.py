@@ -237,6 +237,23 @@ class PostgresDriver:
             self._local.appender = None
             raise StoreError(f"postgres: {exc}".strip()) from exc
 
+    def fetch_one(self, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """One statement in a transaction of its own (as :meth:`write_one`, on the thread's
+        autocommit connection) and its first row: it commits on the server as the statement
+        ends, with no round trip to this process while its locks are held."""
+        app = self._appender()
+        if app is None:
+            with self.transaction() as cur:
+                return self.fetchone(cur, sql, params)
+        try:
+            app.cur.execute(self._sql(sql), params)
+            row = app.cur.fetchone()
+            return tuple(row) if row is not None else None
+        except (self._errors.OperationalError, self._errors.InterfaceError) as exc:
+            app.close()
+            self._local.appender = None
+            raise StoreError(f"postgres: {exc}".strip()) from exc
+
     def _write_one_pooled(self, sql: str, params: dict[str, Any]) -> int | None:
         try:
             conn = self._getconn()
@@ -292,18 +309,20 @@ class PostgresDriver:
 
 
 def migrate(driver: PostgresDriver, url: str) -> int:
-    """Bring the schema to :data:`SCHEMA_VERSION` under an advisory lock; refuse a newer one."""
+    """Apply every known migration not yet applied, under an advisory lock; refuse a database
+    whose newest migration is newer than :data:`SCHEMA_VERSION`."""
     with driver.pool.connection() as conn, conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
         conn.execute(
             "CREATE TABLE IF NOT EXISTS torpor_schema ("
             "version integer PRIMARY KEY, applied_at_ms bigint NOT NULL)"
         )
-        row = conn.execute("SELECT max(version) FROM torpor_schema").fetchone()
-        current = row[0] if row and row[0] is not None else 0
-        check_schema(current, SCHEMA_VERSION, url)
+        applied = {r[0] for r in conn.execute("SELECT version FROM torpor_schema")}
+        check_schema(max(applied, default=0), SCHEMA_VERSION, url)
         for version, sql in _migrations():
-            if version <= current:
+            # Every known migration not yet applied, in order — also one numbered below the
+            # newest applied (migration numbers are assigned per change, merged in any order).
+            if version in applied:
                 continue
             conn.execute(sql)
             conn.execute(
@@ -322,10 +341,12 @@ def _check_existing(driver: PostgresDriver, url: str) -> None:
                 f"no torpor store in {display_url(url)} (no torpor_schema table on the "
                 "connection's search path); nothing was created"
             )
-        found = conn.execute("SELECT max(version) FROM torpor_schema").fetchone()
-    version = found[0] if found else None
+        found = conn.execute("SELECT max(version), count(*) FROM torpor_schema").fetchone()
+    version, count = (found[0], found[1]) if found else (None, 0)
     check_schema(version, SCHEMA_VERSION, url)
-    if version is None or version < SCHEMA_VERSION:
+    # Migration numbers are assigned per change and merged in any order: a store is current
+    # only when every known migration is recorded, not just the newest.
+    if version is None or version < SCHEMA_VERSION or count < len(_migrations()):
         raise StoreError(
             f"{display_url(url)} has schema version {version}, older than this torpor's "
             f"{SCHEMA_VERSION}, and a command that only reads does not migrate it: run one that "

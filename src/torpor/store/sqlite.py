@@ -188,6 +188,12 @@ class SQLiteDriver:
                     raise StoreError(f"sqlite {self.path}: cannot begin a write: {exc}") from exc
                 time.sleep(0.01)
 
+    def fetch_one(self, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """One statement as a transaction of its own and its first row (see
+        :meth:`~torpor.store.base.Driver.fetch_one`), under ``BEGIN IMMEDIATE``."""
+        with self.transaction() as cur:
+            return self.fetchone(cur, sql, params)
+
     def write_one(self, sql: str, params: dict[str, Any]) -> int | None:
         """One statement as a transaction of its own (see
         :meth:`~torpor.store.base.Driver.write_one`): in autocommit mode, so SQLite takes the
@@ -304,16 +310,18 @@ class SQLiteStore(SQLStore):
 
 
 def migrate(driver: SQLiteDriver, url: str) -> int:
-    """Bring the schema to :data:`SCHEMA_VERSION`; refuse a newer database untouched.
+    """Apply every known migration not yet applied (also one numbered below the newest
+    applied: numbers are assigned per change, merged in any order); refuse a newer database
+    untouched.
 
     The file is first inspected through a plain connection that changes nothing (the driver's
     connections switch the file to WAL, which rewrites its header): a database from a newer
     schema, or an SQLite database that is not a torpor store, is refused before any write.
     """
-    found = _inspect(driver, url)
+    found, count = _inspect(driver, url)
     check_schema(found, SCHEMA_VERSION, url)
     driver.conn()  # now configure the file (WAL) for use
-    if found == SCHEMA_VERSION:
+    if found == SCHEMA_VERSION and count == len(_migrations()):
         return SCHEMA_VERSION
     with driver.transaction() as cur:
         # Re-check under the write lock: another process may have migrated meanwhile.
@@ -321,11 +329,12 @@ def migrate(driver: SQLiteDriver, url: str) -> int:
             "CREATE TABLE IF NOT EXISTS torpor_schema ("
             "version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL)"
         )
-        row = cur.execute("SELECT max(version) FROM torpor_schema").fetchone()
-        current = row[0] or 0
-        check_schema(current, SCHEMA_VERSION, url)
+        applied = {r[0] for r in cur.execute("SELECT version FROM torpor_schema")}
+        check_schema(max(applied, default=0), SCHEMA_VERSION, url)
         for version, sql in _migrations():
-            if version <= current:
+            # Every known migration not yet applied, in order — also one numbered below the
+            # newest applied (migration numbers are assigned per change, merged in any order).
+            if version in applied:
                 continue
             for stmt in _split(sql):
                 cur.execute(stmt)
@@ -336,8 +345,9 @@ def migrate(driver: SQLiteDriver, url: str) -> int:
     return SCHEMA_VERSION
 
 
-def _inspect(driver: SQLiteDriver, url: str) -> int | None:
-    """The schema version of the file (None when it is empty), read without writing.
+def _inspect(driver: SQLiteDriver, url: str) -> tuple[int | None, int]:
+    """The schema version of the file (None when it is empty) and how many migrations it
+    recorded, read without writing.
 
     Raises StoreError for an SQLite database that has tables but is not a torpor store, and
     lets sqlite3.DatabaseError through for a file that is not SQLite at all.
@@ -347,14 +357,14 @@ def _inspect(driver: SQLiteDriver, url: str) -> int | None:
         c.execute(f"PRAGMA busy_timeout = {driver.busy_timeout_ms}")
         tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not tables:
-            return None
+            return None, 0
         if "torpor_schema" not in tables:
             raise StoreError(
                 f"{url}: this SQLite database is not a torpor store (it has tables "
                 f"{sorted(tables)[:5]} and no torpor_schema); refusing to modify it"
             )
-        row = c.execute("SELECT max(version) FROM torpor_schema").fetchone()
-        return row[0] if row else None
+        row = c.execute("SELECT max(version), count(*) FROM torpor_schema").fetchone()
+        return (row[0], row[1]) if row else (None, 0)
     finally:
         c.close()
 
@@ -438,7 +448,7 @@ def _open_read_only(
             "processes make while this command reads are not seen"
         )
     try:
-        found = _inspect(driver, url)
+        found, count = _inspect(driver, url)
         _remember_file(driver)
     except sqlite3.DatabaseError as exc:
         driver.close()
@@ -449,7 +459,7 @@ def _open_read_only(
     if found is None:
         raise StoreMissingError(f"{path} ({url}) is an empty database, not a torpor store")
     check_schema(found, SCHEMA_VERSION, url)
-    if found < SCHEMA_VERSION:
+    if found < SCHEMA_VERSION or count < len(_migrations()):
         if folder_writable and os.access(path, os.W_OK):
             return open_sqlite(url, clock=clock)  # an older store: migrated as any open does
         raise StoreError(

@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict
 from typing import Any
 
 from .. import faults, serde
@@ -41,6 +42,7 @@ from .appends import Appends
 from .base import (
     REOPENING_KINDS,
     Completion,
+    Dispatch,
     Driver,
     InboxMessage,
     Lease,
@@ -49,6 +51,7 @@ from .base import (
     RunStorage,
     load_queries,
 )
+from .claims import claim
 
 #: What a store remembers of its latest append to a run under a lease, so the next append can
 #: take the plain path: (lease epoch, last seq, checkpoint seq, the row's status columns).
@@ -108,7 +111,8 @@ class SQLStore:
 
     @contextmanager
     def _lease_transaction(self) -> Iterator[Any]:
-        """A transaction that only moves a lease (claim, acquire, renew, release).
+        """A transaction that only moves a lease (acquire, renew, release; a claim is one
+        statement committed on its own, with the same relaxed commit: see :mod:`.claims`).
 
         On PostgreSQL it commits without waiting for its WAL flush (``synchronous_commit``
         off for this transaction alone), saving an fsync per claim and per release. That is
@@ -124,8 +128,13 @@ class SQLStore:
 
     # ----------------------------------------------------------------- runs
 
-    def create_run(self, run_id: str, started: RunStarted) -> bool:
-        """Create a run with its ``run_started`` event. Idempotent: False if it existed."""
+    def create_run(
+        self, run_id: str, started: RunStarted, dispatch: Dispatch | None = None
+    ) -> bool:
+        """Create a run with its ``run_started`` event. Idempotent: False if it existed (its
+        row, queue included, is left as it was). ``dispatch``: its queue, concurrency key,
+        priority and delayed start (:class:`~torpor.store.base.Dispatch`; None: no queue)."""
+        d = asdict(dispatch or Dispatch())
         now = self.now_ms()
         ev = Event(run_id=run_id, seq=1, type="run_started", payload=started, at_ms=now, epoch=0)
         row = codec.encode(ev)
@@ -133,7 +142,7 @@ class SQLStore:
             n = self.driver.execute(
                 cur,
                 self.q["insert_run"],
-                self._p(run_id=run_id, workflow=started.workflow, version=started.version),
+                self._p(run_id=run_id, workflow=started.workflow, version=started.version, **d),
             )
             if n == 0:
                 return False
@@ -204,7 +213,8 @@ class SQLStore:
             )
 
     def runnable_runs(self, limit: int = 100) -> list[str]:
-        """Runs that a worker could take now: pending, crashed, or waiting with a due wake."""
+        """Runs that a worker could take now: pending (and due), crashed, or waiting with a due
+        wake; not the unstarted runs of queues with limits (workers start those)."""
         with self.driver.read() as cur:
             rows = self.driver.fetchall(cur, self.q["runnable_runs"], self._p(limit=limit))
         return [r[0] for r in rows]
@@ -212,9 +222,17 @@ class SQLStore:
     # ----------------------------------------------------------------- leases
 
     def acquire_lease(
-        self, run_id: str, owner: str, ttl_s: float, *, take_from: tuple[str, int] | None = None
+        self,
+        run_id: str,
+        owner: str,
+        ttl_s: float,
+        *,
+        take_from: tuple[str, int] | None = None,
+        starts: bool = True,
     ) -> Lease:
         """Take the run's lease, bumping its epoch (which fences off every earlier holder).
+        ``starts``: the run holds a slot of its queue from now, limits unchecked (``resume`` is
+        an override); False for a lease taken only to annotate the run.
 
         Succeeds when the lease is free, expired (store clock), already ours, or held by the
         owner and epoch named by ``take_from`` — by default, a holder on this host that is gone
@@ -239,6 +257,7 @@ class SQLStore:
                     ttl_ms=ttl_ms,
                     stale_owner=stale_owner,
                     stale_epoch=stale_epoch,
+                    starts=starts,
                     now_ms=start,
                 ),
             )
@@ -255,7 +274,10 @@ class SQLStore:
         accept: Mapping[str, Sequence[str]] | None = None,
         exclude: Sequence[str] = (),
     ) -> Lease | None:
-        """Take the lease of one runnable run (oldest due first), or None if there is none.
+        """Take the lease of one runnable run (highest priority, then oldest due first), or
+        None if there is none. A delayed run is not taken before its start time; a run of a
+        queue that has not started is taken only while every limit of its queue has room
+        (:mod:`.claims`); the claim marks it started, holding a slot until it finishes.
 
         ``accept`` (``{workflow: [versions this code can continue]}``) limits the claim to runs
         the caller can execute, so a worker never takes — and blocks others from — runs of
@@ -265,18 +287,14 @@ class SQLStore:
         """
         ttl_ms = int(ttl_s * 1000)
         mono, start = time.monotonic(), self.now_ms()
-        with self._lease_transaction() as cur:
-            row = self.driver.fetchone(
-                cur,
-                self.q["claim_next"],
-                self._p(
-                    owner=owner,
-                    ttl_ms=ttl_ms,
-                    accept=_accept_json(accept),
-                    exclude=serde.dumps(list(exclude)),
-                    now_ms=start,
-                ),
-            )
+        params = self._p(
+            owner=owner,
+            ttl_ms=ttl_ms,
+            accept=_accept_json(accept),
+            exclude=serde.dumps(list(exclude)),
+            now_ms=start,
+        )
+        row = claim(self.driver, self.q, params)
         if row is None:
             return None
         self.appends.forget(str(row[0]))
@@ -287,7 +305,7 @@ class SQLStore:
         :meth:`claim_next`."""
         with self.driver.read() as cur:
             row = self.driver.fetchone(
-                cur, self.q["next_wake_at"], {"accept": _accept_json(accept)}
+                cur, self.q["next_wake_at"], self._p(accept=_accept_json(accept))
             )
         return int(row[0]) if row and row[0] is not None else None
 

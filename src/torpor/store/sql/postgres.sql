@@ -8,8 +8,11 @@
 SELECT version FROM torpor_schema ORDER BY version DESC LIMIT 1;
 
 -- name: insert_run
-INSERT INTO runs (run_id, workflow, version, status, created_at_ms, updated_at_ms, last_seq)
-VALUES (:run_id, :workflow, :version, 'pending', torpor_now_ms(), torpor_now_ms(), 1)
+INSERT INTO runs (run_id, workflow, version, status, created_at_ms, updated_at_ms, last_seq,
+                  queue, concurrency_key, priority, not_before_ms)
+VALUES (:run_id, :workflow, :version, 'pending', torpor_now_ms(), torpor_now_ms(), 1,
+        CAST(:queue AS text), CAST(:key AS text), :priority,
+        CAST(:not_before_ms AS bigint))
 ON CONFLICT (run_id) DO NOTHING;
 
 -- name: insert_event
@@ -126,7 +129,8 @@ SET LOCAL synchronous_commit TO OFF;
 -- name: acquire_lease
 UPDATE runs
 SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
-    lease_expires_at_ms = torpor_now_ms() + :ttl_ms, updated_at_ms = torpor_now_ms()
+    lease_expires_at_ms = torpor_now_ms() + :ttl_ms, updated_at_ms = torpor_now_ms(),
+    started_at_ms = CASE WHEN CAST(:starts AS boolean) THEN COALESCE(started_at_ms, torpor_now_ms()) ELSE started_at_ms END
 WHERE run_id = :run_id
   AND (lease_owner IS NULL OR lease_expires_at_ms <= torpor_now_ms() OR lease_owner = :owner
        OR (lease_owner = CAST(:stale_owner AS text)
@@ -137,26 +141,123 @@ RETURNING lease_epoch, lease_taken_from;
 -- A waiting run whose lease was never released (its executor died mid-execution, say right
 -- after moving the wake signal into the history) is taken again once that lease expires.
 -- :accept ({workflow: [versions]} as JSON, or NULL) and :exclude (JSON list of run ids) limit
--- the claim to runs this worker can execute and has not backed off from.
-UPDATE runs
-SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
-    lease_expires_at_ms = torpor_now_ms() + :ttl_ms, updated_at_ms = torpor_now_ms()
-WHERE run_id = (
-    SELECT run_id FROM runs
+-- the claim to runs this worker can execute and has not backed off from; :skip_queues (JSON
+-- list) leaves out queues found full earlier in this transaction. A delayed run is not taken
+-- before its not_before_ms; a run of a queue that has not started yet only while every limit
+-- of its queue has room (a started run holds its slot: taking it over needs no room).
+-- `top`: the first :top_k runnable runs in claim order, without the limit checks (cheap);
+-- only those are checked against their queue's limits (a few count probes each), so a claim
+-- costs the same however many runs wait in queues. When none of them can be claimed and there
+-- were :top_k, the caller asks again with a larger :top_k (runs further down may be free).
+-- The best candidate is locked (SKIP LOCKED: other workers take the next one; its runnable
+-- conditions are re-evaluated on the row's latest version) and claimed (`claimed`), unless it
+-- is an unstarted run of a queue with limits: the counts this statement saw may be stale by
+-- the time it commits (another worker claiming another run of that queue), so such a run is
+-- claimed by torpor_claim_checked (migration 0005), which counts again under the queue's lock.
+-- Returns one row: (runs in top, run id, epoch, taken from, needs_check, queue); the run id is
+-- NULL when nothing was found, the epoch NULL when the checked claim found no room.
+WITH clock AS MATERIALIZED (
+    -- committed on its own (autocommit): a lease move needs no WAL flush (see
+    -- SQLStore._lease_transaction for why that is safe)
+    SELECT torpor_now_ms() AS now_ms, set_config('synchronous_commit', 'off', true) AS mode
+),
+top AS MATERIALIZED (
+    SELECT run_id, queue, concurrency_key, started_at_ms FROM runs r
     WHERE (status IN ('pending', 'running')
            OR (status = 'waiting'
-               AND (wake_at_ms <= torpor_now_ms() OR lease_owner IS NOT NULL)))
-      AND (lease_owner IS NULL OR lease_expires_at_ms <= torpor_now_ms())
+               AND (wake_at_ms <= (SELECT now_ms FROM clock) OR lease_owner IS NOT NULL)))
+      AND (lease_owner IS NULL OR lease_expires_at_ms <= (SELECT now_ms FROM clock))
       AND (CAST(:accept AS jsonb) IS NULL OR EXISTS (
            SELECT 1 FROM jsonb_each(CAST(:accept AS jsonb)) AS w(name, versions),
                          jsonb_array_elements_text(w.versions) AS v(version)
-           WHERE w.name = runs.workflow AND v.version = runs.version))
+           WHERE w.name = r.workflow AND v.version = r.version))
       AND NOT (CAST(:exclude AS jsonb) ? run_id)
-    ORDER BY COALESCE(wake_at_ms, created_at_ms)
+      AND (not_before_ms IS NULL OR not_before_ms <= (SELECT now_ms FROM clock))
+    ORDER BY priority DESC, COALESCE(wake_at_ms, created_at_ms), run_seq
+    LIMIT :top_k
+), qstate AS MATERIALIZED (
+    -- The limits of the queues of the unstarted runs in `top`, and whether a queue-wide limit
+    -- (concurrency, rate) has no room: counted once per queue, not once per run.
+    SELECT q.name,
+           -- (each count stops at its limit, read in the order of the index that serves it)
+           (q.concurrency IS NOT NULL AND q.concurrency <= (
+               SELECT count(*) FROM (
+                   SELECT 1 FROM runs o WHERE o.queue = q.name
+                   AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'
+                   ORDER BY o.queue LIMIT q.concurrency) AS active))
+           OR (q.rate_limit IS NOT NULL AND q.rate_limit <= (
+               SELECT count(*) FROM (
+                   SELECT 1 FROM runs o WHERE o.queue = q.name
+                   AND o.started_at_ms > (SELECT now_ms FROM clock) - q.rate_period_ms
+                   ORDER BY o.queue, o.started_at_ms LIMIT q.rate_limit) AS recent)) AS full,
+           (q.concurrency IS NOT NULL OR q.key_concurrency IS NOT NULL
+            OR q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL) AS limited
+    FROM queues q
+    WHERE q.name IN (SELECT queue FROM top WHERE started_at_ms IS NULL)
+), ckeys AS MATERIALIZED (
+    SELECT DISTINCT queue, concurrency_key AS ckey FROM top
+    WHERE started_at_ms IS NULL AND queue IS NOT NULL AND concurrency_key IS NOT NULL
+), kfull AS MATERIALIZED (
+    -- The (queue, key) pairs of `top` whose per-key limit has no room: the runs holding a slot
+    -- counted once per pair (a thousand runs waiting behind one key cost one count), the
+    -- recent starts in one pass over the queues' rate windows.
+    SELECT k.queue, k.ckey FROM ckeys k JOIN queues q ON q.name = k.queue
+    WHERE q.key_concurrency IS NOT NULL AND q.key_concurrency <= (
+               SELECT count(*) FROM (
+                   SELECT 1 FROM runs o WHERE o.queue = k.queue AND o.concurrency_key = k.ckey
+                   AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'
+                   ORDER BY o.queue, o.concurrency_key LIMIT q.key_concurrency) AS active)
+    UNION
+    SELECT o.queue, o.concurrency_key FROM runs o JOIN queues q ON q.name = o.queue
+    WHERE q.key_rate_limit IS NOT NULL
+      AND o.queue IN (SELECT queue FROM ckeys)
+      AND o.started_at_ms > (SELECT now_ms FROM clock) - q.key_rate_period_ms
+      AND (o.queue, o.concurrency_key) IN (SELECT queue, ckey FROM ckeys)
+    GROUP BY o.queue, o.concurrency_key, q.key_rate_limit
+    HAVING count(*) >= q.key_rate_limit
+), checked AS MATERIALIZED (
+    -- The runs of `top` whose queue has room for them (per key too), by `top`'s snapshot.
+    SELECT t.run_id, (t.started_at_ms IS NULL AND COALESCE(qs.limited, false)) AS needs_check
+    FROM top t LEFT JOIN qstate qs ON qs.name = t.queue
+    WHERE t.queue IS NULL OR t.started_at_ms IS NOT NULL OR qs.name IS NULL
+          OR (NOT (CAST(:skip_queues AS jsonb) ? t.queue) AND NOT qs.full
+              AND NOT EXISTS (SELECT 1 FROM kfull k
+                              WHERE k.queue = t.queue AND k.ckey = t.concurrency_key))
+), cand AS (
+    -- The first of them not being claimed by another worker, locked; its runnable conditions
+    -- are evaluated again on the row's latest version.
+    SELECT r.run_id, r.queue,
+           r.run_id = ANY (ARRAY(SELECT run_id FROM checked WHERE needs_check)) AS needs_check
+    FROM runs r
+    WHERE r.run_id = ANY (ARRAY(SELECT run_id FROM checked))
+      AND (r.status IN ('pending', 'running')
+           OR (r.status = 'waiting'
+               AND (r.wake_at_ms <= (SELECT now_ms FROM clock) OR r.lease_owner IS NOT NULL)))
+      AND (r.lease_owner IS NULL OR r.lease_expires_at_ms <= (SELECT now_ms FROM clock))
+    ORDER BY r.priority DESC, COALESCE(r.wake_at_ms, r.created_at_ms), r.run_seq
     LIMIT 1
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF r SKIP LOCKED
+), claimed AS (
+    UPDATE runs
+    SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
+        lease_expires_at_ms = torpor_now_ms() + :ttl_ms, updated_at_ms = torpor_now_ms(),
+        started_at_ms = COALESCE(started_at_ms, torpor_now_ms())
+    FROM cand
+    WHERE runs.run_id = cand.run_id AND NOT cand.needs_check
+    RETURNING runs.run_id, runs.lease_epoch, runs.lease_taken_from
+), checked_claim AS MATERIALIZED (
+    -- an unstarted run of a queue with limits: counted and claimed under the queue's lock
+    SELECT f.epoch, f.taken_from
+    FROM cand, LATERAL torpor_claim_checked(cand.run_id, :owner, :ttl_ms) AS f
+    WHERE cand.needs_check
 )
-RETURNING run_id, lease_epoch, lease_taken_from;
+SELECT (SELECT count(*) FROM top), cand.run_id,
+       COALESCE(claimed.lease_epoch, (SELECT epoch FROM checked_claim)),
+       COALESCE(claimed.lease_taken_from, (SELECT taken_from FROM checked_claim)),
+       cand.needs_check, cand.queue
+FROM (SELECT 1) AS one
+LEFT JOIN cand ON true
+LEFT JOIN claimed ON claimed.run_id = cand.run_id;
 
 -- name: renew_lease
 UPDATE runs SET lease_expires_at_ms = torpor_now_ms() + :ttl_ms
@@ -219,11 +320,18 @@ SELECT (SELECT count(*) FROM events WHERE run_id = :run_id),
        (SELECT COALESCE(sum(pg_column_size(body)), 0) FROM inbox WHERE run_id = :run_id);
 
 -- name: runnable_runs
+-- (`resume --all`): runs not yet started in a queue with limits are left to workers, which
+-- start them under those limits.
 SELECT run_id FROM runs
 WHERE (status IN ('pending', 'running')
        OR (status = 'waiting'
            AND (wake_at_ms <= torpor_now_ms() OR lease_owner IS NOT NULL)))
   AND (lease_owner IS NULL OR lease_expires_at_ms <= torpor_now_ms())
+  AND (not_before_ms IS NULL OR not_before_ms <= torpor_now_ms())
+  AND (queue IS NULL OR started_at_ms IS NOT NULL OR NOT EXISTS (
+       SELECT 1 FROM queues q WHERE q.name = runs.queue AND (
+           q.concurrency IS NOT NULL OR q.key_concurrency IS NOT NULL
+           OR q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL)))
 ORDER BY COALESCE(wake_at_ms, created_at_ms) LIMIT :limit;
 
 -- name: insert_inbox
@@ -261,8 +369,10 @@ SELECT count(*) FROM inbox WHERE run_id = :run_id AND consumed_seq IS NULL;
 SELECT pg_notify('torpor_wake', :run_id);
 
 -- name: next_wake_at
-SELECT min(wake_at_ms) FROM runs
-WHERE status = 'waiting' AND wake_at_ms IS NOT NULL
+-- The earliest timer of a waiting run, or delayed start of a pending one.
+SELECT min(CASE WHEN status = 'pending' THEN not_before_ms ELSE wake_at_ms END) FROM runs
+WHERE ((status = 'waiting' AND wake_at_ms IS NOT NULL)
+       OR (status = 'pending' AND not_before_ms > torpor_now_ms()))
   AND (CAST(:accept AS jsonb) IS NULL OR EXISTS (
        SELECT 1 FROM jsonb_each(CAST(:accept AS jsonb)) AS w(name, versions),
                      jsonb_array_elements_text(w.versions) AS v(version)
@@ -296,3 +406,95 @@ UPDATE runs SET trace_context = :trace_context WHERE run_id = :run_id AND trace_
 
 -- name: get_trace_context
 SELECT trace_context FROM runs WHERE run_id = :run_id;
+
+-- name: queue_upsert
+-- Define a queue's limits, or replace them.
+INSERT INTO queues (name, concurrency, key_concurrency, rate_limit, rate_period_ms,
+                    key_rate_limit, key_rate_period_ms, updated_at_ms)
+VALUES (:name, CAST(:concurrency AS integer), CAST(:key_concurrency AS integer),
+        CAST(:rate_limit AS integer), CAST(:rate_period_ms AS bigint),
+        CAST(:key_rate_limit AS integer), CAST(:key_rate_period_ms AS bigint), :now_ms)
+ON CONFLICT (name) DO UPDATE SET
+    concurrency = excluded.concurrency, key_concurrency = excluded.key_concurrency,
+    rate_limit = excluded.rate_limit, rate_period_ms = excluded.rate_period_ms,
+    key_rate_limit = excluded.key_rate_limit, key_rate_period_ms = excluded.key_rate_period_ms,
+    updated_at_ms = excluded.updated_at_ms;
+
+-- name: queue_get
+SELECT name, concurrency, key_concurrency, rate_limit, rate_period_ms, key_rate_limit,
+       key_rate_period_ms
+FROM queues WHERE name = :name;
+
+-- name: queue_list
+SELECT name, concurrency, key_concurrency, rate_limit, rate_period_ms, key_rate_limit,
+       key_rate_period_ms
+FROM queues ORDER BY name;
+
+-- name: queue_delete
+DELETE FROM queues WHERE name = :name;
+
+-- name: queue_run
+-- What decides whether a run waits for its queue.
+SELECT status, queue, concurrency_key, priority, not_before_ms, started_at_ms
+FROM runs WHERE run_id = :run_id;
+
+-- name: queue_active
+-- The runs holding a slot of a queue (started, not finished), first started first.
+SELECT run_id, concurrency_key, started_at_ms FROM runs
+WHERE queue = :queue AND started_at_ms IS NOT NULL AND status <> 'finished'
+ORDER BY started_at_ms, run_id LIMIT :limit;
+
+-- name: queue_recent_starts
+-- Runs of a queue started after :since_ms, latest first.
+SELECT run_id, concurrency_key, started_at_ms FROM runs
+WHERE queue = :queue AND started_at_ms > :since_ms
+ORDER BY started_at_ms DESC LIMIT :limit;
+
+-- name: schedule_upsert
+-- Define a schedule, or replace it (a new generation: a worker holding the old definition
+-- cannot move its next fire on).
+INSERT INTO schedules (name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms,
+                       last_fire_ms, generation, updated_at_ms)
+VALUES (:name, :workflow, :input, :cron, :tz, :catchup, CAST(:queue AS text), false,
+        :next_fire_ms, NULL, 1, :now_ms)
+ON CONFLICT (name) DO UPDATE SET
+    workflow = excluded.workflow, input = excluded.input, cron = excluded.cron,
+    tz = excluded.tz, catchup = excluded.catchup, queue = excluded.queue,
+    next_fire_ms = excluded.next_fire_ms, generation = schedules.generation + 1,
+    updated_at_ms = excluded.updated_at_ms;
+
+-- name: schedule_get
+SELECT name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms, last_fire_ms,
+       generation
+FROM schedules WHERE name = :name;
+
+-- name: schedule_list
+SELECT name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms, last_fire_ms,
+       generation
+FROM schedules ORDER BY name;
+
+-- name: schedule_delete
+DELETE FROM schedules WHERE name = :name;
+
+-- name: schedule_pause
+-- Pause, or resume with the next fire recomputed by the caller (:next_fire_ms).
+UPDATE schedules SET paused = CAST(:paused AS boolean), generation = generation + 1,
+    next_fire_ms = COALESCE(CAST(:next_fire_ms AS bigint), next_fire_ms), updated_at_ms = :now_ms
+WHERE name = :name;
+
+-- name: schedule_due
+-- Schedules not paused whose next fire is due by :now_ms.
+SELECT name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms, last_fire_ms,
+       generation
+FROM schedules WHERE paused = false AND next_fire_ms <= :now_ms
+ORDER BY next_fire_ms LIMIT :limit;
+
+-- name: schedule_next_fire
+SELECT min(next_fire_ms) FROM schedules WHERE paused = false;
+
+-- name: schedule_advance
+-- Move a schedule past the slots a worker fired: only if no one else did, and it was not edited
+-- since the worker read it (compare-and-set on next fire and generation).
+UPDATE schedules SET next_fire_ms = :next_fire_ms,
+    last_fire_ms = COALESCE(CAST(:last_fire_ms AS bigint), last_fire_ms), updated_at_ms = :now_ms
+WHERE name = :name AND generation = :generation AND next_fire_ms = :prev_fire_ms;

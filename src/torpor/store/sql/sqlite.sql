@@ -6,8 +6,10 @@
 SELECT version FROM torpor_schema ORDER BY version DESC LIMIT 1;
 
 -- name: insert_run
-INSERT INTO runs (run_id, workflow, version, status, created_at_ms, updated_at_ms, last_seq)
-VALUES (:run_id, :workflow, :version, 'pending', :now_ms, :now_ms, 1)
+INSERT INTO runs (run_id, workflow, version, status, created_at_ms, updated_at_ms, last_seq,
+                  queue, concurrency_key, priority, not_before_ms)
+VALUES (:run_id, :workflow, :version, 'pending', :now_ms, :now_ms, 1,
+        :queue, :key, :priority, :not_before_ms)
 ON CONFLICT (run_id) DO NOTHING;
 
 -- name: insert_event
@@ -83,7 +85,8 @@ SELECT 1;
 -- name: acquire_lease
 UPDATE runs
 SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
-    lease_expires_at_ms = :now_ms + :ttl_ms, updated_at_ms = :now_ms
+    lease_expires_at_ms = :now_ms + :ttl_ms, updated_at_ms = :now_ms,
+    started_at_ms = CASE WHEN :starts THEN COALESCE(started_at_ms, :now_ms) ELSE started_at_ms END
 WHERE run_id = :run_id
   AND (lease_owner IS NULL OR lease_expires_at_ms <= :now_ms OR lease_owner = :owner
        OR (lease_owner = :stale_owner AND lease_epoch = :stale_epoch))
@@ -150,10 +153,17 @@ SELECT (SELECT count(*) FROM events WHERE run_id = :run_id),
        (SELECT COALESCE(sum(length(CAST(body AS BLOB))), 0) FROM inbox WHERE run_id = :run_id);
 
 -- name: runnable_runs
+-- (`resume --all`): runs not yet started in a queue with limits are left to workers, which
+-- start them under those limits.
 SELECT run_id FROM runs
 WHERE (status IN ('pending', 'running')
        OR (status = 'waiting' AND (wake_at_ms <= :now_ms OR lease_owner IS NOT NULL)))
   AND (lease_owner IS NULL OR lease_expires_at_ms <= :now_ms)
+  AND (not_before_ms IS NULL OR not_before_ms <= :now_ms)
+  AND (queue IS NULL OR started_at_ms IS NOT NULL OR NOT EXISTS (
+       SELECT 1 FROM queues q WHERE q.name = runs.queue AND (
+           q.concurrency IS NOT NULL OR q.key_concurrency IS NOT NULL
+           OR q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL)))
 ORDER BY COALESCE(wake_at_ms, created_at_ms) LIMIT :limit;
 
 -- name: insert_inbox
@@ -192,30 +202,72 @@ SELECT run_id, status, outcome FROM runs WHERE run_id = :run_id;
 -- A waiting run whose lease was never released (its executor died mid-execution, say right
 -- after moving the wake signal into the history) is taken again once that lease expires.
 -- :accept ({workflow: [versions]} as JSON, or NULL) and :exclude (JSON list of run ids) limit
--- the claim to runs this worker can execute and has not backed off from.
+-- the claim to runs this worker can execute and has not backed off from. A delayed run is not
+-- taken before its not_before_ms; a run of a queue that has not started yet only while every
+-- limit of its queue has room (a started run holds its slot: taking it over needs no room).
+-- The limits are checked once per queue (`qfull`) and once per (queue, key) (`kfull`) among
+-- the candidates, not once per candidate: a thousand runs waiting behind one key cost one
+-- count. Under the write lock of BEGIN IMMEDIATE the counts cannot change before the update
+-- lands. Returns (0, run id, epoch, taken from, needs a checked claim: always 0 here, queue),
+-- or no row (:top_k and :skip_queues are PostgreSQL's).
 UPDATE runs
 SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
-    lease_expires_at_ms = :now_ms + :ttl_ms, updated_at_ms = :now_ms
+    lease_expires_at_ms = :now_ms + :ttl_ms, updated_at_ms = :now_ms,
+    started_at_ms = COALESCE(started_at_ms, :now_ms)
 WHERE run_id = (
-    SELECT run_id FROM runs
-    WHERE (status IN ('pending', 'running')
-           OR (status = 'waiting' AND (wake_at_ms <= :now_ms OR lease_owner IS NOT NULL)))
-      AND (lease_owner IS NULL OR lease_expires_at_ms <= :now_ms)
-      AND (:accept IS NULL OR EXISTS (
-           SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
-           WHERE w.key = runs.workflow AND v.value = runs.version))
-      AND run_id NOT IN (SELECT value FROM json_each(:exclude))
-    ORDER BY COALESCE(wake_at_ms, created_at_ms)
+    WITH cand AS MATERIALIZED (
+        SELECT run_id, queue, concurrency_key, started_at_ms, priority,
+               COALESCE(wake_at_ms, created_at_ms) AS due, rowid AS n
+        FROM runs r
+        WHERE (status IN ('pending', 'running')
+               OR (status = 'waiting' AND (wake_at_ms <= :now_ms OR lease_owner IS NOT NULL)))
+          AND (lease_owner IS NULL OR lease_expires_at_ms <= :now_ms)
+          AND (:accept IS NULL OR EXISTS (
+               SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
+               WHERE w.key = r.workflow AND v.value = r.version))
+          AND run_id NOT IN (SELECT value FROM json_each(:exclude))
+          AND (not_before_ms IS NULL OR not_before_ms <= :now_ms)
+    ), qfull AS MATERIALIZED (
+        SELECT q.name FROM queues q
+        WHERE q.name IN (SELECT queue FROM cand WHERE started_at_ms IS NULL)
+          AND ((q.concurrency IS NOT NULL AND q.concurrency <= (
+                   SELECT count(*) FROM runs o WHERE o.queue = q.name
+                   AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
+               OR (q.rate_limit IS NOT NULL AND q.rate_limit <= (
+                   SELECT count(*) FROM runs o WHERE o.queue = q.name
+                   AND o.started_at_ms > :now_ms - q.rate_period_ms)))
+    ), ckeys AS MATERIALIZED (
+        SELECT DISTINCT queue, concurrency_key AS ckey FROM cand
+        WHERE started_at_ms IS NULL AND queue IS NOT NULL AND concurrency_key IS NOT NULL
+    ), kfull AS MATERIALIZED (
+        SELECT k.queue, k.ckey FROM ckeys k JOIN queues q ON q.name = k.queue
+        WHERE (q.key_concurrency IS NOT NULL AND q.key_concurrency <= (
+                   SELECT count(*) FROM runs o WHERE o.queue = k.queue
+                   AND o.concurrency_key = k.ckey
+                   AND o.started_at_ms IS NOT NULL AND o.status <> 'finished'))
+              OR (q.key_rate_limit IS NOT NULL AND q.key_rate_limit <= (
+                   SELECT count(*) FROM runs o WHERE o.queue = k.queue
+                   AND o.concurrency_key = k.ckey
+                   AND o.started_at_ms > :now_ms - q.key_rate_period_ms))
+    )
+    SELECT run_id FROM cand c
+    WHERE c.queue IS NULL OR c.started_at_ms IS NOT NULL
+       OR (c.queue NOT IN (SELECT name FROM qfull)
+           AND NOT EXISTS (SELECT 1 FROM kfull k
+                           WHERE k.queue = c.queue AND k.ckey = c.concurrency_key))
+    ORDER BY priority DESC, due, n
     LIMIT 1
 )
-RETURNING run_id, lease_epoch, lease_taken_from;
+RETURNING 0, run_id, lease_epoch, lease_taken_from, 0, queue;
 
 -- name: notify_wake
 SELECT :run_id;
 
 -- name: next_wake_at
-SELECT min(wake_at_ms) FROM runs
-WHERE status = 'waiting' AND wake_at_ms IS NOT NULL
+-- The earliest timer of a waiting run, or delayed start of a pending one.
+SELECT min(CASE WHEN status = 'pending' THEN not_before_ms ELSE wake_at_ms END) FROM runs
+WHERE ((status = 'waiting' AND wake_at_ms IS NOT NULL)
+       OR (status = 'pending' AND not_before_ms > :now_ms))
   AND (:accept IS NULL OR EXISTS (
        SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
        WHERE w.key = runs.workflow AND v.value = runs.version));
@@ -249,3 +301,95 @@ UPDATE runs SET trace_context = :trace_context WHERE run_id = :run_id AND trace_
 
 -- name: get_trace_context
 SELECT trace_context FROM runs WHERE run_id = :run_id;
+
+-- name: queue_upsert
+-- Define a queue's limits, or replace them.
+INSERT INTO queues (name, concurrency, key_concurrency, rate_limit, rate_period_ms,
+                    key_rate_limit, key_rate_period_ms, updated_at_ms)
+VALUES (:name, CAST(:concurrency AS integer), CAST(:key_concurrency AS integer),
+        CAST(:rate_limit AS integer), CAST(:rate_period_ms AS bigint),
+        CAST(:key_rate_limit AS integer), CAST(:key_rate_period_ms AS bigint), :now_ms)
+ON CONFLICT (name) DO UPDATE SET
+    concurrency = excluded.concurrency, key_concurrency = excluded.key_concurrency,
+    rate_limit = excluded.rate_limit, rate_period_ms = excluded.rate_period_ms,
+    key_rate_limit = excluded.key_rate_limit, key_rate_period_ms = excluded.key_rate_period_ms,
+    updated_at_ms = excluded.updated_at_ms;
+
+-- name: queue_get
+SELECT name, concurrency, key_concurrency, rate_limit, rate_period_ms, key_rate_limit,
+       key_rate_period_ms
+FROM queues WHERE name = :name;
+
+-- name: queue_list
+SELECT name, concurrency, key_concurrency, rate_limit, rate_period_ms, key_rate_limit,
+       key_rate_period_ms
+FROM queues ORDER BY name;
+
+-- name: queue_delete
+DELETE FROM queues WHERE name = :name;
+
+-- name: queue_run
+-- What decides whether a run waits for its queue.
+SELECT status, queue, concurrency_key, priority, not_before_ms, started_at_ms
+FROM runs WHERE run_id = :run_id;
+
+-- name: queue_active
+-- The runs holding a slot of a queue (started, not finished), first started first.
+SELECT run_id, concurrency_key, started_at_ms FROM runs
+WHERE queue = :queue AND started_at_ms IS NOT NULL AND status <> 'finished'
+ORDER BY started_at_ms, run_id LIMIT :limit;
+
+-- name: queue_recent_starts
+-- Runs of a queue started after :since_ms, latest first.
+SELECT run_id, concurrency_key, started_at_ms FROM runs
+WHERE queue = :queue AND started_at_ms > :since_ms
+ORDER BY started_at_ms DESC LIMIT :limit;
+
+-- name: schedule_upsert
+-- Define a schedule, or replace it (a new generation: a worker holding the old definition
+-- cannot move its next fire on).
+INSERT INTO schedules (name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms,
+                       last_fire_ms, generation, updated_at_ms)
+VALUES (:name, :workflow, :input, :cron, :tz, :catchup, CAST(:queue AS text), 0,
+        :next_fire_ms, NULL, 1, :now_ms)
+ON CONFLICT (name) DO UPDATE SET
+    workflow = excluded.workflow, input = excluded.input, cron = excluded.cron,
+    tz = excluded.tz, catchup = excluded.catchup, queue = excluded.queue,
+    next_fire_ms = excluded.next_fire_ms, generation = schedules.generation + 1,
+    updated_at_ms = excluded.updated_at_ms;
+
+-- name: schedule_get
+SELECT name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms, last_fire_ms,
+       generation
+FROM schedules WHERE name = :name;
+
+-- name: schedule_list
+SELECT name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms, last_fire_ms,
+       generation
+FROM schedules ORDER BY name;
+
+-- name: schedule_delete
+DELETE FROM schedules WHERE name = :name;
+
+-- name: schedule_pause
+-- Pause, or resume with the next fire recomputed by the caller (:next_fire_ms).
+UPDATE schedules SET paused = CAST(:paused AS integer), generation = generation + 1,
+    next_fire_ms = COALESCE(CAST(:next_fire_ms AS bigint), next_fire_ms), updated_at_ms = :now_ms
+WHERE name = :name;
+
+-- name: schedule_due
+-- Schedules not paused whose next fire is due by :now_ms.
+SELECT name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms, last_fire_ms,
+       generation
+FROM schedules WHERE paused = 0 AND next_fire_ms <= :now_ms
+ORDER BY next_fire_ms LIMIT :limit;
+
+-- name: schedule_next_fire
+SELECT min(next_fire_ms) FROM schedules WHERE paused = 0;
+
+-- name: schedule_advance
+-- Move a schedule past the slots a worker fired: only if no one else did, and it was not edited
+-- since the worker read it (compare-and-set on next fire and generation).
+UPDATE schedules SET next_fire_ms = :next_fire_ms,
+    last_fire_ms = COALESCE(CAST(:last_fire_ms AS bigint), last_fire_ms), updated_at_ms = :now_ms
+WHERE name = :name AND generation = :generation AND next_fire_ms = :prev_fire_ms;

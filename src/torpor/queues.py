@@ -1,0 +1,346 @@
+"""Queues: named limits on how many runs start and run at once.
+
+A run started with ``queue=`` is claimed by workers only while every limit of its queue has
+room (see :mod:`torpor.store.claims` for how that is atomic on each backend):
+
+- ``concurrency``: at most this many runs of the queue hold a slot at once;
+- ``key_concurrency``: at most this many per concurrency key (one customer, one repository);
+- ``rate_limit`` per ``rate_period_s``: at most this many runs of the queue *start* per period
+  (a sliding window), and ``key_rate_limit`` per ``key_rate_period_s`` per key.
+
+A run holds a slot from its first claim until it is finished — while it runs, and while it
+waits (for a timer, a signal, an approval): "one active run per customer" means one *unfinished*
+run. Slots are derived from the runs themselves, never counted separately, so a worker killed
+while a run holds one leaks nothing: the run keeps its slot until whoever takes it over (lease
+recovery) finishes it, and a run that already holds its slot is taken over whatever the limits
+say (no deadlock behind a rate limit).
+
+"Queued" is not a run status but a detail computed when read (:func:`why_not_running`): a
+queued run is ``pending`` and unstarted; which limit holds it back changes whenever another run
+starts or finishes, and recording it would mean writing to every queued run at each such
+change (a second source of truth that could go stale).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from .errors import BadInputError
+from .store.base import Dispatch
+
+if TYPE_CHECKING:
+    from .store import SQLStore
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
+
+#: How many holders and recent starts a reason looks at (a queue's limits are small numbers).
+_SCAN_LIMIT = 10_000
+
+
+def check_name(what: str, name: str) -> str:
+    """Refuse a queue or schedule name that is empty, too long or has odd characters."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise BadInputError(
+            f"{what} name {name!r} is not valid: use 1-100 letters, digits, '_', '.', ':' or "
+            "'-', starting with a letter or digit"
+        )
+    return name
+
+
+def dispatch_for(
+    queue: str | None,
+    key: str | None,
+    priority: int = 0,
+    start_at: datetime | float | None = None,
+) -> Dispatch:
+    """A new run's :class:`~torpor.store.base.Dispatch` from ``Runtime.start``'s arguments.
+
+    ``start_at``: an aware datetime, or epoch seconds. BadInputError for a key without a
+    queue, a naive datetime, a non-integer priority or a malformed queue name."""
+    if queue is not None:
+        check_name("queue", queue)
+    if key is not None and queue is None:
+        raise BadInputError(f"concurrency key {key!r} given without a queue: keys are per queue")
+    if key is not None and (not isinstance(key, str) or not key or len(key) > 200):
+        raise BadInputError(f"concurrency key {key!r} must be a string of 1-200 characters")
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise BadInputError(f"priority must be an integer, not {priority!r}")
+    not_before_ms = None
+    if isinstance(start_at, datetime):
+        if start_at.tzinfo is None:
+            raise BadInputError(
+                f"start_at {start_at.isoformat()} has no time zone; give an aware datetime"
+            )
+        not_before_ms = int(start_at.timestamp() * 1000)
+    elif isinstance(start_at, int | float) and not isinstance(start_at, bool):
+        not_before_ms = int(start_at * 1000)
+    elif start_at is not None:
+        raise BadInputError(
+            f"start_at must be an aware datetime or epoch seconds, not {start_at!r}"
+        )
+    return Dispatch(queue=queue, key=key, priority=priority, not_before_ms=not_before_ms)
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """A queue's limits; None: that limit does not apply. Periods in seconds."""
+
+    name: str
+    concurrency: int | None = None
+    key_concurrency: int | None = None
+    rate_limit: int | None = None
+    rate_period_s: float | None = None
+    key_rate_limit: int | None = None
+    key_rate_period_s: float | None = None
+
+    def describe(self) -> str:
+        """``concurrency 2, per key 1, 10 starts per 60s`` (``unlimited`` when none)."""
+        parts = []
+        if self.concurrency is not None:
+            parts.append(f"concurrency {self.concurrency}")
+        if self.key_concurrency is not None:
+            parts.append(f"per key {self.key_concurrency}")
+        if self.rate_limit is not None:
+            parts.append(f"{self.rate_limit} starts per {_secs(self.rate_period_s)}")
+        if self.key_rate_limit is not None:
+            per = _secs(self.key_rate_period_s)
+            parts.append(f"{self.key_rate_limit} starts per key per {per}")
+        return ", ".join(parts) or "unlimited"
+
+
+def _secs(s: float | None) -> str:
+    return f"{s:g}s" if s is not None else "?"
+
+
+def _limit(what: str, n: int | None) -> int | None:
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        raise BadInputError(f"queue {what} must be an integer >= 1, not {n!r}")
+    return n
+
+
+def _period(what: str, limit: int | None, period_s: float | None) -> int | None:
+    if limit is None:
+        if period_s is not None:
+            raise BadInputError(f"queue {what} period given without its limit")
+        return None
+    if period_s is None or not period_s > 0:
+        raise BadInputError(f"queue {what} of {limit} needs a period in seconds > 0")
+    return int(period_s * 1000)
+
+
+class Queues:
+    """Define, list and remove queues in a store (``Client(...).queues``)."""
+
+    def __init__(self, store: SQLStore):
+        self.store = store
+
+    def set(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        key_concurrency: int | None = None,
+        rate_limit: int | None = None,
+        rate_period_s: float | None = None,
+        key_rate_limit: int | None = None,
+        key_rate_period_s: float | None = None,
+    ) -> QueueLimits:
+        """Define queue ``name`` with these limits, replacing any it had (an omitted limit no
+        longer applies). Takes effect at the next claim. BadInputError for a limit below 1 or
+        a rate limit without a period > 0."""
+        check_name("queue", name)
+        params = {
+            "name": name,
+            "concurrency": _limit("concurrency", concurrency),
+            "key_concurrency": _limit("key_concurrency", key_concurrency),
+            "rate_limit": _limit("rate_limit", rate_limit),
+            "rate_period_ms": _period("rate_limit", rate_limit, rate_period_s),
+            "key_rate_limit": _limit("key_rate_limit", key_rate_limit),
+            "key_rate_period_ms": _period("key_rate_limit", key_rate_limit, key_rate_period_s),
+            "now_ms": self.store.now_ms(),
+        }
+        with self.store.driver.transaction() as cur:
+            self.store.driver.execute(cur, self.store.q["queue_upsert"], params)
+        got = self.get(name)
+        assert got is not None
+        return got
+
+    def get(self, name: str) -> QueueLimits | None:
+        """The queue's limits, or None when it is not defined (its runs are not limited)."""
+        with self.store.driver.read() as cur:
+            row = self.store.driver.fetchone(cur, self.store.q["queue_get"], {"name": name})
+        return None if row is None else _limits(row)
+
+    def list(self) -> list[QueueLimits]:
+        """Every defined queue, by name."""
+        with self.store.driver.read() as cur:
+            rows = self.store.driver.fetchall(cur, self.store.q["queue_list"], {})
+        return [_limits(r) for r in rows]
+
+    def remove(self, name: str) -> bool:
+        """Forget the queue's limits (its runs are then unlimited); False if it was unknown."""
+        with self.store.driver.transaction() as cur:
+            n = self.store.driver.execute(cur, self.store.q["queue_delete"], {"name": name})
+        return n > 0
+
+
+def _limits(row: tuple[object, ...]) -> QueueLimits:
+    name, conc, kconc, rate, rate_ms, krate, krate_ms = row
+
+    def opt_int(v: object) -> int | None:
+        return None if v is None else int(str(v))
+
+    def opt_s(v: object) -> float | None:
+        return None if v is None else int(str(v)) / 1000
+
+    return QueueLimits(
+        str(name),
+        opt_int(conc),
+        opt_int(kconc),
+        opt_int(rate),
+        opt_s(rate_ms),
+        opt_int(krate),
+        opt_s(krate_ms),
+    )
+
+
+# --------------------------------------------------------------------------- why not running
+
+
+@dataclass(frozen=True)
+class QueueSnapshot:
+    """What decides whether an unstarted run may start now, read in one snapshot: the run's
+    queue, key and delayed start, its queue's limits, the runs holding a slot (first started
+    first) and the starts within the longest rate period (latest first), as
+    ``(run id, key, started_at_ms)``."""
+
+    run_id: str
+    queue: str | None
+    key: str | None
+    not_before_ms: int | None
+    limits: QueueLimits | None
+    active: tuple[tuple[str, str | None, int], ...] = ()
+    recent: tuple[tuple[str, str | None, int], ...] = ()
+
+
+def queue_reason(snap: QueueSnapshot, now_ms: int) -> str | None:
+    """Why the unstarted run of ``snap`` is not running at ``now_ms`` (None: nothing holds it
+    back but a free worker). Pure: the one place the wording comes from, for ``ls``, ``show``
+    and the console. The first limit that binds is named, in the order the claim checks them:
+    the delayed start, the queue's concurrency, the per-key concurrency, the queue's rate, the
+    per-key rate."""
+    if snap.not_before_ms is not None and snap.not_before_ms > now_ms:
+        return f"delayed until {_utc(snap.not_before_ms)}"
+    lim = snap.limits
+    if lim is None:
+        return None
+    if lim.concurrency is not None and len(snap.active) >= lim.concurrency:
+        return f"queued behind run {snap.active[0][0]} (queue {lim.name} limit {lim.concurrency})"
+    if lim.key_concurrency is not None and snap.key is not None:
+        same = [a for a in snap.active if a[1] == snap.key]
+        if len(same) >= lim.key_concurrency:
+            return f"queued behind run {same[0][0]} (per-key limit {lim.key_concurrency})"
+    for limit, period_s, per_key in (
+        (lim.rate_limit, lim.rate_period_s, False),
+        (lim.key_rate_limit, lim.key_rate_period_s, True),
+    ):
+        if limit is None or period_s is None or (per_key and snap.key is None):
+            continue
+        period_ms = int(period_s * 1000)
+        starts = [
+            s[2]
+            for s in snap.recent
+            if s[2] > now_ms - period_ms and (not per_key or s[1] == snap.key)
+        ]
+        if len(starts) >= limit:
+            until = starts[limit - 1] + period_ms  # when the limit-th latest start leaves
+            scope = "per-key rate limit" if per_key else f"queue {lim.name} rate limit"
+            return f"rate limited until {_utc(until)} ({scope} {limit} per {_secs(period_s)})"
+    return None
+
+
+def _utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def queue_snapshot(store: SQLStore, run_id: str) -> QueueSnapshot | None:
+    """The :class:`QueueSnapshot` of an unstarted pending run; None for any other run (it is
+    not held back by its queue)."""
+    d, q = store.driver, store.q
+    with d.read() as cur:
+        row = d.fetchone(cur, q["queue_run"], {"run_id": run_id})
+        if row is None:
+            return None
+        status, queue, key, _priority, not_before_ms, started_at_ms = row
+        if status != "pending" or started_at_ms is not None:
+            return None
+        if queue is None:
+            return QueueSnapshot(run_id, None, None, not_before_ms, None)
+        lrow = d.fetchone(cur, q["queue_get"], {"name": queue})
+        limits = None if lrow is None else _limits(lrow)
+        active: list[tuple[str, str | None, int]] = []
+        recent: list[tuple[str, str | None, int]] = []
+        if limits is not None:
+            active = [
+                (str(r[0]), r[1], int(r[2]))
+                for r in d.fetchall(cur, q["queue_active"], {"queue": queue, "limit": _SCAN_LIMIT})
+            ]
+            period_s = max(limits.rate_period_s or 0, limits.key_rate_period_s or 0)
+            if period_s:
+                since = store.now_ms() - int(period_s * 1000)
+                recent = [
+                    (str(r[0]), r[1], int(r[2]))
+                    for r in d.fetchall(
+                        cur,
+                        q["queue_recent_starts"],
+                        {"queue": queue, "since_ms": since, "limit": _SCAN_LIMIT},
+                    )
+                ]
+    return QueueSnapshot(run_id, queue, key, not_before_ms, limits, tuple(active), tuple(recent))
+
+
+def dispatch_of(store: SQLStore, run_id: str) -> Dispatch | None:
+    """The queue, key, priority and delayed start a run was started with (None: unknown run)."""
+    with store.driver.read() as cur:
+        row = store.driver.fetchone(cur, store.q["queue_run"], {"run_id": run_id})
+    if row is None:
+        return None
+    _status, queue, key, priority, not_before_ms, _started = row
+    return Dispatch(queue, key, int(priority), not_before_ms)
+
+
+def describe_dispatch(d: Dispatch) -> str:
+    """``deploys (key api, priority 10, not before …)``; ``-`` for a run of no queue."""
+    extra = []
+    if d.key is not None:
+        extra.append(f"key {d.key}")
+    if d.priority:
+        extra.append(f"priority {d.priority}")
+    if d.not_before_ms is not None:
+        extra.append(f"not before {_utc(d.not_before_ms)}")
+    head = d.queue or "-"
+    return f"{head} ({', '.join(extra)})" if extra else head
+
+
+def why_not_running(store: SQLStore, run_id: str) -> str | None:
+    """Why run ``run_id`` is not running because of its queue or its delayed start ("queued
+    behind run X (per-key limit 1)", "rate limited until …", "delayed until …"), or None."""
+    snap = queue_snapshot(store, run_id)
+    return None if snap is None else queue_reason(snap, store.now_ms())
+
+
+__all__ = [
+    "QueueLimits",
+    "QueueSnapshot",
+    "Queues",
+    "check_name",
+    "describe_dispatch",
+    "dispatch_for",
+    "dispatch_of",
+    "queue_reason",
+    "queue_snapshot",
+    "why_not_running",
+]

@@ -1,0 +1,255 @@
+"""Schedules: start a workflow at the slots of a cron expression in a real time zone.
+
+A schedule is stored with its zone name and its next fire as UTC epoch ms (see
+:mod:`torpor.cron` for the syntax and the daylight-saving policy). Workers fire due schedules
+(:func:`fire_due`, called from their loop about once a second):
+
+- **one run per fire**, however many workers: the run id is the schedule's name and the slot's
+  UTC time (``nightly@2026-03-08T22:00:00Z``) and starting a run is idempotent, so two workers
+  firing the same slot make one run; the schedule's next fire then moves on with a
+  compare-and-set (a worker that lost the race, or read a definition since edited, changes
+  nothing). A worker killed between the two is harmless: the next one makes the same run id.
+- **editing replaces** (``add`` again with the same name): the next fire is recomputed from
+  the later of now and the last slot fired, so no slot fires twice — and a slot fired under the
+  old definition keeps its run, whose id the new definition would give it too.
+- **catch-up after downtime** (slots missed while no worker ran), per schedule:
+  ``one`` (default): the latest missed slot fires, once; ``all``: every missed slot fires, up to
+  :data:`MAX_CATCHUP` (the latest ones); ``skip``: missed slots are dropped, a slot fires only
+  while it is at most :data:`ON_TIME_S` late.
+- ``pause`` stops firing; ``resume`` fires again from the next slot after now (slots of the
+  paused period are not caught up).
+
+Slots are judged by the store's clock (``store.now_ms()``, the one timers use).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from . import serde
+from .cron import fires_between, next_fire_ms, parse_cron, zone
+from .errors import BadInputError, NotSerializable, TorporError
+from .queues import check_name
+from .workflows import accepted_versions
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+    from .store import SQLStore
+
+log = logging.getLogger("torpor.schedules")
+
+CATCHUP_POLICIES = ("one", "all", "skip")
+#: ``all``: at most this many missed slots fire after a downtime (the latest ones).
+MAX_CATCHUP = 1000
+#: ``skip``: how late a slot may be and still fire.
+ON_TIME_S = 60.0
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A stored schedule. ``next_fire_ms``/``last_fire_ms``: UTC epoch ms; ``generation``
+    grows with every edit, pause and resume."""
+
+    name: str
+    workflow: str
+    input: Any
+    cron: str
+    tz: str
+    catchup: str
+    queue: str | None
+    paused: bool
+    next_fire_ms: int
+    last_fire_ms: int | None
+    generation: int
+
+    @property
+    def next_fire(self) -> datetime:
+        """The next fire as an aware datetime in the schedule's zone."""
+        return datetime.fromtimestamp(self.next_fire_ms / 1000, UTC).astimezone(zone(self.tz))
+
+
+def slot_run_id(name: str, slot_ms: int) -> str:
+    """The run id of a schedule's slot: ``NAME@YYYY-MM-DDTHH:MM:SSZ`` (UTC)."""
+    stamp = datetime.fromtimestamp(slot_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{name}@{stamp}"
+
+
+def _schedule(row: tuple[Any, ...]) -> Schedule:
+    name, workflow, text, cron, tz, catchup, queue, paused, nxt, last, gen = row
+    return Schedule(
+        str(name),
+        str(workflow),
+        serde.loads(text),
+        str(cron),
+        str(tz),
+        str(catchup),
+        queue,
+        bool(paused),
+        int(nxt),
+        None if last is None else int(last),
+        int(gen),
+    )
+
+
+class Schedules:
+    """Add, list, pause, resume and remove schedules in a store (``Client(...).schedules``)."""
+
+    def __init__(self, store: SQLStore):
+        self.store = store
+
+    def _write(self, query: str, params: dict[str, Any]) -> int:
+        with self.store.driver.transaction() as cur:
+            return self.store.driver.execute(cur, self.store.q[query], params)
+
+    def add(
+        self,
+        name: str,
+        *,
+        cron: str,
+        workflow: str,
+        tz: str = "UTC",
+        input: Any = None,
+        catchup: str = "one",
+        queue: str | None = None,
+    ) -> Schedule:
+        """Schedule runs of ``workflow`` with ``input`` at the slots of ``cron`` in zone ``tz``
+        (an IANA name), replacing a schedule of that name. Runs start in ``queue`` when given.
+        BadInputError for a malformed name, expression, zone, catch-up policy or input."""
+        check_name("schedule", name)
+        c = parse_cron(cron)
+        z = zone(tz)
+        if catchup not in CATCHUP_POLICIES:
+            raise BadInputError(
+                f"catch-up policy {catchup!r} is not one of {', '.join(CATCHUP_POLICIES)}"
+            )
+        if queue is not None:
+            check_name("queue", queue)
+        if not isinstance(workflow, str) or not workflow:
+            raise BadInputError(f"schedule {name!r}: workflow must be a registered name")
+        try:
+            text = serde.dumps(serde.to_jsonable(input))
+        except NotSerializable as exc:
+            raise BadInputError(f"schedule {name!r}: input is not serializable: {exc}") from None
+        now = self.store.now_ms()
+        old = self.get(name)
+        base = max(now, old.last_fire_ms or 0) if old else now
+        params = {
+            "name": name,
+            "workflow": workflow,
+            "input": text,
+            "cron": cron,
+            "tz": tz,
+            "catchup": catchup,
+            "queue": queue,
+            "next_fire_ms": next_fire_ms(c, z, base),
+            "now_ms": now,
+        }
+        self._write("schedule_upsert", params)
+        return self._must(name)
+
+    def _must(self, name: str) -> Schedule:
+        got = self.get(name)
+        if got is None:
+            raise BadInputError(f"no schedule named {name!r}")
+        return got
+
+    def get(self, name: str) -> Schedule | None:
+        """The schedule, or None."""
+        with self.store.driver.read() as cur:
+            row = self.store.driver.fetchone(cur, self.store.q["schedule_get"], {"name": name})
+        return None if row is None else _schedule(row)
+
+    def list(self) -> list[Schedule]:
+        """Every schedule, by name."""
+        with self.store.driver.read() as cur:
+            rows = self.store.driver.fetchall(cur, self.store.q["schedule_list"], {})
+        return [_schedule(r) for r in rows]
+
+    def remove(self, name: str) -> bool:
+        """Delete the schedule (runs it made stay); False if there was none."""
+        return self._write("schedule_delete", {"name": name}) > 0
+
+    def pause(self, name: str) -> Schedule:
+        """Stop firing until :meth:`resume`. BadInputError for an unknown name."""
+        self._must(name)
+        params = {"name": name, "paused": True, "next_fire_ms": None}
+        self._write("schedule_pause", {**params, "now_ms": self.store.now_ms()})
+        return self._must(name)
+
+    def resume(self, name: str) -> Schedule:
+        """Fire again from the first slot after now (the paused period is not caught up)."""
+        s = self._must(name)
+        now = self.store.now_ms()
+        nxt = next_fire_ms(parse_cron(s.cron), zone(s.tz), max(now, s.last_fire_ms or 0))
+        params = {"name": name, "paused": False, "next_fire_ms": nxt, "now_ms": now}
+        self._write("schedule_pause", params)
+        return self._must(name)
+
+    def next_fire_ms(self) -> int | None:
+        """The earliest next fire of the schedules not paused (UTC epoch ms), or None."""
+        with self.store.driver.read() as cur:
+            row = self.store.driver.fetchone(cur, self.store.q["schedule_next_fire"], {})
+        return None if row is None or row[0] is None else int(row[0])
+
+
+def due_slots(s: Schedule, now_ms: int) -> list[int]:
+    """The slots of a due schedule that fire at ``now_ms``, by its catch-up policy."""
+    c, z = parse_cron(s.cron), zone(s.tz)
+    after = s.next_fire_ms - 1  # next_fire_ms itself is a slot
+    if s.catchup == "all":
+        return fires_between(c, z, after, now_ms, MAX_CATCHUP)
+    latest = fires_between(c, z, after, now_ms, 1)
+    if s.catchup == "skip":
+        return [t for t in latest if now_ms - t <= ON_TIME_S * 1000]
+    return latest
+
+
+def fire_due(runtime: Runtime, limit: int = 100) -> list[str]:
+    """Fire the due schedules whose workflow this process has registered: start the run of
+    each slot due (idempotently) and move the schedule on. Returns the run ids started (or
+    found already started by another worker). Safe to call from any number of workers."""
+    store = runtime.store
+    now = store.now_ms()
+    served = accepted_versions()
+    with store.driver.read() as cur:
+        rows = store.driver.fetchall(cur, store.q["schedule_due"], {"now_ms": now, "limit": limit})
+    fired: list[str] = []
+    for s in map(_schedule, rows):
+        if s.workflow not in served:
+            continue  # a worker that has it fires it
+        try:
+            slots = due_slots(s, now)
+            ids = [slot_run_id(s.name, t) for t in slots]
+            for rid in ids:
+                runtime.start(s.workflow, s.input, run_id=rid, queue=s.queue)
+            nxt = next_fire_ms(parse_cron(s.cron), zone(s.tz), max(now, s.next_fire_ms))
+        except TorporError as exc:
+            log.error("schedule %s: could not fire: %s", s.name, exc)
+            continue
+        params = {
+            "name": s.name,
+            "generation": s.generation,
+            "prev_fire_ms": s.next_fire_ms,
+            "next_fire_ms": nxt,
+            "last_fire_ms": slots[-1] if slots else None,
+            "now_ms": now,
+        }
+        with store.driver.transaction() as cur:
+            store.driver.execute(cur, store.q["schedule_advance"], params)
+        fired.extend(ids)
+    return fired
+
+
+__all__ = [
+    "CATCHUP_POLICIES",
+    "MAX_CATCHUP",
+    "ON_TIME_S",
+    "Schedule",
+    "Schedules",
+    "due_slots",
+    "fire_due",
+    "slot_run_id",
+]
