@@ -10,6 +10,8 @@ journal. Decoding never repairs anything: a row that cannot be read is a
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import ValidationError
@@ -26,7 +28,13 @@ from ..history import (
     RunState,
     Verdict,
 )
+from . import chunks
 from .base import INBOX_HEADROOM_BYTES, Completion
+from .chunks import Fetch, Sink
+
+#: A value offloaded to the artifact store (see :mod:`torpor.engine.journal`), as its canonical
+#: JSON shows it: the sha256 it is stored under.
+_BLOB_RE = re.compile(r'\{"\$torpor":"blob","sha256":"([0-9a-f]{64})"')
 
 #: Stands for "no default": a required field is always written.
 _REQUIRED = object()
@@ -61,9 +69,11 @@ def performed_key(payload: Payload) -> str | None:
     return None
 
 
-def encode(event: Event) -> dict[str, Any]:
+def encode(event: Event, sink: Sink | None = None) -> dict[str, Any]:
     """The row of one event: ``run_id, seq, type, step_id, epoch, at_ms, v, payload,
-    effect_key``. Raises PayloadError when the payload is too large or not JSON data.
+    effect_key``. Raises PayloadError when the payload is too large or not JSON data. With a
+    ``sink``, a large payload is stored split (:func:`.chunks.split_text`): the chunks it
+    refers to are added to ``sink``, to be written before the row.
 
     Fields equal to their default are left out of the stored JSON (decoding fills them back in
     from the same model), which keeps the history compact: a trivial step's one event carries
@@ -95,6 +105,8 @@ def encode(event: Event) -> dict[str, Any]:
             f"{event.type} payload is {size} bytes, over the "
             f"{serde.MAX_PAYLOAD_BYTES}-byte limit; store large values as an artifact",
         )
+    if sink is not None and size >= chunks.CHUNK_MIN_BYTES:
+        text = chunks.split_text(text, sink)
     return {
         "run_id": event.run_id,
         "seq": event.seq,
@@ -108,8 +120,30 @@ def encode(event: Event) -> dict[str, Any]:
     }
 
 
-def decode(run_id: str, row: tuple[Any, ...]) -> Event:
+def artifact_refs(texts: Iterable[str], events: Iterable[Event] = ()) -> set[str]:
+    """The sha256 of every artifact that stored ``texts`` (payloads, chunks) refer to as an
+    offloaded value, and that ``events`` record as created."""
+    found = {h for t in texts if '"blob"' in t for h in _BLOB_RE.findall(t)}
+    for e in events:
+        sha = getattr(e.payload, "sha256", None) if e.type == "artifact_created" else None
+        if isinstance(sha, str):
+            found.add(sha)
+    return found
+
+
+def _load(text: Any, fetch: Fetch | None) -> Any:
+    """A stored JSON text, parsed, its chunks joined through ``fetch`` (ValueError when it
+    refers to chunks and there is no ``fetch``)."""
+    if chunks.is_split(text):
+        if fetch is None:
+            raise ValueError("a split text read without its chunks")
+        return chunks.join(text, fetch)
+    return serde.loads(text)
+
+
+def decode(run_id: str, row: tuple[Any, ...], fetch: Fetch | None = None) -> Event:
     """An event from ``(seq, type, epoch, at_ms, v, payload)``; CorruptRecordError if bad.
+    ``fetch`` reads the chunks of a split payload.
 
     Whatever is wrong with the row (an unknown or newer schema version, an unknown type, a
     payload that is not JSON or does not match its type, bad column types), the error names
@@ -131,7 +165,7 @@ def decode(run_id: str, row: tuple[Any, ...]) -> Event:
     if model is None:
         raise corrupt(f"unknown event type {etype!r}")
     try:
-        data = serde.loads(payload)
+        data = _load(payload, fetch)
     except (ValueError, TypeError) as exc:
         raise corrupt(f"corrupt {etype} payload: not JSON ({exc})") from exc
     try:
@@ -143,17 +177,23 @@ def decode(run_id: str, row: tuple[Any, ...]) -> Event:
         raise corrupt(f"corrupt {etype} row: {loc}: {err['msg']}") from exc
 
 
-def checkpoint_text(state: RunState) -> str:
+def checkpoint_text(state: RunState, sink: Sink | None = None) -> str:
     """The engine checkpoint as stored: the state's JSON without the fields that hold their
     defaults (loading validates it back to the same state). A run's checkpoint is rewritten at
     its boundaries, so its size is paid per boundary: a running trivial run's is ~200 bytes
-    instead of ~750."""
-    return state.model_dump_json(exclude_defaults=True)
+    instead of ~750. With a ``sink``, a large one is split into chunks (:func:`encode`), so a
+    large user state that hardly changes is not paid again at every boundary."""
+    text = state.model_dump_json(exclude_defaults=True)
+    if sink is not None and len(text) >= chunks.CHUNK_MIN_BYTES:
+        text = chunks.split_text(text, sink)
+    return text
 
 
-def checkpoint_state(run_id: str, ckpt_seq: Any, text: Any, last_seq: int) -> RunState | None:
+def checkpoint_state(
+    run_id: str, ckpt_seq: Any, text: Any, last_seq: int, fetch: Fetch | None = None
+) -> RunState | None:
     """The engine checkpoint, or None when there is none or it cannot be trusted (not JSON,
-    not a state of this run, a seq beyond the history).
+    not a state of this run, a seq beyond the history, a chunk missing or altered).
 
     Checkpoints written before performed effects left the state (store schema 1) still list
     them as ``observed``/``applied``: they are dropped here, which is exactly what today's fold
@@ -161,8 +201,11 @@ def checkpoint_state(run_id: str, ckpt_seq: Any, text: Any, last_seq: int) -> Ru
     if not text or not isinstance(ckpt_seq, int) or not 0 < ckpt_seq <= last_seq:
         return None
     try:
-        state = RunState.model_validate_json(text)
-    except (ValidationError, ValueError, TypeError):
+        if chunks.is_split(text):
+            state = RunState.model_validate(_load(text, fetch))
+        else:
+            state = RunState.model_validate_json(text)
+    except (ValidationError, ValueError, TypeError, CorruptRecordError):
         return None
     if state.run_id != run_id or state.seq != ckpt_seq:
         return None
@@ -173,10 +216,13 @@ def checkpoint_state(run_id: str, ckpt_seq: Any, text: Any, last_seq: int) -> Ru
     return state
 
 
-def completion(run_id: str, step_id: str, payload: str, seq: int) -> Completion:
-    """A step's completion from its ``step_completed`` payload; CorruptRecordError if bad."""
+def completion(
+    run_id: str, step_id: str, payload: str, seq: int, fetch: Fetch | None = None
+) -> Completion:
+    """A step's completion from its ``step_completed`` payload; CorruptRecordError if bad.
+    ``fetch`` reads the chunks of a split payload."""
     try:
-        data = serde.loads(payload)
+        data = _load(payload, fetch)
         return Completion(
             step_id, data.get("result"), data.get("policy"), data.get("input_hash"), seq
         )

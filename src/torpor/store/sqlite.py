@@ -217,7 +217,11 @@ def migrate(driver: SQLiteDriver, url: str) -> int:
     """
     found = _inspect(driver, url)
     check_schema(found, SCHEMA_VERSION, url)
-    driver.conn()  # now configure the file (WAL) for use
+    conn = driver.conn()  # now configure the file (WAL) for use
+    if found is None:
+        # A new file reclaims the pages garbage collection frees (PRAGMA incremental_vacuum);
+        # this can only be chosen before the first table (an existing file needs a VACUUM).
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
     if found == SCHEMA_VERSION:
         return SCHEMA_VERSION
     with driver.transaction() as cur:

@@ -47,6 +47,7 @@ from .base import (
     RunStorage,
     load_queries,
 )
+from .chunkio import ChunkIO
 
 #: What a store remembers of its latest append to a run under a lease, so the next append can
 #: take the plain path: (lease epoch, last seq, checkpoint seq, the row's status columns).
@@ -75,7 +76,10 @@ class SQLStore:
         self.url = url
         self.q = load_queries(driver.dialect)
         self.clock = clock
-        self.appends = Appends(driver, self.q, self.now_ms, self.read_events, checkpoint_every)
+        self.chunkio = ChunkIO(driver, self.q, self.now_ms)
+        self.appends = Appends(
+            driver, self.q, self.now_ms, self.read_events, checkpoint_every, self.chunkio
+        )
 
     @property
     def checkpoint_every(self) -> int:
@@ -369,7 +373,7 @@ class SQLStore:
                 self.q["events_after"],
                 {"run_id": run_id, "after_seq": after_seq, "limit": limit},
             )
-        return [codec.decode(run_id, r) for r in rows]
+            return [codec.decode(run_id, r, self.chunkio.fetcher(cur, run_id, r[0])) for r in rows]
 
     def iter_events(self, run_id: str, page: int = 1000) -> Iterator[Event]:
         """All events of a run, read page by page."""
@@ -394,34 +398,33 @@ class SQLStore:
             if row is None:
                 raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
             ckpt_seq, ckpt_text, row_seq = row[0], row[1], int(row[2])
-            state = codec.checkpoint_state(run_id, ckpt_seq, ckpt_text, row_seq)
+            fetch = self.chunkio.fetcher(cur, run_id, ckpt_seq)
+            state = codec.checkpoint_state(run_id, ckpt_seq, ckpt_text, row_seq, fetch)
             rows = self._events_after(cur, run_id, state.seq if state else 0)
-        if state is not None:
+            if state is not None:
+                try:
+                    return self._fold_rows(cur, run_id, state, rows, row_seq)
+                except TransitionError:
+                    # The checkpoint disagrees with the history: refold from the start.
+                    rows = self._events_after(cur, run_id, 0)
             try:
-                return self._fold_rows(run_id, state, rows, row_seq)
-            except TransitionError:
-                pass  # the checkpoint disagrees with the history: refold from the start
-            with self.driver.read() as cur:
-                rows = self._events_after(cur, run_id, 0)
-        try:
-            return self._fold_rows(run_id, RunState(run_id=run_id), rows, row_seq)
-        except TransitionError as exc:
-            raise CorruptRecordError(
-                f"run {run_id!r} seq {exc.seq}: the stored history is impossible: {exc.rule}",
-                run_id=run_id,
-                seq=exc.seq,
-            ) from exc
+                return self._fold_rows(cur, run_id, RunState(run_id=run_id), rows, row_seq)
+            except TransitionError as exc:
+                raise CorruptRecordError(
+                    f"run {run_id!r} seq {exc.seq}: the stored history is impossible: {exc.rule}",
+                    run_id=run_id,
+                    seq=exc.seq,
+                ) from exc
 
     def _events_after(self, cur: Any, run_id: str, after: int) -> list[tuple[Any, ...]]:
         params = {"run_id": run_id, "after_seq": after, "limit": 1 << 62}
         return self.driver.fetchall(cur, self.q["events_after"], params)
 
-    @staticmethod
     def _fold_rows(
-        run_id: str, state: RunState, rows: list[tuple[Any, ...]], row_seq: int
+        self, cur: Any, run_id: str, state: RunState, rows: list[tuple[Any, ...]], row_seq: int
     ) -> RunState:
         for r in rows:
-            apply(state, codec.decode(run_id, r))
+            apply(state, codec.decode(run_id, r, self.chunkio.fetcher(cur, run_id, r[0])))
         if state.seq < row_seq:
             raise CorruptRecordError(
                 f"run {run_id!r}: history ends at seq {state.seq} but the run row says {row_seq}",
@@ -436,7 +439,12 @@ class SQLStore:
             rows = self.driver.fetchall(
                 cur, self.q["completions_after"], {"run_id": run_id, "after_seq": after_seq}
             )
-        return {sid: codec.completion(run_id, sid, payload, seq) for sid, payload, seq in rows}
+            return {
+                sid: codec.completion(
+                    run_id, sid, payload, seq, self.chunkio.fetcher(cur, run_id, seq)
+                )
+                for sid, payload, seq in rows
+            }
 
     def step_completion(self, run_id: str, step_id: str) -> Completion | None:
         """The latest completion of one step (indexed lookup), or None."""
@@ -444,7 +452,10 @@ class SQLStore:
             row = self.driver.fetchone(
                 cur, self.q["step_completion"], {"run_id": run_id, "step_id": step_id}
             )
-        return None if row is None else codec.completion(run_id, step_id, row[0], int(row[1]))
+            if row is None:
+                return None
+            fetch = self.chunkio.fetcher(cur, run_id, row[1])
+            return codec.completion(run_id, step_id, row[0], int(row[1]), fetch)
 
     def step_events(self, run_id: str, step_id: str) -> list[Event]:
         """Every event recorded for one step."""
@@ -452,7 +463,7 @@ class SQLStore:
             rows = self.driver.fetchall(
                 cur, self.q["step_events"], {"run_id": run_id, "step_id": step_id}
             )
-        return [codec.decode(run_id, r) for r in rows]
+            return [codec.decode(run_id, r, self.chunkio.fetcher(cur, run_id, r[0])) for r in rows]
 
     # ----------------------------------------------------------------- inbox
 

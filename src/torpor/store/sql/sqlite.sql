@@ -239,3 +239,17 @@ LIMIT :limit;
 
 -- name: note_infra_retry
 UPDATE runs SET infra_retries = infra_retries + 1 WHERE run_id = :run_id;
+
+-- name: insert_chunk
+-- A content-addressed chunk (store/chunks.py), written once; a writer that writes it again
+-- refreshes when it was last used (garbage collection spares it for the grace period).
+INSERT INTO chunks (hash, data, size, used_at_ms) VALUES (:hash, :data, :size, :now_ms)
+ON CONFLICT (hash) DO UPDATE SET used_at_ms = excluded.used_at_ms
+WHERE chunks.used_at_ms < excluded.used_at_ms;
+
+-- name: insert_ref
+INSERT INTO blob_refs (hash, run_id, kind) VALUES (:hash, :run_id, :kind)
+ON CONFLICT DO NOTHING;
+
+-- name: get_chunk
+SELECT data FROM chunks WHERE hash = :hash;

@@ -1,0 +1,133 @@
+"""Writing and reading chunks (:mod:`.chunks`) and the run -> blob references that garbage
+collection keeps.
+
+A writer inserts the chunks of a split text, and the references of its run to them and to the
+artifacts it records, *before* the history that refers to them (in a transaction of their own,
+or the append's): a chunk with no history yet is an orphan that collection removes only once it
+is older than the grace period. Each process remembers which chunks it wrote or confirmed (the
+insert refreshes ``used_at_ms``), and trusts that for half the grace period: such a chunk is not
+sent again, and cannot be collected before the reference to it is recorded.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .. import serde
+from ..errors import CorruptRecordError
+from .base import Driver
+from .chunks import Fetch
+
+#: Default grace period of garbage collection (ms): a chunk or artifact younger than this is
+#: never collected, referenced or not.
+GRACE_MS = 3_600_000
+#: Bytes of chunk texts a store keeps in memory (they never change: named by their hash).
+CACHE_BYTES = 32 << 20
+#: Hashes remembered as written (beyond it the memory is cleared and rebuilt).
+KNOWN_MAX = 200_000
+
+
+class ChunkIO:
+    """Chunks and blob references through ``driver`` (queries ``q``); ``now_ms`` is the store's
+    clock, ``grace_ms`` the collection grace period (see the module docstring)."""
+
+    def __init__(
+        self,
+        driver: Driver,
+        q: dict[str, str],
+        now_ms: Callable[[], int],
+        grace_ms: int = GRACE_MS,
+    ):
+        self.driver = driver
+        self.q = q
+        self.now_ms = now_ms
+        self.grace_ms = grace_ms
+        self._known: dict[str, int] = {}
+        self._refs: dict[str, set[tuple[str, str]]] = {}
+        self._texts: OrderedDict[str, str] = OrderedDict()
+        self._cached_bytes = 0
+
+    def forget(self, run_id: str) -> None:
+        """Drop what this process remembers of ``run_id``'s references (its lease moved)."""
+        self._refs.pop(run_id, None)
+
+    def write(
+        self, cur: Any, run_id: str, sink: dict[str, str], artifacts: Iterable[str] = ()
+    ) -> None:
+        """Inside a transaction: insert the chunks in ``sink`` not known to be present, and the
+        references of ``run_id`` to them and to ``artifacts`` (sha256) not yet recorded."""
+        now = self.now_ms()
+        fresh = now - self.grace_ms // 2
+        if len(self._known) > KNOWN_MAX:
+            self._known.clear()
+        known = self._known
+        refs = self._refs.setdefault(run_id, set())
+        for h, text in sink.items():
+            if known.get(h, -1) < fresh:
+                size = len(text) if text.isascii() else len(text.encode())
+                row = {"hash": h, "data": text, "size": size, "now_ms": now}
+                self.driver.execute(cur, self.q["insert_chunk"], row)
+            if (h, "chunk") not in refs:
+                self.driver.execute(
+                    cur, self.q["insert_ref"], {"hash": h, "run_id": run_id, "kind": "chunk"}
+                )
+        for h in artifacts:
+            if (h, "artifact") not in refs:
+                self.driver.execute(
+                    cur, self.q["insert_ref"], {"hash": h, "run_id": run_id, "kind": "artifact"}
+                )
+
+    def wrote(self, run_id: str, sink: dict[str, str], artifacts: Iterable[str] = ()) -> None:
+        """After the transaction of :meth:`write` committed: remember what it wrote."""
+        now = self.now_ms()
+        refs = self._refs.setdefault(run_id, set())
+        for h in sink:
+            self._known[h] = max(self._known.get(h, -1), now)
+            refs.add((h, "chunk"))
+        refs.update((h, "artifact") for h in artifacts)
+
+    def put(self, run_id: str, sink: dict[str, str], artifacts: Iterable[str] = ()) -> None:
+        """:meth:`write` in a transaction of its own (before an append that refers to them)."""
+        artifacts = list(artifacts)
+        if not sink and not artifacts:
+            return
+        with self.driver.transaction() as cur:
+            self.write(cur, run_id, sink, artifacts)
+        self.wrote(run_id, sink, artifacts)
+
+    def fetcher(self, cur: Any, run_id: str, seq: Any = None) -> Fetch:
+        """A ``fetch(hash) -> text`` reading chunks through ``cur`` (hash-checked, cached);
+        CorruptRecordError naming the run (and seq) for a chunk missing or altered."""
+
+        def fetch(h: str) -> str:
+            text = self._texts.get(h)
+            if text is not None:
+                self._texts.move_to_end(h)
+                return text
+            where = f"run {run_id!r}" + (f" seq {seq}" if seq is not None else "")
+            row = self.driver.fetchone(cur, self.q["get_chunk"], {"hash": h})
+            if row is None:
+                raise CorruptRecordError(
+                    f"{where}: chunk sha256:{h} is missing", run_id=run_id, seq=seq
+                )
+            text = str(row[0])
+            if serde.sha256_hex(text) != h:
+                raise CorruptRecordError(
+                    f"{where}: chunk sha256:{h} does not match its hash", run_id=run_id, seq=seq
+                )
+            self._remember(h, text)
+            return text
+
+        return fetch
+
+    def _remember(self, h: str, text: str) -> None:
+        self._texts[h] = text
+        self._cached_bytes += len(text)
+        while self._cached_bytes > CACHE_BYTES and self._texts:
+            _, old = self._texts.popitem(last=False)
+            self._cached_bytes -= len(old)
+
+
+__all__ = ["GRACE_MS", "ChunkIO"]

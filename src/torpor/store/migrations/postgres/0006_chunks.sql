@@ -1,0 +1,25 @@
+-- torpor schema v6 (PostgreSQL): storage that grows with new content, and retention. Same
+-- tables and meaning as the SQLite schema beside it.
+CREATE TABLE chunks (
+    hash       text PRIMARY KEY,
+    data       text NOT NULL,
+    size       bigint NOT NULL,
+    used_at_ms bigint NOT NULL
+);
+CREATE TABLE blob_refs (
+    hash   text NOT NULL,
+    run_id text NOT NULL,
+    kind   text NOT NULL,
+    PRIMARY KEY (hash, kind, run_id)
+);
+CREATE INDEX blob_refs_run ON blob_refs (run_id);
+INSERT INTO blob_refs (hash, run_id, kind)
+SELECT DISTINCT CAST(payload AS jsonb) ->> 'sha256', run_id, 'artifact' FROM events
+WHERE type = 'artifact_created' AND CAST(payload AS jsonb) ->> 'sha256' IS NOT NULL;
+CREATE TABLE retention (
+    workflow      text PRIMARY KEY,
+    keep_days     double precision,
+    keep_last     bigint,
+    archive_url   text,
+    updated_at_ms bigint NOT NULL
+);
