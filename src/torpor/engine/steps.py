@@ -228,7 +228,9 @@ def checkpoint(j: Journal, state: Any) -> None:
     j.boundary()
     if n <= j.state.counters.get("checkpoint", 0):
         return  # recorded by an earlier execution; replay passes over it
-    data = j.jsonable(f"checkpoint#{n}", state, "checkpoint state")
+    # Not offloaded: a large state is stored in chunks, so what did not change is not paid for
+    # again at the next checkpoint (torpor.store.chunks).
+    data = j.jsonable(f"checkpoint#{n}", state, "checkpoint state", offload=False)
     j.append(CheckpointSaved(state=data, counters=dict(j.counters)))
     faults.point("checkpoint.saved")
 

@@ -36,9 +36,9 @@ CHUNK_MIN_BYTES = 16 * 1024
 #: Inside a split value, a sub-value at least this large becomes a chunk of its own.
 PART_MIN_BYTES = 1024
 #: The average size of a page of a long list (content-defined boundaries).
-PAGE_BYTES = 2048
+PAGE_BYTES = 512
 #: A list of more pages than fit in this many bytes gets an index level (pages of page hashes).
-INDEX_BYTES = 1024
+INDEX_BYTES = 512
 #: A stored text that holds references starts with this (JSON never does).
 SPLIT_PREFIX = "~"
 
