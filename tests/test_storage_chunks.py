@@ -92,7 +92,7 @@ def test_a_missing_or_altered_chunk_is_refused_naming_the_run(store_url: str) ->
             row = st.driver.fetchone(cur, "SELECT hash FROM chunks ORDER BY size DESC", {})
             assert row is not None
             st.driver.execute(
-                cur, "UPDATE chunks SET data = :d WHERE hash = :h", {"d": '"x"', "h": row[0]}
+                cur, "UPDATE chunks SET data = :d WHERE hash = :h", {"d": b'"x"', "h": row[0]}
             )
         with pytest.raises(torpor.errors.CorruptRecordError, match=r"run 'bad'.*does not match"):
             st.read_events("bad")

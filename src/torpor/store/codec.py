@@ -21,6 +21,7 @@ from ..errors import CorruptRecordError, NotSerializable, PayloadError
 from ..history import (
     EVENT_SCHEMA_VERSION,
     EVENT_TYPES,
+    ArtifactCreated,
     EffectObserved,
     EffectReconciled,
     Event,
@@ -34,7 +35,7 @@ from .chunks import Fetch, Sink
 
 #: A value offloaded to the artifact store (see :mod:`torpor.engine.journal`), as its canonical
 #: JSON shows it: the sha256 it is stored under.
-_BLOB_RE = re.compile(r'\{"\$torpor":"blob","sha256":"([0-9a-f]{64})"')
+_BLOB_RE = re.compile(r'\{"\$torpor":"blob","sha256":"([0-9a-f]{64})","size":(\d+)\}')
 
 #: Stands for "no default": a required field is always written.
 _REQUIRED = object()
@@ -120,14 +121,13 @@ def encode(event: Event, sink: Sink | None = None) -> dict[str, Any]:
     }
 
 
-def artifact_refs(texts: Iterable[str], events: Iterable[Event] = ()) -> set[str]:
-    """The sha256 of every artifact that stored ``texts`` (payloads, chunks) refer to as an
-    offloaded value, and that ``events`` record as created."""
-    found = {h for t in texts if '"blob"' in t for h in _BLOB_RE.findall(t)}
+def artifact_refs(texts: Iterable[str], events: Iterable[Event] = ()) -> dict[str, int]:
+    """``{sha256: size}`` of every artifact that stored ``texts`` (payloads, chunks, inbox
+    bodies) refer to as an offloaded value, and that ``events`` record as created."""
+    found = {h: int(n) for t in texts if '"blob"' in t for h, n in _BLOB_RE.findall(t)}
     for e in events:
-        sha = getattr(e.payload, "sha256", None) if e.type == "artifact_created" else None
-        if isinstance(sha, str):
-            found.add(sha)
+        if isinstance(e.payload, ArtifactCreated):
+            found[e.payload.sha256] = e.payload.size
     return found
 
 

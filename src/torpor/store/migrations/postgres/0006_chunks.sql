@@ -2,7 +2,7 @@
 -- tables and meaning as the SQLite schema beside it.
 CREATE TABLE chunks (
     hash       text PRIMARY KEY,
-    data       text NOT NULL,
+    data       bytea NOT NULL,
     size       bigint NOT NULL,
     used_at_ms bigint NOT NULL
 );
@@ -10,11 +10,12 @@ CREATE TABLE blob_refs (
     hash   text NOT NULL,
     run_id text NOT NULL,
     kind   text NOT NULL,
-    PRIMARY KEY (hash, kind, run_id)
+    size   bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (run_id, kind, hash)
 );
-CREATE INDEX blob_refs_run ON blob_refs (run_id);
-INSERT INTO blob_refs (hash, run_id, kind)
-SELECT DISTINCT CAST(payload AS jsonb) ->> 'sha256', run_id, 'artifact' FROM events
+INSERT INTO blob_refs (hash, run_id, kind, size)
+SELECT DISTINCT CAST(payload AS jsonb) ->> 'sha256', run_id, 'artifact',
+       COALESCE(CAST(CAST(payload AS jsonb) ->> 'size' AS bigint), 0) FROM events
 WHERE type = 'artifact_created' AND CAST(payload AS jsonb) ->> 'sha256' IS NOT NULL;
 CREATE TABLE retention (
     workflow      text PRIMARY KEY,
