@@ -59,6 +59,10 @@ class SQLiteDriver:
                 timeout=self.busy_timeout_ms / 1000,
             )
             c.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+            # A new file gives the pages garbage collection frees back (PRAGMA
+            # incremental_vacuum); chosen before anything is written to it (for an existing
+            # file this only takes effect with a VACUUM: torpor gc --vacuum).
+            c.execute("PRAGMA auto_vacuum = INCREMENTAL")
             c.execute("PRAGMA journal_mode = WAL")
             c.execute(f"PRAGMA synchronous = {self.synchronous}")
             c.execute("PRAGMA foreign_keys = ON")
@@ -217,11 +221,7 @@ def migrate(driver: SQLiteDriver, url: str) -> int:
     """
     found = _inspect(driver, url)
     check_schema(found, SCHEMA_VERSION, url)
-    conn = driver.conn()  # now configure the file (WAL) for use
-    if found is None:
-        # A new file reclaims the pages garbage collection frees (PRAGMA incremental_vacuum);
-        # this can only be chosen before the first table (an existing file needs a VACUUM).
-        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    driver.conn()  # now configure the file (WAL) for use
     if found == SCHEMA_VERSION:
         return SCHEMA_VERSION
     with driver.transaction() as cur:

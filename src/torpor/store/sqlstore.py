@@ -48,6 +48,7 @@ from .base import (
     load_queries,
 )
 from .chunkio import ChunkIO
+from .maintenance import Maintenance
 
 #: What a store remembers of its latest append to a run under a lease, so the next append can
 #: take the plain path: (lease epoch, last seq, checkpoint seq, the row's status columns).
@@ -80,6 +81,8 @@ class SQLStore:
         self.appends = Appends(
             driver, self.q, self.now_ms, self.read_events, checkpoint_every, self.chunkio
         )
+        #: Retention, collection, archives and storage figures (:mod:`.maintenance`).
+        self.maintenance = Maintenance(driver, self.q, self.now_ms, self.chunkio)
 
     @property
     def checkpoint_every(self) -> int:
@@ -179,7 +182,9 @@ class SQLStore:
         with self.driver.read() as cur:
             row = self.driver.fetchone(cur, self.q["run_storage"], {"run_id": run_id})
         assert row is not None
-        return RunStorage(*(int(v) for v in row))
+        chunk_bytes, artifact_bytes = self.maintenance.run_blob_bytes(run_id)
+        n, history, ckpt, messages, inbox = (int(v) for v in row)
+        return RunStorage(n, history, ckpt, messages, inbox, chunk_bytes, artifact_bytes)
 
     def runnable_runs(self, limit: int = 100) -> list[str]:
         """Runs that a worker could take now: pending, crashed, or waiting with a due wake."""
