@@ -215,6 +215,7 @@ def _collect_artifacts(
 
 __all__ = [
     "COLLECTORS",
+    "GRACE_MS",
     "GcReport",
     "archive_path",
     "archive_run",

@@ -70,6 +70,11 @@ MAX_PAYLOAD_BYTES = int(os.environ.get("TORPOR_MAX_PAYLOAD_BYTES") or 16 << 20)
 #: hash-checked.
 INLINE_VALUE_BYTES = int(os.environ.get("TORPOR_INLINE_VALUE_BYTES") or 256 << 10)
 
+#: A user checkpoint state larger than this (bytes of canonical JSON;
+#: ``TORPOR_STATE_WARN_BYTES``, default 8 MiB) is recorded with a warning, once per run: the
+#: run then ends ``succeeded_with_warnings``, and ``torpor show`` says why.
+STATE_WARN_BYTES = int(os.environ.get("TORPOR_STATE_WARN_BYTES") or 8 << 20)
+
 
 #: Deepest nesting of lists/dicts accepted in a recorded value (a self-referencing value hits it).
 MAX_DEPTH = 200

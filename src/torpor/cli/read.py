@@ -14,6 +14,7 @@ from .approvals import approval_lines, trust_here
 from .context import open_client
 from .render import add_row, console, emit_json, fields, heading, new_table, relative, short, when
 from .root import JsonFlag, RunId, options
+from .storage import storage_text
 
 
 def list_runs(
@@ -95,6 +96,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         inbox = client.inbox(run_id)
         now = client.store.now_ms()
         messages = client.messages(run_id)
+        stored = client.storage(run_id)
     pending = {k: v.hashes for k, v in state.open_approvals().items()}
     if json_out:
         emit_json(
@@ -119,6 +121,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
                 "plan": state.plan,
                 "usage": {**state.usage.model_dump(), "tokens": state.usage.tokens},
                 "budget": state.budget,
+                "storage": {**stored.__dict__, "total_bytes": stored.total_bytes},
             }
         )
         return
@@ -152,6 +155,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         pairs.append(("cancel", "requested"))
     if state.warnings:
         pairs.append(("warnings", "; ".join(state.warnings)))
+    pairs.append(("storage", storage_text(stored)))
     fields(out, pairs)
 
     heading(out, "Checkpoint")

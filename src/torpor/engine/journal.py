@@ -134,6 +134,8 @@ class Journal:
     docstring). ``state`` is the folded state after every event appended so far."""
 
     def __init__(self, host: Host, lease: Lease, state: RunState, replay: Replay):
+        #: The size of the value :meth:`jsonable` encoded last (bytes; 0 when not measured).
+        self.last_size = 0
         self.host = host
         self.store = host.store
         self.lease = lease
@@ -357,19 +359,21 @@ class Journal:
         (:func:`torpor.serde.encode`; PayloadError naming the step, the path and the type
         otherwise, or when it is over the hard maximum ``TORPOR_MAX_PAYLOAD_BYTES``). Read it
         back with :meth:`value`. With ``offload``, a value over ``TORPOR_INLINE_VALUE_BYTES``
-        is stored in the artifact store and recorded as its reference (:mod:`torpor.blobs`)."""
+        is stored in the artifact store and recorded as its reference (:mod:`torpor.blobs`).
+        Leaves the value's size in :attr:`last_size` (0 when it is too small to measure)."""
         try:
             out = serde.encode(value)
         except NotSerializable as exc:
             raise PayloadError(self.run_id, sid, f"{what} is not serializable: {exc}") from None
         kind = type(out)
+        self.last_size = 0
         if out is None or kind is int or kind is bool or kind is float:
             return out  # a scalar is far below the limit: no need to encode it to measure
         limit = min(serde.MAX_PAYLOAD_BYTES, serde.INLINE_VALUE_BYTES)
         if kind is str and len(out) * 6 < limit:
             return out  # (a JSON string is at most 6 bytes per character)
         text = serde.dumps(out)
-        size = len(text) if text.isascii() else len(text.encode())
+        size = self.last_size = len(text) if text.isascii() else len(text.encode())
         if size > serde.MAX_PAYLOAD_BYTES:
             raise PayloadError(
                 self.run_id,

@@ -284,6 +284,9 @@ class Maintenance:
                 "checkpoint_seq": state.seq,
                 "checkpoint": checkpoint,
                 "attention": state.attention or None,
+                # Epochs only grow: a lease taken later must fence off every recorded one.
+                "lease_epoch": max([int(rec.get("lease_epoch") or 0)] + [e.epoch for e in events]),
+                "infra_retries": int(rec.get("infra_retries") or 0),
             }
             if not self.driver.execute(cur, self.q["restore_run"], params):
                 raise StoreError(f"{where}: run {run_id!r} exists already; not restored")

@@ -316,9 +316,11 @@ SELECT body FROM inbox WHERE consumed_seq IS NULL;
 
 -- name: restore_run
 INSERT INTO runs (run_id, workflow, version, status, outcome, created_at_ms, updated_at_ms,
-                  wake_at_ms, last_seq, checkpoint_seq, checkpoint, attention)
+                  wake_at_ms, last_seq, checkpoint_seq, checkpoint, attention, lease_epoch,
+                  infra_retries)
 VALUES (:run_id, :workflow, :version, :status, :outcome, :created_at_ms, :updated_at_ms,
-        :wake_at_ms, :last_seq, :checkpoint_seq, :checkpoint, :attention)
+        :wake_at_ms, :last_seq, :checkpoint_seq, :checkpoint, :attention, :lease_epoch,
+        :infra_retries)
 ON CONFLICT (run_id) DO NOTHING;
 
 -- name: run_blob_bytes
