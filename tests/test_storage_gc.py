@@ -55,6 +55,7 @@ def test_retention_deletes_only_finished_runs_past_the_policy(store_url: str) ->
             assert rt.run(done, seed, run_id=f"d{seed}").outcome == "succeeded"
             time.sleep(0.01)  # distinct finish times
         assert rt.run(waits, None, run_id="w").status == "waiting"
+        rt.start(done, 99, run_id="pending")
         gc.set_retention(rt.store, "gc.done", keep_last=2)
         gc.set_retention(rt.store, "gc.waits", keep_last=0)
         dry = gc.collect(rt.store, rt.artifacts, dry_run=True)
@@ -69,6 +70,7 @@ def test_retention_deletes_only_finished_runs_past_the_policy(store_url: str) ->
         # The waiting run is never collected, whatever its workflow's policy says; the kept runs
         # still load and replay.
         assert rt.store.get_run("w").status == "waiting"
+        assert rt.store.get_run("pending").status == "pending"
         assert rt.store.load("d3").user_state["own"] == _text(3, 30_000)
         assert rt.resume("d2").result == 2
         # keep_days: the two left are a few ms old, so 1e-7 days (~9 ms) lets them go.
