@@ -11,7 +11,7 @@ journal. Decoding never repairs anything: a row that cannot be read is a
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic import ValidationError
@@ -181,19 +181,30 @@ def checkpoint_text(state: RunState, sink: Sink | None = None) -> str:
     """The engine checkpoint as stored: the state's JSON without the fields that hold their
     defaults (loading validates it back to the same state). A run's checkpoint is rewritten at
     its boundaries, so its size is paid per boundary: a running trivial run's is ~200 bytes
-    instead of ~750. With a ``sink``, a large one is split into chunks (:func:`encode`), so a
-    large user state that hardly changes is not paid again at every boundary."""
-    text = state.model_dump_json(exclude_defaults=True)
+    instead of ~750. The user checkpoint's state is not copied into it: it is the state of the
+    ``checkpoint_saved`` event at ``user_checkpoint_seq``, which loading reads back (one row by
+    its key). With a ``sink``, a large checkpoint is split into chunks (:func:`encode`)."""
+    if state.user_checkpoint_seq:
+        text = state.model_dump_json(exclude_defaults=True, exclude={"user_state"})
+    else:
+        text = state.model_dump_json(exclude_defaults=True)
     if sink is not None and len(text) >= chunks.CHUNK_MIN_BYTES:
         text = chunks.split_text(text, sink)
     return text
 
 
 def checkpoint_state(
-    run_id: str, ckpt_seq: Any, text: Any, last_seq: int, fetch: Fetch | None = None
+    run_id: str,
+    ckpt_seq: Any,
+    text: Any,
+    last_seq: int,
+    fetch: Fetch | None = None,
+    user_state: Callable[[int], Any] | None = None,
 ) -> RunState | None:
     """The engine checkpoint, or None when there is none or it cannot be trusted (not JSON,
-    not a state of this run, a seq beyond the history, a chunk missing or altered).
+    not a state of this run, a seq beyond the history, a chunk missing or altered, the user
+    checkpoint it refers to unreadable). ``user_state(seq)``: the state recorded by the
+    ``checkpoint_saved`` event at ``seq`` (see :func:`checkpoint_text`).
 
     Checkpoints written before performed effects left the state (store schema 1) still list
     them as ``observed``/``applied``: they are dropped here, which is exactly what today's fold
@@ -205,6 +216,8 @@ def checkpoint_state(
             state = RunState.model_validate(_load(text, fetch))
         else:
             state = RunState.model_validate_json(text)
+        if state.user_state is None and state.user_checkpoint_seq and user_state is not None:
+            state.user_state = user_state(state.user_checkpoint_seq)
     except (ValidationError, ValueError, TypeError, CorruptRecordError):
         return None
     if state.run_id != run_id or state.seq != ckpt_seq:

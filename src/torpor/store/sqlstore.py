@@ -32,7 +32,7 @@ from ..errors import (
     RunNotFoundError,
     TransitionError,
 )
-from ..history import Event, RunStarted, RunState, apply
+from ..history import CheckpointSaved, Event, RunStarted, RunState, apply
 from ..owners import owner_is_dead
 from . import codec
 from .appends import Appends
@@ -404,7 +404,17 @@ class SQLStore:
                 raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
             ckpt_seq, ckpt_text, row_seq = row[0], row[1], int(row[2])
             fetch = self.chunkio.fetcher(cur, run_id, ckpt_seq)
-            state = codec.checkpoint_state(run_id, ckpt_seq, ckpt_text, row_seq, fetch)
+
+            def user_state(seq: int) -> Any:
+                row = self.driver.fetchone(cur, self.q["event_at"], {"run_id": run_id, "seq": seq})
+                if row is None:
+                    raise ValueError(f"no event at seq {seq}")
+                ev = codec.decode(run_id, row, self.chunkio.fetcher(cur, run_id, seq))
+                if not isinstance(ev.payload, CheckpointSaved):
+                    raise ValueError(f"seq {seq} is a {ev.type}, not a user checkpoint")
+                return ev.payload.state
+
+            state = codec.checkpoint_state(run_id, ckpt_seq, ckpt_text, row_seq, fetch, user_state)
             rows = self._events_after(cur, run_id, state.seq if state else 0)
             if state is not None:
                 try:

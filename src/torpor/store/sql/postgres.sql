@@ -394,3 +394,7 @@ SELECT run_id, workflow, status, outcome, history, ckpt, chunked, artifacts FROM
     WHERE (CAST(:workflow AS text) IS NULL OR r.workflow = CAST(:workflow AS text))
 ) AS s
 ORDER BY history + ckpt + chunked + artifacts DESC, run_id LIMIT :limit;
+
+-- name: event_at
+-- One event by its seq (the user checkpoint an engine checkpoint refers to).
+SELECT seq, type, epoch, at_ms, v, payload FROM events WHERE run_id = :run_id AND seq = :seq;

@@ -342,3 +342,7 @@ SELECT r.run_id, r.workflow, r.status, r.outcome,
 FROM runs r
 WHERE (:workflow IS NULL OR r.workflow = :workflow)
 ORDER BY history + ckpt + chunked + artifacts DESC, r.run_id LIMIT :limit;
+
+-- name: event_at
+-- One event by its seq (the user checkpoint an engine checkpoint refers to).
+SELECT seq, type, epoch, at_ms, v, payload FROM events WHERE run_id = :run_id AND seq = :seq;
