@@ -292,16 +292,17 @@ UPDATE runs SET infra_retries = infra_retries + 1 WHERE run_id = :run_id;
 -- refreshes when it was last used (garbage collection spares it for the grace period). The
 -- database clock stamps it, the clock collection judges by.
 INSERT INTO chunks (hash, data, size, used_at_ms)
-VALUES (:hash, :data, :size, torpor_now_ms())
+VALUES (decode(:hash, 'hex'), :data, :size, torpor_now_ms())
 ON CONFLICT (hash) DO UPDATE SET used_at_ms = excluded.used_at_ms
 WHERE chunks.used_at_ms < excluded.used_at_ms;
 
 -- name: insert_ref
-INSERT INTO blob_refs (hash, run_id, kind, size) VALUES (:hash, :run_id, :kind, :size)
+INSERT INTO blob_refs (hash, run_id, kind, size)
+VALUES (decode(:hash, 'hex'), :run_id, :kind, :size)
 ON CONFLICT DO NOTHING;
 
 -- name: get_chunk
-SELECT data FROM chunks WHERE hash = :hash;
+SELECT data FROM chunks WHERE hash = decode(:hash, 'hex');
 
 -- name: retention_policies
 SELECT workflow, keep_days, keep_last, archive_url FROM retention ORDER BY workflow;
@@ -358,7 +359,7 @@ WHERE used_at_ms < torpor_now_ms() - :grace_ms
   AND hash NOT IN (SELECT hash FROM blob_refs WHERE kind = 'chunk');
 
 -- name: referenced_artifacts
-SELECT DISTINCT hash FROM blob_refs WHERE kind = 'artifact';
+SELECT DISTINCT encode(hash, 'hex') FROM blob_refs WHERE kind = 'artifact';
 
 -- name: pending_bodies
 SELECT body FROM inbox WHERE consumed_seq IS NULL;
