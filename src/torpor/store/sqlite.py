@@ -221,8 +221,10 @@ def migrate(driver: SQLiteDriver, url: str) -> int:
     """
     found = _inspect(driver, url)
     check_schema(found, SCHEMA_VERSION, url)
-    driver.conn()  # now configure the file (WAL) for use
-    if found == SCHEMA_VERSION:
+    conn = driver.conn()  # now configure the file (WAL) for use
+    # Migrations are numbered by the change that made them, not merged in order: a database may
+    # be at the newest version yet miss an older-numbered one, which is then applied too.
+    if found == SCHEMA_VERSION and _applied(conn) >= {v for v, _ in _migrations()}:
         return SCHEMA_VERSION
     with driver.transaction() as cur:
         # Re-check under the write lock: another process may have migrated meanwhile.
@@ -230,11 +232,10 @@ def migrate(driver: SQLiteDriver, url: str) -> int:
             "CREATE TABLE IF NOT EXISTS torpor_schema ("
             "version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL)"
         )
-        row = cur.execute("SELECT max(version) FROM torpor_schema").fetchone()
-        current = row[0] or 0
-        check_schema(current, SCHEMA_VERSION, url)
+        applied = _applied(cur)
+        check_schema(max(applied, default=0), SCHEMA_VERSION, url)
         for version, sql in _migrations():
-            if version <= current:
+            if version in applied:
                 continue
             for stmt in _split(sql):
                 cur.execute(stmt)
@@ -243,6 +244,11 @@ def migrate(driver: SQLiteDriver, url: str) -> int:
                 (version, int(time.time() * 1000)),
             )
     return SCHEMA_VERSION
+
+
+def _applied(conn: Any) -> set[int]:
+    """The migration versions recorded in ``torpor_schema``."""
+    return {int(r[0]) for r in conn.execute("SELECT version FROM torpor_schema").fetchall()}
 
 
 def _inspect(driver: SQLiteDriver, url: str) -> int | None:
