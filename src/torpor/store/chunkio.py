@@ -15,6 +15,7 @@ from __future__ import annotations
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from .. import serde
@@ -57,7 +58,11 @@ class ChunkIO:
         q: dict[str, str],
         now_ms: Callable[[], int],
         grace_ms: int = GRACE_MS,
+        relaxed: Callable[[], AbstractContextManager[Any]] | None = None,
     ):
+        #: The transaction :meth:`put` writes in: one that commits without its own flush when
+        #: the store offers it (see :meth:`put`).
+        self.relaxed = relaxed or driver.transaction
         self.driver = driver
         self.q = q
         self.now_ms = now_ms
@@ -106,10 +111,15 @@ class ChunkIO:
         refs.update((h, "artifact") for h in artifacts)
 
     def put(self, run_id: str, sink: dict[str, str], artifacts: Mapping[str, int] = {}) -> None:
-        """:meth:`write` in a transaction of its own (before an append that refers to them)."""
+        """:meth:`write` in a transaction of its own, before the append that refers to them.
+
+        It commits without its own flush (PostgreSQL ``synchronous_commit`` off, SQLite
+        ``synchronous=NORMAL``): the append that follows is a durable commit, and its flush
+        covers this one (the log is sequential). Lost with a power cut before that append, the
+        chunks are lost with it; nothing ever refers to them."""
         if not sink and not artifacts:
             return
-        with self.driver.transaction() as cur:
+        with self.relaxed() as cur:
             self.write(cur, run_id, sink, artifacts)
         self.wrote(run_id, sink, artifacts)
 

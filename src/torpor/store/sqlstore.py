@@ -77,7 +77,7 @@ class SQLStore:
         self.url = url
         self.q = load_queries(driver.dialect)
         self.clock = clock
-        self.chunkio = ChunkIO(driver, self.q, self.now_ms)
+        self.chunkio = ChunkIO(driver, self.q, self.now_ms, relaxed=self._lease_transaction)
         self.appends = Appends(
             driver, self.q, self.now_ms, self.read_events, checkpoint_every, self.chunkio
         )
@@ -116,6 +116,8 @@ class SQLStore:
         lost release only delays a takeover to the lease's expiry. The holder's first append
         is an ordinary durable commit, and its flush covers the earlier claim (WAL is
         sequential), so nothing is ever done on the strength of a claim that could vanish.
+        The chunks written before an append use it too, on the same reasoning
+        (:meth:`.ChunkIO.put`).
         """
         with self.driver.transaction() as cur:
             self.driver.execute(cur, self.q["lease_commit_mode"], {})
