@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import random
 import string
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import torpor
+from conftest import run_python
 from torpor import serde
 from torpor.store import chunks
 
@@ -137,3 +139,59 @@ def test_a_migration_numbered_below_the_newest_applied_is_applied_too(store_url:
         assert rt.run(pausing, 2, run_id="after").status == "waiting"
         torpor.Client(rt.store).signal("after", "go", None)  # the inbox works again
         assert rt.resume("after").outcome == "succeeded"
+
+
+KILLED = """
+import random, string, sys
+import torpor
+
+@torpor.workflow(name="chunks.killed", version="1")
+def killed(run, n):
+    st = run.restore({"blob": "".join(random.Random(1).choices(string.ascii_letters, k=60_000)),
+                      "items": []})
+    while len(st["items"]) < n:
+        i = len(st["items"])
+        st["items"].append(run.step("s", lambda i=i: {"i": i, "pad": str(i) * 300}))
+        run.checkpoint(st)
+    return len(st["items"])
+
+rt = torpor.Runtime(sys.argv[1])
+if sys.argv[2] == "start":
+    rt.run(killed, 6, run_id="k")
+else:
+    print("RESULT", rt.resume("k").result, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_killed_between_its_chunks_and_its_append_the_run_resumes_whole(
+    store_url: str, tmp_path: Path
+) -> None:
+    """SIGKILL after a checkpoint's chunks are written and before the event that refers to
+    them: the resumed run redoes that checkpoint (its chunks found already there), and every
+    record reads back whole."""
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED)
+    env = {"TORPOR_FAULTS": "crash:append.committing@8"}
+    proc = run_python(f"import runpy, sys; sys.argv = ['k', {store_url!r}, 'start']; "
+                      f"runpy.run_path({str(script)!r}, run_name='__main__')",
+                      cwd=tmp_path, env=env)  # fmt: skip
+    assert proc.returncode == -9, proc.stderr
+    with torpor.Runtime(store_url) as rt:
+        before = rt.store.get_run("k").last_seq
+        # It died writing a checkpoint: the step before it is the last event recorded.
+        assert rt.store.read_events("k")[-1].type == "step_completed"
+        with rt.store.driver.read() as cur:
+            row = rt.store.driver.fetchone(cur, "SELECT count(*) FROM chunks", {})
+        assert row is not None and row[0] > 0
+    proc = run_python(f"import runpy, sys; sys.argv = ['k', {store_url!r}, 'resume']; "
+                      f"runpy.run_path({str(script)!r}, run_name='__main__')",
+                      cwd=tmp_path)  # fmt: skip
+    assert "RESULT 6" in proc.stdout, proc.stderr
+    with torpor.Runtime(store_url) as rt:
+        events = rt.store.read_events("k")
+        assert len(events) > before
+        saved = [e.payload.state for e in events if e.type == "checkpoint_saved"]
+        assert [len(s["items"]) for s in saved] == [1, 2, 3, 4, 5, 6]
+        assert all(len(s["blob"]) == 60_000 for s in saved)
+        assert rt.store.load("k").user_state == saved[-1]
