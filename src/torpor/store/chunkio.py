@@ -124,32 +124,22 @@ class ChunkIO:
         self.wrote(run_id, sink, artifacts)
 
     def fetcher(self, cur: Any, run_id: str, seq: Any = None) -> Fetch:
-        """A ``fetch(hash) -> text`` reading chunks through ``cur`` (hash-checked, cached);
-        CorruptRecordError naming the run (and seq) for a chunk missing or altered."""
+        """A ``fetch(hash) -> text`` reading chunks through ``cur`` (hash-checked, cached),
+        with a ``prefetch(hashes)`` that reads several in one query; CorruptRecordError naming
+        the run (and seq) for a chunk missing or altered."""
+        return _Fetcher(self, cur, run_id, seq)
 
-        def fetch(h: str) -> str:
-            text = self._texts.get(h)
-            if text is not None:
-                self._texts.move_to_end(h)
-                return text
-            where = f"run {run_id!r}" + (f" seq {seq}" if seq is not None else "")
-            row = self.driver.fetchone(cur, self.q["get_chunk"], {"hash": h})
-            if row is None:
-                raise CorruptRecordError(
-                    f"{where}: chunk sha256:{h} is missing", run_id=run_id, seq=seq
-                )
-            try:
-                text = unpack(row[0])
-            except (zlib.error, UnicodeDecodeError, TypeError):
-                text = ""
-            if serde.sha256_hex(text) != h:
-                raise CorruptRecordError(
-                    f"{where}: chunk sha256:{h} does not match its hash", run_id=run_id, seq=seq
-                )
-            self._remember(h, text)
-            return text
-
-        return fetch
+    def _checked(self, h: str, data: Any, where: str, run_id: str, seq: Any) -> str:
+        try:
+            text = unpack(data)
+        except (zlib.error, UnicodeDecodeError, TypeError):
+            text = ""
+        if serde.sha256_hex(text) != h:
+            raise CorruptRecordError(
+                f"{where}: chunk sha256:{h} does not match its hash", run_id=run_id, seq=seq
+            )
+        self._remember(h, text)
+        return text
 
     def _remember(self, h: str, text: str) -> None:
         self._texts[h] = text
@@ -157,6 +147,40 @@ class ChunkIO:
         while self._cached_bytes > CACHE_BYTES and self._texts:
             _, old = self._texts.popitem(last=False)
             self._cached_bytes -= len(old)
+
+
+class _Fetcher:
+    """:meth:`ChunkIO.fetcher`: chunks through one cursor."""
+
+    def __init__(self, io: ChunkIO, cur: Any, run_id: str, seq: Any):
+        self.io, self.cur, self.run_id, self.seq = io, cur, run_id, seq
+        self.where = f"run {run_id!r}" + (f" seq {seq}" if seq is not None else "")
+
+    def __call__(self, h: str) -> str:
+        io = self.io
+        text = io._texts.get(h)
+        if text is not None:
+            io._texts.move_to_end(h)
+            return text
+        row = io.driver.fetchone(self.cur, io.q["get_chunk"], {"hash": h})
+        if row is None:
+            raise CorruptRecordError(
+                f"{self.where}: chunk sha256:{h} is missing", run_id=self.run_id, seq=self.seq
+            )
+        return io._checked(h, row[0], self.where, self.run_id, self.seq)
+
+    def prefetch(self, hashes: set[str]) -> dict[str, str]:
+        """Read the chunks of ``hashes`` not in memory, in one query; the texts of those
+        found (a missing one is reported when it is asked for)."""
+        io = self.io
+        out = {h: io._texts[h] for h in hashes if h in io._texts}
+        want = sorted(hashes - out.keys())
+        if want:
+            rows = io.driver.fetchall(self.cur, io.q["get_chunks"], {"hashes": serde.dumps(want)})
+            for h, data in rows:
+                h = h.hex() if isinstance(h, bytes | memoryview) else str(h)
+                out[h] = io._checked(h, data, self.where, self.run_id, self.seq)
+        return out
 
 
 __all__ = ["GRACE_MS", "ChunkIO"]

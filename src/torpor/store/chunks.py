@@ -26,6 +26,7 @@ Pure functions: :func:`split` collects the chunks it makes in a dict the caller 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -155,10 +156,38 @@ def is_split(text: Any) -> bool:
 
 def join(text: str, fetch: Fetch) -> Any:
     """The JSON value a stored text stands for (parsed): its references resolved through
-    ``fetch``. A text that was not split is parsed as is. ValueError for bad JSON."""
+    ``fetch``. A text that was not split is parsed as is. ValueError for bad JSON.
+
+    When ``fetch`` has a ``prefetch(hashes) -> {hash: text}`` (a store reading several chunks
+    in one query), the tree is read level by level first: a round trip per level of the tree,
+    not one per chunk."""
     if not is_split(text):
         return serde.loads(text)
+    prefetch = getattr(fetch, "prefetch", None)
+    if prefetch is not None:
+        seen: set[str] = set()
+        todo = _ref_hashes(text)
+        while todo:
+            seen |= todo
+            got = prefetch(todo)
+            todo = {h for t in got.values() for h in _ref_hashes(t)} - seen
     return _join(serde.loads(text[len(SPLIT_PREFIX) :]), fetch, {})
+
+
+_CHUNK_RE = re.compile(r'"\$torpor":"chunk","h":"([0-9a-f]{64})"')
+_PAGES_RE = re.compile(r'"\$torpor":"pages","p":\[([^\]]*)\]')
+
+
+def _ref_hashes(text: str) -> set[str]:
+    """The hashes a chunk's or a stored text's JSON refers to, found in the text (a superset:
+    an escaped user value that looks like a reference is found too; prefetching it is
+    harmless)."""
+    if '"$torpor"' not in text:
+        return set()
+    found = set(_CHUNK_RE.findall(text))
+    for body in _PAGES_RE.findall(text):
+        found.update(h.strip('"') for h in body.split(",") if h)
+    return found
 
 
 def _join(v: Any, fetch: Fetch, memo: dict[str, Any]) -> Any:

@@ -399,3 +399,8 @@ ORDER BY history + ckpt + chunked + artifacts DESC, run_id LIMIT :limit;
 -- name: event_at
 -- One event by its seq (the user checkpoint an engine checkpoint refers to).
 SELECT seq, type, epoch, at_ms, v, payload FROM events WHERE run_id = :run_id AND seq = :seq;
+
+-- name: get_chunks
+-- Several chunks at once (:hashes: a JSON array of hex hashes).
+SELECT encode(hash, 'hex'), data FROM chunks
+WHERE hash IN (SELECT decode(h, 'hex') FROM jsonb_array_elements_text(CAST(:hashes AS jsonb)) AS h);

@@ -346,3 +346,7 @@ ORDER BY history + ckpt + chunked + artifacts DESC, r.run_id LIMIT :limit;
 -- name: event_at
 -- One event by its seq (the user checkpoint an engine checkpoint refers to).
 SELECT seq, type, epoch, at_ms, v, payload FROM events WHERE run_id = :run_id AND seq = :seq;
+
+-- name: get_chunks
+-- Several chunks at once (:hashes: a JSON array of hex hashes).
+SELECT hash, data FROM chunks WHERE hash IN (SELECT value FROM json_each(:hashes));
