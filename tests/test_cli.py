@@ -88,6 +88,10 @@ COMMANDS = [
     "keys",
     "explore",
     "console",
+    "storage",
+    "gc",
+    "retention",
+    "archive",
 ]
 KEYS_COMMANDS = ["init", "add", "remove", "list"]
 

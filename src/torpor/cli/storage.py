@@ -164,7 +164,12 @@ def retention(
     ))  # fmt: skip
 
 
-archive_app = typer.Typer(name="archive", help="Runs archived by retention.", no_args_is_help=True)
+archive_app = typer.Typer(
+    name="archive",
+    help="Runs archived by retention (torpor retention WORKFLOW --archive URL): restore.\n\n"
+    "Example: torpor archive restore .torpor/archive/deploy-42.jsonl",
+    no_args_is_help=True,
+)
 
 
 @archive_app.command("restore")
