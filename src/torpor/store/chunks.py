@@ -12,6 +12,8 @@ record. Instead, a stored text (an event payload, the engine checkpoint) whose J
   own hash says so, with a probability proportional to its size: pages of
   :data:`PAGE_BYTES` on average, like the leaves of a prolly tree) and stored as
   ``{"$torpor": "pages", "p": [sha256, ...]}``: appending to a list rewrites only its last page.
+  When the page hashes themselves pass :data:`INDEX_BYTES`, they are paged the same way (an
+  index level whose pages are pages nodes), and so on: appending rewrites one page per level.
 
 Chunks are named by the sha256 of their UTF-8 text, so an unchanged sub-value is the same chunk
 every time and is written once (the store inserts with ``ON CONFLICT``). A split text is stored
@@ -19,8 +21,9 @@ with the prefix :data:`SPLIT_PREFIX`, and only such texts are resolved: inside t
 that looks like a reference is wrapped as ``{"$torpor": "esc", "v": ...}``, so nothing a workflow
 records is ever read as a reference.
 
-Pure functions: :func:`split` collects the chunks it makes in a dict the caller writes;
-:func:`join` takes a ``fetch(hash) -> text`` that reads (and hash-checks) them.
+Pure functions: :func:`split_text` collects the chunks it makes in a dict the caller writes;
+:func:`join` takes a ``fetch(hash) -> text`` that reads (and hash-checks) them. The sizes were
+chosen with ``bench/storage.py`` (see ``bench/README.md``).
 """
 
 from __future__ import annotations
@@ -221,31 +224,6 @@ def _chunk(h: Any, fetch: Fetch, memo: dict[str, Any]) -> Any:
     return json.loads(json.dumps(value)) if isinstance(value, dict | list) else value
 
 
-def references(text: str) -> set[str]:
-    """The hashes a stored text refers to directly (not those inside the chunks)."""
-    if not is_split(text):
-        return set()
-    found: set[str] = set()
-    _refs(serde.loads(text[len(SPLIT_PREFIX) :]), found)
-    return found
-
-
-def _refs(v: Any, found: set[str]) -> None:
-    t = type(v)
-    if t is list:
-        for x in v:
-            _refs(x, found)
-    elif t is dict:
-        tag = v.get(_TAG)
-        if tag == "chunk" and v.keys() == {_TAG, "h"}:
-            found.add(v["h"])
-        elif tag == "pages" and v.keys() == {_TAG, "p"}:
-            found.update(v["p"])
-        else:
-            for x in v.values():
-                _refs(x, found)
-
-
 __all__ = [
     "CHUNK_MIN_BYTES",
     "PAGE_BYTES",
@@ -255,6 +233,5 @@ __all__ = [
     "Sink",
     "is_split",
     "join",
-    "references",
     "split_text",
 ]
