@@ -103,7 +103,7 @@ def _split(v: Any, sink: Sink, part: bool) -> tuple[Any, str]:
         hashes = _pages([text for _, text in parts], sink, PAGE_BYTES)
         node = {_TAG: "pages", "p": hashes}
         text = serde.dumps(node)
-        while _size(text) > INDEX_BYTES:  # an index level over the pages (a prolly tree)
+        while _size(text) > INDEX_BYTES and len(hashes) > 1:  # index levels (a prolly tree)
             groups = _pages([f'"{h}"' for h in hashes], sink, INDEX_BYTES, index=True)
             node = {_TAG: "pages", "p": groups}
             hashes, text = groups, serde.dumps(node)
@@ -116,9 +116,10 @@ def _split(v: Any, sink: Sink, part: bool) -> tuple[Any, str]:
 
 def _pages(texts: list[str], sink: Sink, target: int, *, index: bool = False) -> list[str]:
     """Cut the items' ``texts`` into pages at content-defined boundaries (an item ends a page
-    with a probability proportional to its size, so pages are ``target`` bytes on average, and
-    never beyond four times that); return the pages' hashes. ``index``: the items are hashes of
-    pages, and each page is itself a pages node."""
+    with a probability proportional to its size, so pages are ``target`` bytes on average, never
+    under a quarter of it — so each index level is smaller than the one below, whatever the
+    items — and never beyond four times it); return the pages' hashes. ``index``: the items
+    are hashes of pages, and each page is itself a pages node."""
     out: list[str] = []
     page: list[str] = []
     page_bytes = 0
@@ -134,7 +135,7 @@ def _pages(texts: list[str], sink: Sink, target: int, *, index: bool = False) ->
         n = _size(text) + 1
         page_bytes += n
         h = int(serde.sha256_hex(text)[:8], 16)
-        if h < (1 << 32) * n / target or page_bytes >= 4 * target:
+        if (h < (1 << 32) * n / target and page_bytes >= target // 4) or page_bytes >= 4 * target:
             cut()
             page, page_bytes = [], 0
     if page:
