@@ -12,7 +12,8 @@ One pass (:func:`collect`):
    (issue 18) follow their own policy there, deleting their own ``blob_refs`` rows.
 3. **Chunks** no run refers to, unused for the grace period, are deleted.
 4. **Artifacts** (files in the artifact store) no run refers to — nor any pending inbox message
-   — and older than the grace period are deleted, with temporary files left by a crash.
+   — and older than the grace period are deleted, with temporary files left by a crash. An
+   artifact store belongs to one database: shared by two, each would collect the other's.
 5. **Pages.** SQLite gives the freed pages back to the file system (``PRAGMA
    incremental_vacuum``; a file made before torpor 0006 needs ``torpor gc --vacuum`` once).
 
