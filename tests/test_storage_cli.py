@@ -90,7 +90,7 @@ def test_a_checkpoint_state_over_the_threshold_is_warned_about_once(
 def test_an_idle_worker_collects_on_its_schedule(store_url: str) -> None:
     with torpor.Runtime(store_url) as rt:
         assert rt.run(sized, 20_000, run_id="w1").outcome == "succeeded"
-        torpor.gc.set_retention(rt.store, "cli.sized", keep_last=0)
+        torpor.retention.set_policy(rt.store, "cli.sized", keep_last=0)
         idle = Worker(rt, gc_interval_s=0)
         idle.run(until_idle=True)
         assert idle.last_gc is None and rt.store.get_run("w1")

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import torpor
-from torpor import gc
+from torpor import retention
 from torpor.artifacts import ArtifactStore
 from torpor.errors import RunNotFoundError
 
@@ -56,12 +56,12 @@ def test_retention_deletes_only_finished_runs_past_the_policy(store_url: str) ->
             time.sleep(0.01)  # distinct finish times
         assert rt.run(waits, None, run_id="w").status == "waiting"
         rt.start(done, 99, run_id="pending")
-        gc.set_retention(rt.store, "gc.done", keep_last=2)
-        gc.set_retention(rt.store, "gc.waits", keep_last=0)
-        dry = gc.collect(rt.store, rt.artifacts, dry_run=True)
+        retention.set_policy(rt.store, "gc.done", keep_last=2)
+        retention.set_policy(rt.store, "gc.waits", keep_last=0)
+        dry = retention.collect(rt.store, rt.artifacts, dry_run=True)
         assert dry.runs == ["d0", "d1"]
         assert [r.run_id for r in rt.store.list_runs()].count("d0") == 1  # nothing deleted
-        rep = gc.collect(rt.store, rt.artifacts)
+        rep = retention.collect(rt.store, rt.artifacts)
         assert rep.runs == ["d0", "d1"]
         for rid in ("d0", "d1"):
             with pytest.raises(RunNotFoundError):
@@ -75,8 +75,8 @@ def test_retention_deletes_only_finished_runs_past_the_policy(store_url: str) ->
         assert rt.resume("d2").result == 2
         # keep_days: the two left are a few ms old, so 1e-7 days (~9 ms) lets them go.
         time.sleep(0.05)
-        gc.set_retention(rt.store, "gc.done", keep_days=1e-7)
-        assert sorted(gc.collect(rt.store, rt.artifacts).runs) == ["d2", "d3"]
+        retention.set_policy(rt.store, "gc.done", keep_days=1e-7)
+        assert sorted(retention.collect(rt.store, rt.artifacts).runs) == ["d2", "d3"]
         torpor.Client(rt.store).signal("w", "go", 5)
         assert rt.resume("w").result == 5
 
@@ -86,19 +86,19 @@ def test_chunks_and_artifacts_go_when_no_retained_run_refers_to_them(store_url: 
         for seed in (1, 2):
             assert rt.run(done, seed, run_id=f"d{seed}").outcome == "succeeded"
         arts = {r: rt.store.load(r).artifacts["report"].sha256 for r in ("d1", "d2")}
-        gc.set_retention(rt.store, "gc.done", keep_last=1)
+        retention.set_policy(rt.store, "gc.done", keep_last=1)
         before = _count(rt.store, "chunks")
         # Within the grace period nothing is collected, not even what d1 alone used.
-        rep = gc.collect(rt.store, rt.artifacts)
+        rep = retention.collect(rt.store, rt.artifacts)
         assert rep.runs == ["d1"] and rep.chunks == 0 and rep.artifacts == 0
         assert _count(rt.store, "chunks") == before
-        rep = gc.collect(rt.store, rt.artifacts, grace_s=0)
+        rep = retention.collect(rt.store, rt.artifacts, grace_s=0)
         assert rep.chunks > 0 and rep.artifacts == 1
         assert not rt.artifacts.exists(arts["d1"]) and rt.artifacts.exists(arts["d2"])
         # The chunk both runs shared stays for d2, which still reads whole.
         assert rt.store.load("d2").user_state["shared"] == _text(0, 40_000)
         assert [e.type for e in rt.store.read_events("d2")].count("checkpoint_saved") == 3
-        assert gc.collect(rt.store, rt.artifacts, grace_s=0).chunks == 0
+        assert retention.collect(rt.store, rt.artifacts, grace_s=0).chunks == 0
 
 
 @torpor.workflow(name="gc.offload", version="1")
@@ -129,10 +129,10 @@ def test_a_blob_stored_before_its_reference_is_recorded_survives_a_pass(
         t.start()
         try:
             assert stored.wait(30)
-            assert gc.collect(rt.store, rt.artifacts, dry_run=True, grace_s=0).artifacts == 1
+            assert retention.collect(rt.store, rt.artifacts, dry_run=True, grace_s=0).artifacts == 1
             # Nor is the running run itself collected, whatever its workflow's policy says.
-            gc.set_retention(rt.store, "gc.offload", keep_last=0)
-            rep = gc.collect(rt.store, rt.artifacts)
+            retention.set_policy(rt.store, "gc.offload", keep_last=0)
+            rep = retention.collect(rt.store, rt.artifacts)
             assert rep.artifacts == 0 and rep.runs == []
             rec = rt.store.get_run("o")  # executing (its row says pending until a boundary)
             assert rec.status in ("pending", "running") and rec.lease_owner is not None
@@ -140,8 +140,8 @@ def test_a_blob_stored_before_its_reference_is_recorded_survives_a_pass(
             go.set()
             t.join(30)
         assert out and out[0].outcome == "succeeded" and out[0].result == 4000
-        gc.set_retention(rt.store, "gc.offload")  # forever again
-        assert gc.collect(rt.store, rt.artifacts, grace_s=0).artifacts == 0
+        retention.set_policy(rt.store, "gc.offload")  # forever again
+        assert retention.collect(rt.store, rt.artifacts, grace_s=0).artifacts == 0
     with torpor.Runtime(store_url) as rt:
         assert rt.resume("o").result == 4000
 
@@ -171,8 +171,8 @@ def test_a_chunk_written_before_its_event_survives_a_pass(
                 assert stored.wait(30)
                 with rt.store.driver.transaction() as cur:  # as if written by a crashed run
                     rt.store.driver.execute(cur, "DELETE FROM blob_refs", {})
-                assert gc.collect(io2.store, dry_run=True, grace_s=0).chunks > 0
-                assert gc.collect(io2.store).chunks == 0
+                assert retention.collect(io2.store, dry_run=True, grace_s=0).chunks > 0
+                assert retention.collect(io2.store).chunks == 0
             finally:
                 go.set()
                 t.join(30)
@@ -191,12 +191,14 @@ def test_archive_before_delete_and_restore_shows_and_folds_the_same(
         state = rt.store.load("a 7").model_dump()
         events = rt.store.read_events("a 7")
         record = rt.store.get_run("a 7")
-        gc.set_retention(rt.store, "gc.done", keep_last=0, archive_url=str(archive))
-        rep = gc.collect(rt.store, rt.artifacts)
-        assert rep.runs == ["a 7"] and rep.archived["a 7"] == gc.archive_path(str(archive), "a 7")
+        retention.set_policy(rt.store, "gc.done", keep_last=0, archive_url=str(archive))
+        rep = retention.collect(rt.store, rt.artifacts)
+        assert rep.runs == ["a 7"] and rep.archived["a 7"] == retention.archive_path(
+            str(archive), "a 7"
+        )
         with pytest.raises(RunNotFoundError):
             rt.store.get_run("a 7")
-        assert gc.restore_archive(rt.store, rep.archived["a 7"]) == "a 7"
+        assert retention.restore_archive(rt.store, rep.archived["a 7"]) == "a 7"
         assert rt.store.load("a 7").model_dump() == state
         assert rt.store.read_events("a 7") == events
         back = rt.store.get_run("a 7")
@@ -208,11 +210,11 @@ def test_archive_before_delete_and_restore_shows_and_folds_the_same(
             record.created_at_ms,
         )
         with pytest.raises(torpor.errors.StoreError, match="exists already"):
-            gc.restore_archive(rt.store, rep.archived["a 7"])
+            retention.restore_archive(rt.store, rep.archived["a 7"])
         bad = tmp_path / "bad.jsonl"
         bad.write_text('{"format": "something else"}\n')
         with pytest.raises(torpor.errors.CorruptRecordError, match=r"bad\.jsonl"):
-            gc.restore_archive(rt.store, str(bad))
+            retention.restore_archive(rt.store, str(bad))
 
 
 def test_sqlite_pages_are_given_back(db_url: str) -> None:
@@ -223,8 +225,8 @@ def test_sqlite_pages_are_given_back(db_url: str) -> None:
         conn = rt.store.driver.conn()  # type: ignore[attr-defined]
         assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
         pages = conn.execute("PRAGMA page_count").fetchone()[0]
-        gc.set_retention(rt.store, "gc.done", keep_last=0)
-        rep = gc.collect(rt.store, rt.artifacts, grace_s=0)
+        retention.set_policy(rt.store, "gc.done", keep_last=0)
+        rep = retention.collect(rt.store, rt.artifacts, grace_s=0)
         assert len(rep.runs) == 6 and "reclaimed" in rep.pages
         assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
         assert conn.execute("PRAGMA page_count").fetchone()[0] < pages / 2

@@ -25,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import gc
+from . import retention
 from .errors import ConfigError, LeaseHeldError, LeaseLostError, TorporError
 from .owners import owner_is_dead
 from .runtime import RunResult, Runtime
@@ -43,7 +43,7 @@ MIN_IDLE_S = 0.02
 #: versions it cannot continue (to name them).
 DEAD_SCAN_S = 1.0
 VERSION_SCAN_S = 5.0
-#: How often a worker runs a garbage collection pass (:mod:`torpor.gc`) when it is idle
+#: How often a worker runs a garbage collection pass (:mod:`torpor.retention`) when it is idle
 #: (``TORPOR_GC_INTERVAL_S``; 0 turns it off).
 GC_INTERVAL_S = 3600.0
 
@@ -67,7 +67,7 @@ class Worker:
     sleeps before looking again; it is woken sooner by any commit that may have made a run
     runnable (PostgreSQL: NOTIFY; SQLite: ``PRAGMA data_version``). ``gc_interval_s``: how
     often an idle worker runs a garbage collection pass (retention, chunks, artifacts:
-    :func:`torpor.gc.collect`); default ``TORPOR_GC_INTERVAL_S`` or one hour, 0 never. Raises
+    :func:`torpor.retention.collect`); default ``TORPOR_GC_INTERVAL_S`` or one hour, 0 never. Raises
     ConfigError for a concurrency below 1 or a negative interval.
     """
 
@@ -93,7 +93,7 @@ class Worker:
         self.gc_interval_s = gc_interval_s
         self._next_gc = time.monotonic() + gc_interval_s
         #: The latest collection pass of this worker.
-        self.last_gc: gc.GcReport | None = None
+        self.last_gc: retention.GcReport | None = None
         self.runtime = runtime
         self.store = runtime.store
         self.concurrency = concurrency
@@ -286,7 +286,7 @@ class Worker:
             return
         self._next_gc = time.monotonic() + self.gc_interval_s
         try:
-            rep = gc.collect(self.store, self.runtime.artifacts)
+            rep = retention.collect(self.store, self.runtime.artifacts)
         except TorporError as exc:
             log.warning("garbage collection failed: %s", exc)
             return

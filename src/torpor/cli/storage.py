@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .. import gc
+from .. import retention
 from ..artifacts import ArtifactStore
 from ..store.base import RunStorage
 from .context import open_client
@@ -79,7 +79,7 @@ def gc_command(
             metavar="SECONDS",
             help="Keep chunks and artifacts younger than this, referenced or not.",
         ),
-    ] = gc.GRACE_MS / 1000,
+    ] = retention.GRACE_MS / 1000,
     vacuum: Annotated[
         bool,
         typer.Option(
@@ -99,7 +99,9 @@ def gc_command(
     """
     with open_client(ctx) as client:
         artifacts = ArtifactStore(client.settings.artifacts_url)
-        rep = gc.collect(client.store, artifacts, dry_run=dry_run, grace_s=grace, vacuum=vacuum)
+        rep = retention.collect(
+            client.store, artifacts, dry_run=dry_run, grace_s=grace, vacuum=vacuum
+        )
     if json_out:
         emit_json(rep)
         return
@@ -115,7 +117,7 @@ def gc_command(
     fields(console(), [(k, v) for k, v in pairs if v is not None])
 
 
-def retention(
+def retention_command(
     ctx: typer.Context,
     workflow: Annotated[str, typer.Argument(metavar="WORKFLOW", help="The workflow's name.")],
     days: Annotated[
@@ -144,7 +146,7 @@ def retention(
         if forever or days is not None or last is not None or archive is not None:
             if forever and (days is not None or last is not None):
                 raise typer.BadParameter("--forever with --days or --last")
-            gc.set_retention(
+            retention.set_policy(
                 client.store, workflow, keep_days=days, keep_last=last, archive_url=archive
             )
         policy = next(
@@ -183,7 +185,7 @@ def archive_restore(
     Example: torpor archive restore s3://bucket/torpor-archive/deploy-42.jsonl
     """
     with open_client(ctx) as client:
-        run_id = gc.restore_archive(client.store, url)
+        run_id = retention.restore_archive(client.store, url)
     console().print(f"restored run {run_id}")
 
 
@@ -191,5 +193,5 @@ def register(app: typer.Typer) -> None:
     """Add ``storage``, ``gc``, ``retention`` and ``archive`` to ``app``."""
     app.command()(storage)
     app.command("gc")(gc_command)
-    app.command()(retention)
+    app.command("retention")(retention_command)
     app.add_typer(archive_app, name="archive")

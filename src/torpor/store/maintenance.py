@@ -1,4 +1,4 @@
-"""What the store does for retention and garbage collection (driven by :mod:`torpor.gc`):
+"""What the store does for retention and garbage collection (driven by :mod:`torpor.retention`):
 retention policies, finished runs past them, deleting a run, collecting unreferenced chunks,
 the artifacts still referred to, archiving a run's history and restoring it, storage figures,
 and reclaiming SQLite pages.
@@ -12,7 +12,7 @@ transaction as its events, inbox and blob references. A chunk is collected only 
 Episodes (and anything else that keeps chunks or artifacts alive outside a run) record their
 references in ``blob_refs`` under an owner id that is not a run id (``episode:<id>``): run
 retention never deletes those rows, and such an owner's own policy deletes them (a collector
-registered with :func:`torpor.gc.register_collector`).
+registered with :func:`torpor.retention.register_collector`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 One pass (:func:`collect`):
 
 1. **Retention.** For each workflow with a policy (:class:`~torpor.store.maintenance.
-   RetentionPolicy`, set with ``torpor retention`` or :func:`set_retention`; a workflow without
+   RetentionPolicy`, set with ``torpor retention`` or :func:`set_policy`; a workflow without
    one keeps its runs forever), its finished runs past the policy are archived first when the
    policy names an archive URL (:func:`archive_run`: the history as JSON Lines, which
    :func:`restore_archive` brings back) and then deleted. A pending, running or waiting run is
@@ -77,7 +77,7 @@ class GcReport:
     pages: str = ""
 
 
-def set_retention(
+def set_policy(
     store: SQLStore,
     workflow: str,
     *,
@@ -223,5 +223,5 @@ __all__ = [
     "collect",
     "register_collector",
     "restore_archive",
-    "set_retention",
+    "set_policy",
 ]
