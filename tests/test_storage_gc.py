@@ -231,3 +231,18 @@ def test_sqlite_pages_are_given_back(db_url: str) -> None:
         assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
         assert conn.execute("PRAGMA page_count").fetchone()[0] < pages / 2
     assert path.exists()
+
+
+def test_an_older_sqlite_file_is_switched_to_incremental_vacuum_once(db_url: str) -> None:
+    with torpor.Runtime(db_url) as rt:
+        conn = rt.store.driver.conn()  # type: ignore[attr-defined]
+        conn.execute("PRAGMA auto_vacuum = NONE")
+        conn.execute("VACUUM")  # as a file made before torpor chose incremental auto-vacuum
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+        rep = retention.collect(rt.store, rt.artifacts)
+        assert "torpor gc --vacuum" in rep.pages
+        assert retention.collect(rt.store, rt.artifacts, dry_run=True).pages == ""
+        rep = retention.collect(rt.store, rt.artifacts, vacuum=True)
+        assert "converted" in rep.pages
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+        assert "reclaimed" in retention.collect(rt.store, rt.artifacts).pages
