@@ -92,6 +92,10 @@ COMMANDS = [
     "queue",
     "explore",
     "console",
+    "storage",
+    "gc",
+    "retention",
+    "archive",
 ]
 KEYS_COMMANDS = ["init", "add", "remove", "list"]
 

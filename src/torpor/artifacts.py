@@ -9,6 +9,7 @@ file opened.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from functools import cached_property
@@ -59,6 +60,11 @@ class ArtifactStore:
         digest = sha256_hex(data)
         path = self._path(digest)
         if self.fs.exists(path):
+            # Stored already: refresh its time, so that garbage collection (which spares what
+            # is younger than its grace period) cannot take it before the run that stores it
+            # again records its reference.
+            with contextlib.suppress(NotImplementedError, ValueError, OSError):
+                self.fs.touch(path, truncate=False)
             return digest
         self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         tmp = f"{path}.{uuid.uuid4().hex}.tmp"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from . import serde
+from . import blobs, serde
 from .artifacts import ArtifactStore
 from .config import Settings
 from .errors import ArtifactNotFoundError, DecisionRefusedError, InboxError, RunFinishedError
@@ -226,7 +226,8 @@ class Client:
         if name is None:
             raise InboxError("a signal needs a name, or the id of the wait it answers")
         mid = message_id or uuid.uuid4().hex
-        body: dict[str, Any] = {"name": name, "payload": serde.to_jsonable(payload)}
+        data = blobs.offload_jsonable(serde.to_jsonable(payload), self.settings.artifacts_url)
+        body: dict[str, Any] = {"name": name, "payload": data}
         if wait_id is not None:
             body["wait_id"] = wait_id
         if not self.store.post_inbox(run_id, "signal", body, message_id=mid):

@@ -59,9 +59,21 @@ from pydantic import BaseModel, ValidationError
 
 from .errors import NotDecodable, NotSerializable, TorporError
 
-#: Largest encoded payload of one event, in bytes (``TORPOR_MAX_PAYLOAD_BYTES``, default 1 MiB).
-#: Larger values belong in an artifact.
-MAX_PAYLOAD_BYTES = int(os.environ.get("TORPOR_MAX_PAYLOAD_BYTES") or 1 << 20)
+#: The hard maximum, in bytes of canonical JSON, of one recorded value or event payload
+#: (``TORPOR_MAX_PAYLOAD_BYTES``, default 16 MiB): a step result larger than this ends the run
+#: ``failed`` naming the step, the size and this limit. Larger values belong in an artifact.
+MAX_PAYLOAD_BYTES = int(os.environ.get("TORPOR_MAX_PAYLOAD_BYTES") or 16 << 20)
+
+#: A step result, effect result or signal payload larger than this (bytes of canonical JSON;
+#: ``TORPOR_INLINE_VALUE_BYTES``, default 256 KiB) is stored in the artifact store by its
+#: sha256 and the history records the reference (:mod:`torpor.blobs`); replay reads it back,
+#: hash-checked.
+INLINE_VALUE_BYTES = int(os.environ.get("TORPOR_INLINE_VALUE_BYTES") or 256 << 10)
+
+#: A user checkpoint state larger than this (bytes of canonical JSON;
+#: ``TORPOR_STATE_WARN_BYTES``, default 8 MiB) is recorded with a warning, once per run: the
+#: run then ends ``succeeded_with_warnings``, and ``torpor show`` says why.
+STATE_WARN_BYTES = int(os.environ.get("TORPOR_STATE_WARN_BYTES") or 8 << 20)
 
 
 #: Deepest nesting of lists/dicts accepted in a recorded value (a self-referencing value hits it).

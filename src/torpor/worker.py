@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import socket
 import threading
@@ -27,7 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import telemetry
+from . import retention, telemetry
 from .errors import ConfigError, LeaseHeldError, LeaseLostError, TorporError
 from .owners import owner_is_dead
 from .runtime import RunResult, Runtime
@@ -48,6 +49,9 @@ DEAD_SCAN_S = 1.0
 VERSION_SCAN_S = 5.0
 #: How often an idle worker looks for due schedules (and bounds its idle wait by the next).
 SCHEDULE_SCAN_S = 0.5
+#: How often a worker runs a garbage collection pass (:mod:`torpor.retention`) when it is idle
+#: (``TORPOR_GC_INTERVAL_S``; 0 turns it off).
+GC_INTERVAL_S = 3600.0
 
 
 @dataclass
@@ -67,8 +71,10 @@ class Worker:
 
     ``concurrency``: runs executed at once (threads). ``poll_s``: the longest an idle worker
     sleeps before looking again; it is woken sooner by any commit that may have made a run
-    runnable (PostgreSQL: NOTIFY; SQLite: ``PRAGMA data_version``). Raises ConfigError for a
-    concurrency below 1.
+    runnable (PostgreSQL: NOTIFY; SQLite: ``PRAGMA data_version``). ``gc_interval_s``: how
+    often an idle worker runs a garbage collection pass (retention, chunks, artifacts:
+    :func:`torpor.retention.collect`); default ``TORPOR_GC_INTERVAL_S`` or one hour, 0 never. Raises
+    ConfigError for a concurrency below 1 or a negative interval.
     """
 
     def __init__(
@@ -78,9 +84,22 @@ class Worker:
         concurrency: int = 1,
         poll_s: float = 1.0,
         on_result: Callable[[RunResult], None] | None = None,
+        gc_interval_s: float | None = None,
     ):
         if concurrency < 1:
             raise ConfigError(f"worker concurrency must be >= 1, not {concurrency}")
+        if gc_interval_s is None:
+            raw = os.environ.get("TORPOR_GC_INTERVAL_S", "").strip()
+            try:
+                gc_interval_s = float(raw) if raw else GC_INTERVAL_S
+            except ValueError:
+                raise ConfigError(f"TORPOR_GC_INTERVAL_S={raw!r} is not a number") from None
+        if gc_interval_s < 0:
+            raise ConfigError(f"worker gc_interval_s must be >= 0, not {gc_interval_s}")
+        self.gc_interval_s = gc_interval_s
+        self._next_gc = time.monotonic() + gc_interval_s
+        #: The latest collection pass of this worker.
+        self.last_gc: retention.GcReport | None = None
         self.runtime = runtime
         self.store = runtime.store
         self.concurrency = concurrency
@@ -281,6 +300,7 @@ class Worker:
                     continue
                 self._slots.release()
                 self._note_unrunnable()
+                self._maybe_collect()
                 if until_idle and not futures_running(futures):
                     nxt = self.store.next_wake_at_ms(accept=accepted_versions())
                     if nxt is None or nxt - self.store.now_ms() > self.poll_s * 1000:
@@ -290,6 +310,23 @@ class Worker:
                 with contextlib.suppress(Exception):
                     f.result()
         return self.stats
+
+    def _maybe_collect(self) -> None:
+        """An idle worker's scheduled garbage collection pass (every ``gc_interval_s``)."""
+        if not self.gc_interval_s or time.monotonic() < self._next_gc:
+            return
+        self._next_gc = time.monotonic() + self.gc_interval_s
+        try:
+            rep = retention.collect(self.store, self.runtime.artifacts)
+        except TorporError as exc:
+            log.warning("garbage collection failed: %s", exc)
+            return
+        self.last_gc = rep
+        if rep.runs or rep.chunks or rep.artifacts:
+            log.info(
+                "gc: %d runs deleted, %d chunks (%d bytes), %d artifacts (%d bytes) collected",
+                len(rep.runs), rep.chunks, rep.chunk_bytes, rep.artifacts, rep.artifact_bytes,
+            )  # fmt: skip
 
     def _idle_wait(self) -> None:
         """Block until a wakeup (NOTIFY / data_version), the next timer, the end of a back-off,

@@ -18,7 +18,8 @@ workflows are referenced by their registered name, their modules imported with `
 Layout: ``root.py`` holds the Typer ``app`` and the global options; the commands live in
 ``execute.py`` (start, resume, worker), ``read.py`` (ls, show, events), ``steer.py`` (approve,
 deny, revoke, signal, cancel, resolve, budget), ``keys.py`` (keys init/add/remove/list),
-``artifacts.py``, ``memory.py`` (context), ``doctor.py`` (examine a store), ``schedule.py``
+``artifacts.py``, ``storage.py`` (storage, gc, retention, archive), ``memory.py`` (context),
+``doctor.py`` (examine a store), ``schedule.py``
 (schedule add/ls/rm/pause/resume, queue set/ls/rm), ``explore.py`` and ``console.py`` (the web
 console; its web framework is imported only when it serves), each
 adding its commands to the app in its ``register``; they open a Client or Runtime through
@@ -63,6 +64,7 @@ def _load_app() -> typer.Typer:
             read,
             schedule,
             steer,
+            storage,
         )
         from .root import app
 
@@ -76,6 +78,7 @@ def _load_app() -> typer.Typer:
             schedule,
             keys,
             artifacts,
+            storage,
             explore,
             console,
             doctor,

@@ -28,6 +28,7 @@ from .render import (
     when,
 )
 from .root import JsonFlag, RunId, options
+from .storage import storage_text
 
 
 def list_runs(
@@ -120,6 +121,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         trace_id = telemetry.trace_id_of(client.store.trace_context(run_id))
         not_running = why_not_running(client.store, run_id)
         dispatch = dispatch_of(client.store, run_id)
+        stored = client.storage(run_id)
     pending = {k: v.hashes for k, v in state.open_approvals().items()}
     if json_out:
         emit_json(
@@ -147,6 +149,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
                 "trace_id": trace_id,
                 "not_running": not_running,
                 "dispatch": dispatch,
+                "storage": {**stored.__dict__, "total_bytes": stored.total_bytes},
             }
         )
         return
@@ -186,6 +189,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         pairs.append(("cancel", "requested"))
     if state.warnings:
         pairs.append(("warnings", "; ".join(state.warnings)))
+    pairs.append(("storage", storage_text(stored)))
     fields(out, pairs)
 
     heading(out, "Checkpoint")

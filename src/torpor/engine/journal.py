@@ -23,10 +23,11 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, NamedTuple, Protocol
 
-from .. import faults, serde
+from .. import blobs, faults, serde
 from ..artifacts import ArtifactStore
 from ..errors import (
     Cancelled,
+    CorruptRecordError,
     LeaseLostError,
     NonDeterminismError,
     NotDecodable,
@@ -36,6 +37,7 @@ from ..errors import (
     ReleaseRun,
     RunStopped,
     StoreFileChangedError,
+    TorporError,
     TransitionError,
 )
 from ..history import (
@@ -142,6 +144,8 @@ class Journal:
     docstring). ``state`` is the folded state after every event appended so far."""
 
     def __init__(self, host: Host, lease: Lease, state: RunState, replay: Replay):
+        #: The size of the value :meth:`jsonable` encoded last (bytes; 0 when not measured).
+        self.last_size = 0
         self.host = host
         self.store = host.store
         self.lease = lease
@@ -364,20 +368,28 @@ class Journal:
             StepCompleted(step_id=sid, result=result, policy=policy, input_hash=input_hash),
         ]
 
-    def jsonable(self, sid: str | None, value: Any, what: str = "result") -> Any:
+    def jsonable(
+        self, sid: str | None, value: Any, what: str = "result", *, offload: bool = True
+    ) -> Any:
         """``value`` as JSON data to record for step ``sid``, in the typed encoding
         (:func:`torpor.serde.encode`; PayloadError naming the step, the path and the type
-        otherwise, or when it is over the payload limit). Read it back with :meth:`value`."""
+        otherwise, or when it is over the hard maximum ``TORPOR_MAX_PAYLOAD_BYTES``). Read it
+        back with :meth:`value`. With ``offload``, a value over ``TORPOR_INLINE_VALUE_BYTES``
+        is stored in the artifact store and recorded as its reference (:mod:`torpor.blobs`).
+        Leaves the value's size in :attr:`last_size` (0 when it is too small to measure)."""
         try:
             out = serde.encode(value)
         except NotSerializable as exc:
             raise PayloadError(self.run_id, sid, f"{what} is not serializable: {exc}") from None
         kind = type(out)
+        self.last_size = 0
         if out is None or kind is int or kind is bool or kind is float:
             return out  # a scalar is far below the limit: no need to encode it to measure
-        if kind is str and len(out) * 6 < serde.MAX_PAYLOAD_BYTES:
+        limit = min(serde.MAX_PAYLOAD_BYTES, serde.INLINE_VALUE_BYTES)
+        if kind is str and len(out) * 6 < limit:
             return out  # (a JSON string is at most 6 bytes per character)
-        size = len(serde.dumps(out).encode())
+        text = serde.dumps(out)
+        size = self.last_size = len(text) if text.isascii() else len(text.encode())
         if size > serde.MAX_PAYLOAD_BYTES:
             raise PayloadError(
                 self.run_id,
@@ -386,19 +398,33 @@ class Journal:
                 f"{serde.MAX_PAYLOAD_BYTES}-byte limit (TORPOR_MAX_PAYLOAD_BYTES); store it with "
                 "run.artifact() and return the reference",
             )
-        return out
+        return blobs.offload(out, text, size, self.host.artifacts) if offload else out
 
     def value(self, sid: str | None, data: Any, what: str = "result") -> Any:
         """The value recorded as ``data`` for step ``sid`` (:func:`torpor.serde.decode`): what
         went in, type included. RecordedValueError naming the step and the path when a
-        recorded class cannot be found (nothing is written; the run stays resumable)."""
+        recorded class cannot be found (nothing is written; the run stays resumable). A value
+        offloaded to the artifact store is read back hash-checked (:meth:`unblob`)."""
         kind = data.__class__
         if kind is not dict and kind is not list:
             return data  # a scalar is itself
+        data = self.unblob(sid, data, what)
         try:
             return serde.decode(data)
         except NotDecodable as exc:
             raise RecordedValueError(self.run_id, sid, f"recorded {what}: {exc}") from None
+
+    def unblob(self, sid: str | None, data: Any, what: str = "result") -> Any:
+        """``data``, or the JSON data of the offloaded value it refers to (hash-checked);
+        CorruptRecordError naming the run and the step when the blob is missing or altered."""
+        if not blobs.is_ref(data):
+            return data
+        try:
+            return blobs.load(data, self.host.artifacts)
+        except TorporError as exc:
+            raise CorruptRecordError(
+                f"run {self.run_id!r} step {sid!r}: recorded {what}: {exc}", run_id=self.run_id
+            ) from None
 
     def next_attempt(self, sid: str) -> int:
         """The attempt number a new start of step ``sid`` gets."""

@@ -228,9 +228,28 @@ def checkpoint(j: Journal, state: Any) -> None:
     j.boundary()
     if n <= j.state.counters.get("checkpoint", 0):
         return  # recorded by an earlier execution; replay passes over it
-    data = j.jsonable(f"checkpoint#{n}", state, "checkpoint state")
-    j.append(CheckpointSaved(state=data, counters=dict(j.counters)))
+    # Not offloaded: a large state is stored in chunks, so what did not change is not paid for
+    # again at the next checkpoint (torpor.store.chunks).
+    data = j.jsonable(f"checkpoint#{n}", state, "checkpoint state", offload=False)
+    j.append(*_large_state(j), CheckpointSaved(state=data, counters=dict(j.counters)))
     faults.point("checkpoint.saved")
+
+
+def _large_state(j: Journal) -> list[WarningRecorded]:
+    """A warning, once per run, when the checkpoint state just encoded is over
+    ``TORPOR_STATE_WARN_BYTES``."""
+    size, limit = j.last_size, serde.STATE_WARN_BYTES
+    if size <= limit or any(w.startswith(_LARGE_STATE) for w in j.state.warnings):
+        return []
+    return [
+        WarningRecorded(
+            message=f"{_LARGE_STATE} {size} bytes, over the {limit}-byte warning threshold "
+            "(TORPOR_STATE_WARN_BYTES); keep large data in artifacts and checkpoint references"
+        )
+    ]
+
+
+_LARGE_STATE = "checkpoint state is"
 
 
 def restore(j: Journal, default: Any) -> Any:

@@ -47,7 +47,7 @@ def wait_for(j: Journal, signal: str, timeout: timedelta | None = None) -> Any:
     res = comp.result or {}
     if res.get("timeout"):
         raise WaitTimeout(f"run {j.run_id!r}: wait {wid!r} reached its deadline")
-    return res.get("payload")
+    return j.unblob(wid, res.get("payload"), "signal payload")
 
 
 def sleep(

@@ -135,12 +135,21 @@ def plan_text(snap: AgentSnapshot) -> str:
     return "\n".join(lines)
 
 
+#: The order the four answers are shown in (DESIGN.md §1); other keys follow, sorted.
+_ANSWER_ORDER = ("establishing", "evidence", "effects", "effects_performed", "next")
+
+
 def answers_text(answers: dict[str, Any]) -> str:
+    """The checkpoint's answers as context text, in a fixed order: a recorded value read back
+    from the store has its keys sorted (canonical JSON), so the text must not depend on the
+    dict's order, or a resumed run's prompt would differ from the one it recorded."""
     if not answers:
         return ""
+    keys = [k for k in _ANSWER_ORDER if k in answers]
+    keys += sorted(k for k in answers if k not in _ANSWER_ORDER)
     return "\n".join(
         f"{k}: {json.dumps(v, sort_keys=True, default=str) if not isinstance(v, str) else v}"
-        for k, v in answers.items()
+        for k, v in ((k, answers[k]) for k in keys)
     )
 
 

@@ -21,6 +21,7 @@ from ..errors import (
 from ..history import EffectIntended, Event, RunState, starts_step
 from . import codec
 from .base import CHECKPOINT_EVENTS, Driver, Lease
+from .chunkio import ChunkIO
 
 #: What the store remembers of its latest append to a run under a lease, so the next append can
 #: take the plain path: (lease epoch, last seq, checkpoint seq, the row's status columns).
@@ -39,7 +40,9 @@ class Appends:
         now_ms: Callable[[], int],
         read_events: Callable[[str, int, int], list[Event]],
         checkpoint_every: int,
+        chunkio: ChunkIO,
     ):
+        self.chunkio = chunkio
         self.driver = driver
         self.q = q
         self.now_ms = now_ms
@@ -50,6 +53,7 @@ class Appends:
     def forget(self, run_id: str) -> None:
         """Drop what this store remembers of its appends to ``run_id`` (its lease moved)."""
         self._memo.pop(run_id, None)
+        self.chunkio.forget(run_id)
 
     def _p(self, **params: Any) -> dict[str, Any]:
         params.setdefault("now_ms", self.now_ms())
@@ -100,7 +104,12 @@ class Appends:
                 f"fence check failed appending seq {events[0].seq}: "
                 "the lease expired (renew it first)",
             )
-        rows = [codec.encode(e) for e in events]
+        sink: dict[str, str] = {}
+        rows = [codec.encode(e, sink) for e in events]
+        # What the events refer to is written first: chunks of large payloads, and the run's
+        # references to them and to artifacts (an orphan of a failed append is collected).
+        arts = codec.artifact_refs([r["payload"] for r in rows] + list(sink.values()), events)
+        self.chunkio.put(lease.run_id, sink, arts)
         for attempt in range(3):
             try:
                 faults.point("append.committing")
@@ -192,7 +201,7 @@ class Appends:
             wake_at_ms=wake_at_ms,
             version=state.version,
             attention=columns[4],
-            checkpoint=codec.checkpoint_text(state) if boundary or due else None,
+            checkpoint=self._checkpoint(run_id, state) if boundary or due else None,
         )
         if (
             "append_fenced" in self.q
@@ -215,14 +224,13 @@ class Appends:
                 ckpt_seq = self._append_fenced(cur, lease, events, rows, fence, checks)
                 if fence["checkpoint"] is None and state.seq - ckpt_seq >= self.checkpoint_every:
                     ckpt_seq = state.seq
+                    sink: dict[str, str] = {}
+                    text = codec.checkpoint_text(state, sink)
+                    self.chunkio.write(cur, run_id, sink)
                     self.driver.execute(
                         cur,
                         self.q["save_checkpoint"],
-                        {
-                            "run_id": run_id,
-                            "checkpoint_seq": ckpt_seq,
-                            "checkpoint": codec.checkpoint_text(state),
-                        },
+                        {"run_id": run_id, "checkpoint_seq": ckpt_seq, "checkpoint": text},
                     )
                 self._apply_inbox(cur, run_id, consumes, if_inbox_empty, columns[0] == "waiting")
         except Exception as exc:
@@ -231,6 +239,13 @@ class Appends:
                 raise
             raise mapped from exc
         self._memo[run_id] = (lease.epoch, state.seq, ckpt_seq, columns)
+
+    def _checkpoint(self, run_id: str, state: RunState) -> str:
+        """The engine checkpoint text of ``state``, its chunks written first."""
+        sink: dict[str, str] = {}
+        text = codec.checkpoint_text(state, sink)
+        self.chunkio.put(run_id, sink)
+        return text
 
     def _append_plain(self, lease: Lease, rows: list[dict[str, Any]], now: int) -> None:
         """The plain path: the fenced insert, one statement in a transaction of its own."""
@@ -335,7 +350,8 @@ class Appends:
         )
         if row is None:
             return
-        prev = codec.completion(e.run_id, e.step_id or "", row[0], int(row[1]))
+        fetch = self.chunkio.fetcher(cur, e.run_id, int(row[1]))
+        prev = codec.completion(e.run_id, e.step_id or "", row[0], int(row[1]), fetch)
         if (
             getattr(p, "policy", None) == "compute"
             and prev.policy in (None, "compute")

@@ -130,18 +130,23 @@ class RunCount:
 @dataclass(frozen=True)
 class RunStorage:
     """What one run occupies in the database, as stored: its events (how many, and the bytes
-    of their payloads), its engine checkpoint, and its inbox messages (consumed or not).
-    Artifacts are in the artifact store, not here."""
+    of their payloads), its engine checkpoint, and its inbox messages (consumed or not); the
+    chunks its large records are stored in (:mod:`torpor.store.chunks`; their text's bytes, a
+    chunk shared with other records or runs counted once for this run). ``artifact_bytes``:
+    the artifacts it refers to, in the artifact store, not here."""
 
     events: int
     history_bytes: int
     checkpoint_bytes: int
     inbox_messages: int
     inbox_bytes: int
+    chunk_bytes: int = 0
+    artifact_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
-        return self.history_bytes + self.checkpoint_bytes + self.inbox_bytes
+        """Bytes in the database (artifacts are not)."""
+        return self.history_bytes + self.checkpoint_bytes + self.inbox_bytes + self.chunk_bytes
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ journal. Decoding never repairs anything: a row that cannot be read is a
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic import ValidationError
@@ -20,6 +22,7 @@ from ..errors import CorruptRecordError, NotSerializable, PayloadError
 from ..history import (
     EVENT_SCHEMA_VERSION,
     EVENT_TYPES,
+    ArtifactCreated,
     EffectObserved,
     EffectReconciled,
     Event,
@@ -27,7 +30,13 @@ from ..history import (
     RunState,
     Verdict,
 )
+from . import chunks
 from .base import INBOX_HEADROOM_BYTES, Completion
+from .chunks import Fetch, Sink
+
+#: A value offloaded to the artifact store (see :mod:`torpor.engine.journal`), as its canonical
+#: JSON shows it: the sha256 it is stored under.
+_BLOB_RE = re.compile(r'\{"\$torpor":"blob","sha256":"([0-9a-f]{64})","size":(\d+)\}')
 
 #: Stands for "no default": a required field is always written.
 _REQUIRED = object()
@@ -62,9 +71,11 @@ def performed_key(payload: Payload) -> str | None:
     return None
 
 
-def encode(event: Event) -> dict[str, Any]:
+def encode(event: Event, sink: Sink | None = None) -> dict[str, Any]:
     """The row of one event: ``run_id, seq, type, step_id, epoch, at_ms, v, payload,
-    effect_key``. Raises PayloadError when the payload is too large or not JSON data.
+    effect_key``. Raises PayloadError when the payload is too large or not JSON data. With a
+    ``sink``, a large payload is stored split (:func:`.chunks.split_text`): the chunks it
+    refers to are added to ``sink``, to be written before the row.
 
     Fields equal to their default are left out of the stored JSON (decoding fills them back in
     from the same model), which keeps the history compact: a trivial step's one event carries
@@ -96,6 +107,8 @@ def encode(event: Event) -> dict[str, Any]:
             f"{event.type} payload is {size} bytes, over the "
             f"{serde.MAX_PAYLOAD_BYTES}-byte limit; store large values as an artifact",
         )
+    if sink is not None and size >= chunks.CHUNK_MIN_BYTES:
+        text = chunks.split_text(text, sink)
     return {
         "run_id": event.run_id,
         "seq": event.seq,
@@ -109,8 +122,29 @@ def encode(event: Event) -> dict[str, Any]:
     }
 
 
-def decode(run_id: str, row: tuple[Any, ...]) -> Event:
+def artifact_refs(texts: Iterable[str], events: Iterable[Event] = ()) -> dict[str, int]:
+    """``{sha256: size}`` of every artifact that stored ``texts`` (payloads, chunks, inbox
+    bodies) refer to as an offloaded value, and that ``events`` record as created."""
+    found = {h: int(n) for t in texts if '"blob"' in t for h, n in _BLOB_RE.findall(t)}
+    for e in events:
+        if isinstance(e.payload, ArtifactCreated):
+            found[e.payload.sha256] = e.payload.size
+    return found
+
+
+def _load(text: Any, fetch: Fetch | None) -> Any:
+    """A stored JSON text, parsed, its chunks joined through ``fetch`` (ValueError when it
+    refers to chunks and there is no ``fetch``)."""
+    if chunks.is_split(text):
+        if fetch is None:
+            raise ValueError("a split text read without its chunks")
+        return chunks.join(text, fetch)
+    return serde.loads(text)
+
+
+def decode(run_id: str, row: tuple[Any, ...], fetch: Fetch | None = None) -> Event:
     """An event from ``(seq, type, epoch, at_ms, v, payload)``; CorruptRecordError if bad.
+    ``fetch`` reads the chunks of a split payload.
 
     Whatever is wrong with the row (an unknown or newer schema version, an unknown type, a
     payload that is not JSON or does not match its type, bad column types), the error names
@@ -132,7 +166,7 @@ def decode(run_id: str, row: tuple[Any, ...]) -> Event:
     if model is None:
         raise corrupt(f"unknown event type {etype!r}")
     try:
-        data = serde.loads(payload)
+        data = _load(payload, fetch)
     except (ValueError, TypeError) as exc:
         raise corrupt(f"corrupt {etype} payload: not JSON ({exc})") from exc
     try:
@@ -144,7 +178,8 @@ def decode(run_id: str, row: tuple[Any, ...]) -> Event:
         raise corrupt(f"corrupt {etype} row: {loc}: {err['msg']}") from exc
 
 
-#: Separates a checkpoint's JSON from its digest (a newline cannot occur in compact JSON).
+#: Separates a checkpoint's text from its digest (a newline cannot occur in compact JSON, nor
+#: in the root of a split checkpoint).
 DIGEST_MARK = "\n#sha256/128:"
 
 
@@ -152,40 +187,69 @@ def _digest(body: str) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 
-def checkpoint_text(state: RunState) -> str:
+def checkpoint_text(state: RunState, sink: Sink | None = None) -> str:
     """The engine checkpoint as stored: the state's JSON without the fields that hold their
     defaults (loading validates it back to the same state), then :data:`DIGEST_MARK` and the
     first 128 bits of its sha256 — a checkpoint edited by hand, or damaged, no longer matches
     and is not trusted (the state is folded from the history instead). A run's checkpoint is
     rewritten at its boundaries, so its size is paid per boundary: a running trivial run's is
-    ~250 bytes instead of ~750."""
-    body = state.model_dump_json(exclude_defaults=True)
+    ~250 bytes instead of ~750. The user checkpoint's state is not copied into it: it is the
+    state of the ``checkpoint_saved`` event at ``user_checkpoint_seq``, which loading reads back
+    (one row by its key). With a ``sink``, a large checkpoint is split into content-addressed
+    chunks (:mod:`.chunks`) and the digest covers the root, which names every chunk by hash."""
+    if state.user_checkpoint_seq:
+        body = state.model_dump_json(exclude_defaults=True, exclude={"user_state"})
+    else:
+        body = state.model_dump_json(exclude_defaults=True)
+    if sink is not None and len(body) >= chunks.CHUNK_MIN_BYTES:
+        body = chunks.split_text(body, sink)
     return body + DIGEST_MARK + _digest(body)
 
 
-def checkpoint_problem(run_id: str, ckpt_seq: Any, text: Any, last_seq: int) -> str | None:
+def checkpoint_problem(
+    run_id: str,
+    ckpt_seq: Any,
+    text: Any,
+    last_seq: int,
+    fetch: Fetch | None = None,
+    user_state: Callable[[int], Any] | None = None,
+) -> str | None:
     """Why the stored checkpoint cannot be trusted, or None when it can (or there is none)."""
     if not text:
         return None
-    return _checkpoint(run_id, ckpt_seq, text, last_seq)[1]
+    return _checkpoint(run_id, ckpt_seq, text, last_seq, fetch, user_state)[1]
 
 
-def checkpoint_state(run_id: str, ckpt_seq: Any, text: Any, last_seq: int) -> RunState | None:
+def checkpoint_state(
+    run_id: str,
+    ckpt_seq: Any,
+    text: Any,
+    last_seq: int,
+    fetch: Fetch | None = None,
+    user_state: Callable[[int], Any] | None = None,
+) -> RunState | None:
     """The engine checkpoint, or None when there is none or it cannot be trusted (not JSON,
     its digest does not match, not a state of this run, a seq beyond the history or other than
-    the run row's; see :func:`checkpoint_problem`). Checkpoints written before digests were
-    (any without :data:`DIGEST_MARK`) are trusted as they were.
+    the run row's, a chunk missing or altered, the user checkpoint it refers to unreadable; see
+    :func:`checkpoint_problem`). ``user_state(seq)``: the state recorded by the
+    ``checkpoint_saved`` event at ``seq`` (see :func:`checkpoint_text`). Checkpoints written
+    before digests were (any without :data:`DIGEST_MARK`) are trusted as they were.
 
     Checkpoints written before performed effects left the state (store schema 1) still list
     them as ``observed``/``applied``: they are dropped here, which is exactly what today's fold
     would have kept (their keys stay known through the ``effect_key`` index)."""
     if not text:
         return None
-    return _checkpoint(run_id, ckpt_seq, text, last_seq)[0]
+    return _checkpoint(run_id, ckpt_seq, text, last_seq, fetch, user_state)[0]
 
 
 def _checkpoint(
-    run_id: str, ckpt_seq: Any, text: Any, last_seq: int
+    run_id: str,
+    ckpt_seq: Any,
+    text: Any,
+    last_seq: int,
+    fetch: Fetch | None,
+    user_state: Callable[[int], Any] | None,
 ) -> tuple[RunState | None, str | None]:
     if not isinstance(ckpt_seq, int) or not 0 < ckpt_seq <= last_seq:
         return None, f"the run row's checkpoint seq {ckpt_seq!r} is not within its history"
@@ -193,9 +257,17 @@ def _checkpoint(
     if mark and digest != _digest(body):
         return None, "the checkpoint does not match its digest (edited by hand, or damaged)"
     try:
-        state = RunState.model_validate_json(body)
-    except (ValidationError, ValueError, TypeError):
-        return None, "the checkpoint is not a run state"
+        if chunks.is_split(body):
+            state = RunState.model_validate(_load(body, fetch))
+        else:
+            state = RunState.model_validate_json(body)
+    except (ValidationError, ValueError, TypeError, CorruptRecordError):
+        return None, "the checkpoint is not a run state (or a chunk of it is missing or altered)"
+    if state.user_state is None and state.user_checkpoint_seq and user_state is not None:
+        try:
+            state.user_state = user_state(state.user_checkpoint_seq)
+        except (ValidationError, ValueError, TypeError, CorruptRecordError):
+            return None, f"the user checkpoint at seq {state.user_checkpoint_seq} cannot be read"
     if state.run_id != run_id or state.seq != ckpt_seq:
         return None, (
             f"the checkpoint is of run {state.run_id!r} at seq {state.seq}, the run row says "
@@ -208,10 +280,13 @@ def _checkpoint(
     return state, None
 
 
-def completion(run_id: str, step_id: str, payload: str, seq: int) -> Completion:
-    """A step's completion from its ``step_completed`` payload; CorruptRecordError if bad."""
+def completion(
+    run_id: str, step_id: str, payload: str, seq: int, fetch: Fetch | None = None
+) -> Completion:
+    """A step's completion from its ``step_completed`` payload; CorruptRecordError if bad.
+    ``fetch`` reads the chunks of a split payload."""
     try:
-        data = serde.loads(payload)
+        data = _load(payload, fetch)
         return Completion(
             step_id, data.get("result"), data.get("policy"), data.get("input_hash"), seq
         )

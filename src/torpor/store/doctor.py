@@ -16,7 +16,6 @@ from pathlib import Path
 
 from ..errors import TorporError
 from ..urls import display_url
-from . import codec
 
 #: At most this many problems of SQLite's integrity check are reported.
 MAX_INTEGRITY_LINES = 20
@@ -59,9 +58,7 @@ def examine(url: str, *, max_runs: int = 100_000) -> list[Finding]:
                 bad += 1
                 out.append(Finding(False, f"run {rec.run_id}", f"cannot be folded: {exc}"))
                 continue
-            with store.driver.read() as cur:
-                ck = store.driver.fetchone(cur, store.q["get_checkpoint"], {"run_id": rec.run_id})
-            why = codec.checkpoint_problem(rec.run_id, *ck) if ck else None
+            why = store.checkpoint_problem(rec.run_id)
             if why:
                 bad += 1
                 out.append(

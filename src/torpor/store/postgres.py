@@ -317,11 +317,11 @@ def migrate(driver: PostgresDriver, url: str) -> int:
             "CREATE TABLE IF NOT EXISTS torpor_schema ("
             "version integer PRIMARY KEY, applied_at_ms bigint NOT NULL)"
         )
-        applied = {r[0] for r in conn.execute("SELECT version FROM torpor_schema")}
+        # Numbered by the change that made them, not merged in order: a version missing below
+        # the newest applied one is applied too.
+        applied = {int(r[0]) for r in conn.execute("SELECT version FROM torpor_schema")}
         check_schema(max(applied, default=0), SCHEMA_VERSION, url)
         for version, sql in _migrations():
-            # Every known migration not yet applied, in order — also one numbered below the
-            # newest applied (migration numbers are assigned per change, merged in any order).
             if version in applied:
                 continue
             conn.execute(sql)

@@ -106,6 +106,10 @@ class SQLiteDriver:
                 c = self.connect()
                 c.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
                 if self.mode == "rwc":
+                    # A new file gives the pages garbage collection frees back (PRAGMA
+                    # incremental_vacuum); chosen before anything is written to it (for an
+                    # existing file this only takes effect with a VACUUM: torpor gc --vacuum).
+                    c.execute("PRAGMA auto_vacuum = INCREMENTAL")
                     c.execute("PRAGMA journal_mode = WAL")
                     c.execute(f"PRAGMA synchronous = {self.synchronous}")
                 c.execute("PRAGMA foreign_keys = ON")
@@ -318,10 +322,12 @@ def migrate(driver: SQLiteDriver, url: str) -> int:
     connections switch the file to WAL, which rewrites its header): a database from a newer
     schema, or an SQLite database that is not a torpor store, is refused before any write.
     """
-    found, count = _inspect(driver, url)
+    found, _count = _inspect(driver, url)
     check_schema(found, SCHEMA_VERSION, url)
-    driver.conn()  # now configure the file (WAL) for use
-    if found == SCHEMA_VERSION and count == len(_migrations()):
+    conn = driver.conn()  # now configure the file (WAL) for use
+    # Migrations are numbered by the change that made them, not merged in order: a database may
+    # be at the newest version yet miss an older-numbered one, which is then applied too.
+    if found == SCHEMA_VERSION and _applied(conn) >= {v for v, _ in _migrations()}:
         return SCHEMA_VERSION
     with driver.transaction() as cur:
         # Re-check under the write lock: another process may have migrated meanwhile.
@@ -329,11 +335,9 @@ def migrate(driver: SQLiteDriver, url: str) -> int:
             "CREATE TABLE IF NOT EXISTS torpor_schema ("
             "version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL)"
         )
-        applied = {r[0] for r in cur.execute("SELECT version FROM torpor_schema")}
+        applied = _applied(cur)
         check_schema(max(applied, default=0), SCHEMA_VERSION, url)
         for version, sql in _migrations():
-            # Every known migration not yet applied, in order — also one numbered below the
-            # newest applied (migration numbers are assigned per change, merged in any order).
             if version in applied:
                 continue
             for stmt in _split(sql):
@@ -343,6 +347,11 @@ def migrate(driver: SQLiteDriver, url: str) -> int:
                 (version, int(time.time() * 1000)),
             )
     return SCHEMA_VERSION
+
+
+def _applied(conn: Any) -> set[int]:
+    """The migration versions recorded in ``torpor_schema``."""
+    return {int(r[0]) for r in conn.execute("SELECT version FROM torpor_schema").fetchall()}
 
 
 def _inspect(driver: SQLiteDriver, url: str) -> tuple[int | None, int]:

@@ -34,7 +34,7 @@ from ..errors import (
     RunNotFoundError,
     TransitionError,
 )
-from ..history import Event, RunStarted, RunState, apply
+from ..history import CheckpointSaved, Event, RunStarted, RunState, apply
 from ..owners import owner_is_dead
 from ..urls import display_url
 from . import codec
@@ -51,7 +51,10 @@ from .base import (
     RunStorage,
     load_queries,
 )
+from .chunkio import ChunkIO
+from .chunks import Fetch
 from .claims import claim
+from .maintenance import Maintenance
 
 #: What a store remembers of its latest append to a run under a lease, so the next append can
 #: take the plain path: (lease epoch, last seq, checkpoint seq, the row's status columns).
@@ -82,7 +85,12 @@ class SQLStore:
         self.url = url
         self.q = load_queries(driver.dialect)
         self.clock = clock
-        self.appends = Appends(driver, self.q, self.now_ms, self.read_events, checkpoint_every)
+        self.chunkio = ChunkIO(driver, self.q, self.now_ms, relaxed=self._lease_transaction)
+        self.appends = Appends(
+            driver, self.q, self.now_ms, self.read_events, checkpoint_every, self.chunkio
+        )
+        #: Retention, collection, archives and storage figures (:mod:`.maintenance`).
+        self.maintenance = Maintenance(driver, self.q, self.now_ms, self.chunkio)
 
     @property
     def checkpoint_every(self) -> int:
@@ -121,6 +129,8 @@ class SQLStore:
         lost release only delays a takeover to the lease's expiry. The holder's first append
         is an ordinary durable commit, and its flush covers the earlier claim (WAL is
         sequential), so nothing is ever done on the strength of a claim that could vanish.
+        The chunks written before an append use it too, on the same reasoning
+        (:meth:`.ChunkIO.put`).
         """
         with self.driver.transaction() as cur:
             self.driver.execute(cur, self.q["lease_commit_mode"], {})
@@ -192,7 +202,9 @@ class SQLStore:
         with self.driver.read() as cur:
             row = self.driver.fetchone(cur, self.q["run_storage"], {"run_id": run_id})
         assert row is not None
-        return RunStorage(*(int(v) for v in row))
+        chunk_bytes, artifact_bytes = self.maintenance.run_blob_bytes(run_id)
+        n, history, ckpt, messages, inbox = (int(v) for v in row)
+        return RunStorage(n, history, ckpt, messages, inbox, chunk_bytes, artifact_bytes)
 
     def trace_context(self, run_id: str, candidate: str | None = None) -> str | None:
         """The run's trace context (:mod:`torpor.telemetry`: a W3C traceparent, optionally
@@ -427,7 +439,9 @@ class SQLStore:
             if len(rows) < limit:
                 row = self.driver.fetchone(cur, self.q["recorded_seq"], {"run_id": run_id})
                 recorded = int(row[0]) if row and row[0] is not None else None
-        events = [codec.decode(run_id, r) for r in rows]
+            events = [
+                codec.decode(run_id, r, self.chunkio.fetcher(cur, run_id, r[0])) for r in rows
+            ]
         expected = after_seq + 1
         for e in events:
             if e.seq != expected:
@@ -466,37 +480,66 @@ class SQLStore:
             if row is None:
                 raise RunNotFoundError(f"no run {run_id!r} in {display_url(self.url)}")
             ckpt_seq, ckpt_text, row_seq = row[0], row[1], int(row[2])
-            state = codec.checkpoint_state(run_id, ckpt_seq, ckpt_text, row_seq)
+            fetch, user_state = self._checkpoint_readers(cur, run_id, ckpt_seq)
+            state = codec.checkpoint_state(run_id, ckpt_seq, ckpt_text, row_seq, fetch, user_state)
             if state is None and ckpt_text:
-                why = codec.checkpoint_problem(run_id, ckpt_seq, ckpt_text, row_seq)
+                why = codec.checkpoint_problem(
+                    run_id, ckpt_seq, ckpt_text, row_seq, fetch, user_state
+                )
                 log.warning("run %r: %s; its state is folded from the history", run_id, why)
             rows = self._events_after(cur, run_id, state.seq if state else 0)
-        if state is not None:
+            if state is not None:
+                try:
+                    return self._fold_rows(cur, run_id, state, rows, row_seq)
+                except TransitionError:
+                    # The checkpoint disagrees with the history: refold from the start.
+                    rows = self._events_after(cur, run_id, 0)
             try:
-                return self._fold_rows(run_id, state, rows, row_seq)
-            except TransitionError:
-                pass  # the checkpoint disagrees with the history: refold from the start
-            with self.driver.read() as cur:
-                rows = self._events_after(cur, run_id, 0)
-        try:
-            return self._fold_rows(run_id, RunState(run_id=run_id), rows, row_seq)
-        except TransitionError as exc:
-            raise CorruptRecordError(
-                f"run {run_id!r} seq {exc.seq}: the stored history is impossible: {exc.rule}",
-                run_id=run_id,
-                seq=exc.seq,
-            ) from exc
+                return self._fold_rows(cur, run_id, RunState(run_id=run_id), rows, row_seq)
+            except TransitionError as exc:
+                raise CorruptRecordError(
+                    f"run {run_id!r} seq {exc.seq}: the stored history is impossible: {exc.rule}",
+                    run_id=run_id,
+                    seq=exc.seq,
+                ) from exc
+
+    def _checkpoint_readers(
+        self, cur: Any, run_id: str, ckpt_seq: Any
+    ) -> tuple[Fetch, Callable[[int], Any]]:
+        """What reading a stored engine checkpoint needs: its chunks, and the user checkpoint
+        state it refers to (the ``checkpoint_saved`` event at a seq; see codec.checkpoint_text)."""
+        fetch = self.chunkio.fetcher(cur, run_id, ckpt_seq)
+
+        def user_state(seq: int) -> Any:
+            row = self.driver.fetchone(cur, self.q["event_at"], {"run_id": run_id, "seq": seq})
+            if row is None:
+                raise ValueError(f"no event at seq {seq}")
+            ev = codec.decode(run_id, row, self.chunkio.fetcher(cur, run_id, seq))
+            if not isinstance(ev.payload, CheckpointSaved):
+                raise ValueError(f"seq {seq} is a {ev.type}, not a user checkpoint")
+            return ev.payload.state
+
+        return fetch, user_state
+
+    def checkpoint_problem(self, run_id: str) -> str | None:
+        """Why the run's stored engine checkpoint cannot be trusted (edited, damaged, a chunk
+        missing), or None when it can or there is none (``torpor doctor``)."""
+        with self.driver.read() as cur:
+            row = self.driver.fetchone(cur, self.q["get_checkpoint"], {"run_id": run_id})
+            if row is None:
+                return None
+            fetch, user_state = self._checkpoint_readers(cur, run_id, row[0])
+            return codec.checkpoint_problem(run_id, row[0], row[1], int(row[2]), fetch, user_state)
 
     def _events_after(self, cur: Any, run_id: str, after: int) -> list[tuple[Any, ...]]:
         params = {"run_id": run_id, "after_seq": after, "limit": 1 << 62}
         return self.driver.fetchall(cur, self.q["events_after"], params)
 
-    @staticmethod
     def _fold_rows(
-        run_id: str, state: RunState, rows: list[tuple[Any, ...]], row_seq: int
+        self, cur: Any, run_id: str, state: RunState, rows: list[tuple[Any, ...]], row_seq: int
     ) -> RunState:
         for r in rows:
-            apply(state, codec.decode(run_id, r))
+            apply(state, codec.decode(run_id, r, self.chunkio.fetcher(cur, run_id, r[0])))
         if state.seq < row_seq:
             raise CorruptRecordError(
                 f"run {run_id!r}: history ends at seq {state.seq} but the run row says {row_seq}",
@@ -511,7 +554,12 @@ class SQLStore:
             rows = self.driver.fetchall(
                 cur, self.q["completions_after"], {"run_id": run_id, "after_seq": after_seq}
             )
-        return {sid: codec.completion(run_id, sid, payload, seq) for sid, payload, seq in rows}
+            return {
+                sid: codec.completion(
+                    run_id, sid, payload, seq, self.chunkio.fetcher(cur, run_id, seq)
+                )
+                for sid, payload, seq in rows
+            }
 
     def step_completion(self, run_id: str, step_id: str) -> Completion | None:
         """The latest completion of one step (indexed lookup), or None."""
@@ -519,7 +567,10 @@ class SQLStore:
             row = self.driver.fetchone(
                 cur, self.q["step_completion"], {"run_id": run_id, "step_id": step_id}
             )
-        return None if row is None else codec.completion(run_id, step_id, row[0], int(row[1]))
+            if row is None:
+                return None
+            fetch = self.chunkio.fetcher(cur, run_id, row[1])
+            return codec.completion(run_id, step_id, row[0], int(row[1]), fetch)
 
     def step_events(self, run_id: str, step_id: str) -> list[Event]:
         """Every event recorded for one step."""
@@ -527,7 +578,7 @@ class SQLStore:
             rows = self.driver.fetchall(
                 cur, self.q["step_events"], {"run_id": run_id, "step_id": step_id}
             )
-        return [codec.decode(run_id, r) for r in rows]
+            return [codec.decode(run_id, r, self.chunkio.fetcher(cur, run_id, r[0])) for r in rows]
 
     # ----------------------------------------------------------------- inbox
 

@@ -498,3 +498,121 @@ SELECT min(next_fire_ms) FROM schedules WHERE paused = false;
 UPDATE schedules SET next_fire_ms = :next_fire_ms,
     last_fire_ms = COALESCE(CAST(:last_fire_ms AS bigint), last_fire_ms), updated_at_ms = :now_ms
 WHERE name = :name AND generation = :generation AND next_fire_ms = :prev_fire_ms;
+
+-- name: insert_chunk
+-- A content-addressed chunk (store/chunks.py), written once; a writer that writes it again
+-- refreshes when it was last used (garbage collection spares it for the grace period). The
+-- database clock stamps it, the clock collection judges by.
+INSERT INTO chunks (hash, data, size, used_at_ms)
+VALUES (decode(:hash, 'hex'), :data, :size, torpor_now_ms())
+ON CONFLICT (hash) DO UPDATE SET used_at_ms = excluded.used_at_ms
+WHERE chunks.used_at_ms < excluded.used_at_ms;
+
+-- name: insert_ref
+INSERT INTO blob_refs (hash, run_id, kind, size)
+VALUES (decode(:hash, 'hex'), :run_id, :kind, :size)
+ON CONFLICT DO NOTHING;
+
+-- name: get_chunk
+SELECT data FROM chunks WHERE hash = decode(:hash, 'hex');
+
+-- name: retention_policies
+SELECT workflow, keep_days, keep_last, archive_url FROM retention ORDER BY workflow;
+
+-- name: set_retention
+INSERT INTO retention (workflow, keep_days, keep_last, archive_url, updated_at_ms)
+VALUES (:workflow, :keep_days, :keep_last, :archive_url, torpor_now_ms())
+ON CONFLICT (workflow) DO UPDATE
+SET keep_days = excluded.keep_days, keep_last = excluded.keep_last,
+    archive_url = excluded.archive_url, updated_at_ms = excluded.updated_at_ms;
+
+-- name: delete_retention
+DELETE FROM retention WHERE workflow = :workflow;
+
+-- name: expired_runs
+-- Finished runs of a workflow past its retention: finished (last written) before :before_ms,
+-- or not among its :keep_last most recently finished. Never a run that is not finished, nor
+-- one a person can still reopen (unresolved, blocked); those are not counted either.
+SELECT run_id FROM (
+    SELECT run_id, updated_at_ms,
+           row_number() OVER (ORDER BY updated_at_ms DESC, run_id DESC) AS n
+    FROM runs
+    WHERE workflow = :workflow AND status = 'finished'
+      AND outcome NOT IN ('unresolved', 'blocked')
+) AS r
+WHERE (CAST(:before_ms AS bigint) IS NOT NULL AND updated_at_ms < CAST(:before_ms AS bigint))
+   OR (CAST(:keep_last AS bigint) IS NOT NULL AND n > CAST(:keep_last AS bigint))
+ORDER BY updated_at_ms, run_id LIMIT :limit;
+
+-- name: delete_run
+-- The run row, only while it is finished and not reopenable (checked under the row lock).
+DELETE FROM runs
+WHERE run_id = :run_id AND status = 'finished' AND outcome NOT IN ('unresolved', 'blocked')
+RETURNING run_id;
+
+-- name: delete_run_events
+DELETE FROM events WHERE run_id = :run_id;
+
+-- name: delete_run_inbox
+DELETE FROM inbox WHERE run_id = :run_id;
+
+-- name: delete_run_refs
+DELETE FROM blob_refs WHERE run_id = :run_id;
+
+-- name: collectable_chunks
+-- Chunks no run (or other owner) refers to, unused for the grace period (database clock).
+SELECT count(*), COALESCE(sum(size), 0) FROM chunks
+WHERE used_at_ms < torpor_now_ms() - :grace_ms
+  AND hash NOT IN (SELECT hash FROM blob_refs WHERE kind = 'chunk');
+
+-- name: collect_chunks
+DELETE FROM chunks
+WHERE used_at_ms < torpor_now_ms() - :grace_ms
+  AND hash NOT IN (SELECT hash FROM blob_refs WHERE kind = 'chunk');
+
+-- name: referenced_artifacts
+SELECT DISTINCT encode(hash, 'hex') FROM blob_refs WHERE kind = 'artifact';
+
+-- name: pending_bodies
+SELECT body FROM inbox WHERE consumed_seq IS NULL;
+
+-- name: restore_run
+INSERT INTO runs (run_id, workflow, version, status, outcome, created_at_ms, updated_at_ms,
+                  wake_at_ms, last_seq, checkpoint_seq, checkpoint, attention, lease_epoch,
+                  infra_retries)
+VALUES (:run_id, :workflow, :version, :status, :outcome, :created_at_ms, :updated_at_ms,
+        :wake_at_ms, :last_seq, :checkpoint_seq, :checkpoint, :attention, :lease_epoch,
+        :infra_retries)
+ON CONFLICT (run_id) DO NOTHING;
+
+-- name: run_blob_bytes
+-- Bytes of the chunks and of the artifacts a run refers to (each counted once per run).
+SELECT COALESCE(sum(CASE WHEN kind = 'chunk' THEN size ELSE 0 END), 0),
+       COALESCE(sum(CASE WHEN kind = 'artifact' THEN size ELSE 0 END), 0)
+FROM blob_refs WHERE run_id = :run_id;
+
+-- name: largest_runs
+-- Runs by what they occupy: history payloads + checkpoint + chunks and artifacts referred to
+-- (octet_length: as UTF-8 text, before TOAST compression).
+SELECT run_id, workflow, status, outcome, history, ckpt, chunked, artifacts FROM (
+    SELECT r.run_id, r.workflow, r.status, r.outcome,
+           COALESCE((SELECT sum(octet_length(payload)) FROM events e
+                     WHERE e.run_id = r.run_id), 0) AS history,
+           COALESCE(octet_length(r.checkpoint), 0) AS ckpt,
+           COALESCE((SELECT sum(size) FROM blob_refs b WHERE b.run_id = r.run_id
+                     AND b.kind = 'chunk'), 0) AS chunked,
+           COALESCE((SELECT sum(size) FROM blob_refs b WHERE b.run_id = r.run_id
+                     AND b.kind = 'artifact'), 0) AS artifacts
+    FROM runs r
+    WHERE (CAST(:workflow AS text) IS NULL OR r.workflow = CAST(:workflow AS text))
+) AS s
+ORDER BY history + ckpt + chunked + artifacts DESC, run_id LIMIT :limit;
+
+-- name: event_at
+-- One event by its seq (the user checkpoint an engine checkpoint refers to).
+SELECT seq, type, epoch, at_ms, v, payload FROM events WHERE run_id = :run_id AND seq = :seq;
+
+-- name: get_chunks
+-- Several chunks at once (:hashes: a JSON array of hex hashes).
+SELECT encode(hash, 'hex'), data FROM chunks
+WHERE hash IN (SELECT decode(h, 'hex') FROM jsonb_array_elements_text(CAST(:hashes AS jsonb)) AS h);
