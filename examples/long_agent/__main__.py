@@ -43,13 +43,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     agent = la.make_agent(la.NAME, budget_tokens=args.budget)
     url = f"sqlite:///{root}/torpor.db"
+    if args.resume and not (root / "torpor.db").exists():
+        p.error(f"no run to resume in {root} (pass the --dir the run was started with)")
 
     def show(turn: int, messages: Sequence[Message]) -> None:
         tokens = estimate_request(messages, la.tools.specs())
         summary = "summary" if "earlier turns summarized" in messages[0].content else "-"
         print(f"turn {turn:4d}  context {tokens:5d} tokens  {len(messages):3d} messages  {summary}")
         if args.kill_at is not None and turn == args.kill_at:
-            print(f"SIGKILL at turn {turn}; continue with: python -m examples.long_agent --resume")
+            again = f"uv run python -m examples.long_agent --resume --dir {args.dir}"
+            if args.run_id != "long-1":
+                again += f" --run-id {args.run_id}"
+            print(f"SIGKILL at turn {turn}; continue with: {again}")
             sys.stdout.flush()
             os.kill(os.getpid(), signal.SIGKILL)
 

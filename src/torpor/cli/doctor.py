@@ -17,7 +17,7 @@ def doctor(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     index, the schema version, runs whose history cannot be folded, and run rows whose status
     disagrees with their history. Exit 1 when anything is wrong.
 
-    Example: torpor doctor --db sqlite:///.torpor/torpor.db
+    Example: torpor --db sqlite:///.torpor/torpor.db doctor
     """
     findings = examine(options(ctx).settings().database_url)
     if json_out:

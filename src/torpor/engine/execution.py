@@ -162,7 +162,7 @@ class Execution:
             return self.finish(
                 Outcome.UNRESOLVED,
                 f"{u}; a person must settle it: torpor resolve {j.run_id} {u.key} "
-                "--applied/--absent",
+                "--applied/--absent --as NAME",
             )
         except RunStopped as s:
             j.replay.check_replayed(f"stopped ({s.outcome}: {s.reason})")
