@@ -1,0 +1,114 @@
+"""G9 for an agent's working memory (issue 17, adversarial review defect 8): a run killed with
+SIGKILL between a tool call's recorded outcome and the next checkpoint, then resumed, records
+the very contexts and compactions an uninterrupted run records — the replayed outcome keeps
+the step that ran the call (``tool:<call>@v<n>``, not its ``settle:`` step), and every dict in
+the working memory is read the same whether it came from this process or from the store
+(canonical JSON has its keys sorted)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import torpor
+from torpor import serde
+from torpor.agents.working import WorkingMemory
+from torpor.memory.working import AgentSnapshot, next_context
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # the examples package lives at the repository root
+    sys.path.insert(0, str(ROOT))
+
+from examples.long_agent.agent import make_agent  # noqa: E402
+
+from memory_kit import contexts, fresh, killed_child, payloads, world  # noqa: E402
+
+TURNS = 24
+BUDGET = 2500
+
+
+def _compare(client: torpor.Client, a: str, b: str) -> None:
+    def key(rid: str, etype: str) -> list[object]:
+        return [p.model_dump(mode="json") for p in payloads(client, rid, etype)]
+
+    for etype in ("context_built", "context_compacted", "tool_call_settled", "model_called"):
+        left, right = key(a, etype), key(b, etype)
+        assert len(left) == len(right), etype
+        for i, (x, y) in enumerate(zip(left, right, strict=True)):
+            assert x == y, (etype, i, x, y)
+    assert client.state(a).result == client.state(b).result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash_at", ["agent.tool.settled@6", "agent.tool.settled@15"])
+def test_killed_after_a_tool_outcome_resumes_to_the_uninterrupted_record(
+    store_url: str, tmp_path: Path, crash_at: str
+) -> None:
+    world(tmp_path, TURNS)
+    name = fresh("equal")
+    agent = make_agent(name, budget_tokens=BUDGET)
+    with torpor.Runtime(store_url) as rt:
+        assert rt.run(agent, {"turns": TURNS, "seed": 7}, run_id="straight").outcome == "succeeded"
+    killed_child(
+        tmp_path,
+        store_url,
+        name=name,
+        rid="killed",
+        turns=TURNS,
+        budget=BUDGET,
+        crash_at=crash_at,
+    )
+    with contexts(), torpor.Runtime(store_url) as rt:
+        assert rt.resume("killed").outcome == "succeeded"
+    _compare(torpor.Client(store_url), "straight", "killed")
+
+
+def _wire(messages: list[Any]) -> str:
+    """The messages as bytes on the wire: JSON in the dicts' own order (not sorted)."""
+    return json.dumps([m.model_dump(mode="json") for m in messages])
+
+
+def test_every_checkpoint_restores_to_the_state_it_was_taken_from(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At each checkpoint of a long run (compactions, failed reads, operator messages), the
+    state a resumed process rebuilds from it — the checkpoint read back from the store, then
+    :meth:`WorkingMemory.load` — snapshots to the same data, and builds the same next context,
+    byte for byte, as the state it was taken from."""
+    world(tmp_path, TURNS)
+    agent = make_agent(fresh("load"), budget_tokens=BUDGET)
+    seen: list[int] = []
+    problems: list[str] = []
+    save = WorkingMemory.save
+
+    def checked(self: WorkingMemory, need_plan: bool) -> None:
+        save(self, need_plan)
+        if self.legacy:
+            return
+        here = self.snapshot(need_plan)
+        raw = serde.loads(serde.dumps(self.ctx.run.restore(None)))  # as the store reads it
+        other = WorkingMemory(copy.copy(self.ctx))
+        other.load(AgentSnapshot.model_validate(raw))
+        back = other.snapshot(need_plan)
+        mine = next_context(here, instructions=self.instructions, extra=here.extra_sections())
+        theirs = next_context(back, instructions=self.instructions, extra=back.extra_sections())
+        if back.model_dump(mode="json") != here.model_dump(mode="json"):
+            problems.append(f"turn {self.turn}: the restored state snapshots differently")
+        if serde.dumps(raw) != serde.dumps(here.model_dump(mode="json")):
+            problems.append(f"turn {self.turn}: the checkpoint is not the state's snapshot")
+        if _wire(mine.messages) != _wire(theirs.messages):
+            problems.append(f"turn {self.turn}: the restored state builds another context")
+        seen.append(self.turn)
+
+    monkeypatch.setattr(WorkingMemory, "save", checked)
+    with torpor.Runtime(store_url) as rt:
+        assert rt.run(agent, {"turns": TURNS, "seed": 7}, run_id="load").outcome == "succeeded"
+    assert not problems, problems[:3]
+    client = torpor.Client(store_url)
+    assert len(seen) >= TURNS - 2
+    assert payloads(client, "load", "context_compacted")  # compacted state restored too
