@@ -1,9 +1,10 @@
 """G9 for an agent's working memory (issue 17, adversarial review defect 8): a run killed with
-SIGKILL between a tool call's recorded outcome and the next checkpoint, then resumed, records
-the very contexts and compactions an uninterrupted run records — the replayed outcome keeps
-the step that ran the call (``tool:<call>@v<n>``, not its ``settle:`` step), and every dict in
-the working memory is read the same whether it came from this process or from the store
-(canonical JSON has its keys sorted)."""
+SIGKILL between a tool call's recorded outcome and the next checkpoint (or after a model call,
+a plan or a compaction was recorded), then resumed, records the very contexts and compactions
+an uninterrupted run records — the replayed outcome keeps the step that ran the call
+(``tool:<call>@v<n>``, not its ``settle:`` step); every checkpoint restores to the state it was
+taken from; and every dict in the working memory is read the same whether it came from this
+process or from the store (canonical JSON has its keys sorted)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 import torpor
 from torpor import serde
 from torpor.agents.working import WorkingMemory
+from torpor.memory.buffer import CallItem, Unit
 from torpor.memory.working import AgentSnapshot, next_context
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +47,15 @@ def _compare(client: torpor.Client, a: str, b: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("crash_at", ["agent.tool.settled@6", "agent.tool.settled@15"])
+@pytest.mark.parametrize(
+    "crash_at",
+    [
+        "agent.tool.settled@6",  # (the reviewer's case: before the fix the summary said settle:)
+        "model.recorded@11",
+        "agent.plan.recorded@9",
+        "memory.compacted@2",
+    ],
+)
 def test_killed_after_a_tool_outcome_resumes_to_the_uninterrupted_record(
     store_url: str, tmp_path: Path, crash_at: str
 ) -> None:
@@ -112,3 +122,23 @@ def test_every_checkpoint_restores_to_the_state_it_was_taken_from(
     client = torpor.Client(store_url)
     assert len(seen) >= TURNS - 2
     assert payloads(client, "load", "context_compacted")  # compacted state restored too
+
+
+def test_call_arguments_in_any_key_order_send_the_same_bytes() -> None:
+    """A model's arguments in its own key order, and the same unit read back from a
+    checkpoint (canonical JSON: keys sorted), give the same messages on the wire."""
+    unit = Unit(
+        turn=3,
+        kind="model",
+        text="reading",
+        calls=[
+            CallItem(
+                call_id="c",
+                tool_call_id="c",
+                tool="t",
+                args={"z": 1, "a": {"y": 2, "b": [{"q": 1, "p": 2}]}},
+            )
+        ],
+    )
+    back = Unit.model_validate(serde.loads(serde.dumps(unit.model_dump(mode="json"))))
+    assert _wire(unit.messages()) == _wire(back.messages())
