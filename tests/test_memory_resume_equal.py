@@ -18,6 +18,7 @@ import pytest
 
 import torpor
 from torpor import serde
+from torpor.agents.calls import executed_by
 from torpor.agents.working import WorkingMemory
 from torpor.memory.buffer import CallItem, Unit
 from torpor.memory.working import AgentSnapshot, next_context
@@ -142,3 +143,13 @@ def test_call_arguments_in_any_key_order_send_the_same_bytes() -> None:
     )
     back = Unit.model_validate(serde.loads(serde.dumps(unit.model_dump(mode="json"))))
     assert _wire(unit.messages()) == _wire(back.messages())
+
+
+def test_an_outcome_recorded_before_it_named_its_step_replays_with_the_step_that_ran() -> None:
+    """Outcomes recorded before the settle step kept ``executed_by``: a succeeded or failed
+    call ran in its ``tool:`` step (the fold requires a step for those), the others in none."""
+    assert executed_by({"outcome": "succeeded", "observation": 1}, "c@v2") == "tool:c@v2"
+    assert executed_by({"outcome": "failed", "observation": {}}, "c@v2") == "tool:c@v2"
+    assert executed_by({"outcome": "invalid", "observation": {}}, "c@v2") is None
+    assert executed_by({"outcome": "skipped", "executed_by": None}, "c@v2") is None
+    assert executed_by({"outcome": "succeeded", "executed_by": "tool:x@v1"}, "c@v2") == "tool:x@v1"

@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m examples.long_agent", description=__doc__)
     p.add_argument("--turns", type=int, default=300, help="model turns of the run (default 300)")
     p.add_argument("--seed", type=int, default=7, help="seed of the world and the script")
-    p.add_argument("--budget", type=int, default=6000, help="context budget in tokens")
+    p.add_argument("--budget", type=int, default=6000, help="context budget, tokens (>= 256)")
     p.add_argument("--dir", type=Path, default=Path(".long_agent"), help="world and store")
     p.add_argument("--run-id", default="long-1")
     p.add_argument("--kill-at", type=int, help="SIGKILL this process at that turn's model call")
