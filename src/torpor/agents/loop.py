@@ -339,10 +339,8 @@ class AgentContext:
             boundary=boundary,
         )
         c.status, c.observation = rec["outcome"], rec["observation"]
-        step = rec.get("executed_by", executed_by)  # as recorded (G9)
-        self.memory.settled(
-            c.call_id, c.status, c.observation, step or f"settle:{c.call_id}@v{c.version}"
-        )
+        step = rec.get("executed_by", executed_by) or f"settle:{c.call_id}@v{c.version}"
+        self.memory.settled(c.call_id, c.status, c.observation, step)  # as recorded (G9)
         if new:
             faults.point("agent.tool.settled")
 
