@@ -153,3 +153,30 @@ def test_an_outcome_recorded_before_it_named_its_step_replays_with_the_step_that
     assert executed_by({"outcome": "invalid", "observation": {}}, "c@v2") is None
     assert executed_by({"outcome": "skipped", "executed_by": None}, "c@v2") is None
     assert executed_by({"outcome": "succeeded", "executed_by": "tool:x@v1"}, "c@v2") == "tool:x@v1"
+
+
+@pytest.mark.slow
+def test_outcomes_offloaded_to_the_artifact_store_replay_the_same(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a small inline limit the tool outcomes are recorded as references to the artifact
+    store (issue 22); a resume after a SIGKILL reads them back, not the references."""
+    monkeypatch.setenv("TORPOR_INLINE_VALUE_BYTES", "300")  # the child's limit
+    monkeypatch.setattr(serde, "INLINE_VALUE_BYTES", 300)  # this process's
+    world(tmp_path, TURNS)
+    name = fresh("offload")
+    agent = make_agent(name, budget_tokens=BUDGET)
+    with torpor.Runtime(store_url) as rt:
+        assert rt.run(agent, {"turns": TURNS, "seed": 7}, run_id="straight").outcome == "succeeded"
+    killed_child(
+        tmp_path,
+        store_url,
+        name=name,
+        rid="killed",
+        turns=TURNS,
+        budget=BUDGET,
+        crash_at="agent.tool.settled@6",
+    )
+    with torpor.Runtime(store_url) as rt:
+        assert rt.resume("killed").outcome == "succeeded"
+    _compare(torpor.Client(store_url), "straight", "killed")
