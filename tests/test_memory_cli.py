@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 import torpor
+from torpor.agents.planners import CodePlanner
 from torpor.cli import app
 from torpor.errors import BadInputError
 
@@ -61,7 +63,53 @@ def test_context_command_shows_sections_with_token_counts(store_url: str, tmp_pa
         rt.run(torpor.workflow(name=fresh("plain"))(lambda run, x: x), 1, run_id="plain")
     bad = CliRunner().invoke(app, ["--db", store_url, "context", "plain"])
     assert isinstance(bad.exception, BadInputError)  # (main() prints it as one line, exit 2)
-    assert "run 'plain' has no agent checkpoint yet" in str(bad.exception)
+    assert "run 'plain' has no checkpoint: not an agent run" in str(bad.exception)
+
+
+def test_context_of_an_agent_waiting_for_approval(store_url: str) -> None:
+    """An agent waiting for a person's approval shows its next context once it has a
+    checkpoint; before its first boundary the error says why there is none and what it waits
+    for. A workflow's own checkpoint is named as such."""
+    tools = torpor.Tools()
+
+    @tools.tool
+    def fetch(source: str) -> list[int]:
+        return [3, 1, 2]
+
+    @tools.tool(policy="effect", requires_approval=True)
+    def publish(rows: list[int], idempotency_key: str) -> dict[str, Any]:
+        return {"published": rows}
+
+    def first_publish(view: torpor.PlanView) -> torpor.Proposal:
+        if view.version == 0:
+            return torpor.Proposal(steps=[torpor.step("p", "publish", rows=[1])])
+        return torpor.Proposal.finish()
+
+    def fetch_then_publish(view: torpor.PlanView) -> torpor.Proposal:
+        if view.version == 0:
+            return torpor.Proposal(steps=[torpor.step("a", "fetch", source="db")])
+        if view.version == 1:
+            return torpor.Proposal(steps=[torpor.step("p", "publish", rows=[1, 2, 3])])
+        return torpor.Proposal.finish()
+
+    def agent(name: str, plan: Any) -> torpor.Agent:
+        return torpor.Agent(fresh(name), goal="publish", tools=tools, planner=CodePlanner(plan))
+
+    with torpor.Runtime(store_url) as rt:
+        assert rt.run(agent("first", first_publish), None, run_id="w1").status == "waiting"
+        assert rt.run(agent("later", fetch_then_publish), None, run_id="w2").status == "waiting"
+        own = torpor.workflow(name=fresh("own"))(lambda run, x: run.checkpoint({"n": x}))
+        rt.run(own, 1, run_id="own")
+    bad = CliRunner().invoke(app, ["--db", store_url, "context", "w1"])
+    assert isinstance(bad.exception, BadInputError)
+    msg = str(bad.exception)
+    assert "run 'w1' has no agent checkpoint yet" in msg and "waiting (approval" in msg, msg
+    out = CliRunner().invoke(app, ["--db", store_url, "context", "w2", "--json"])
+    assert out.exit_code == 0, out.output
+    plan = {s["name"]: s for s in json.loads(out.output)["sections"]}["plan"]["text"]
+    assert '- a: fetch({"source": "db"}) [succeeded]' in plan, plan  # its latest boundary
+    bad = CliRunner().invoke(app, ["--db", store_url, "context", "own"])
+    assert "run 'own' is not an agent run: its checkpoint" in str(bad.exception)
 
 
 @pytest.mark.slow

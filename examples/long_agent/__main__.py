@@ -12,6 +12,7 @@ Exit status: 0 the run succeeded, 1 another outcome.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -29,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m examples.long_agent", description=__doc__)
     p.add_argument("--turns", type=int, default=300, help="model turns of the run (default 300)")
     p.add_argument("--seed", type=int, default=7, help="seed of the world and the script")
-    p.add_argument("--budget", type=int, default=6000, help="context budget in tokens")
+    p.add_argument("--budget", type=int, default=6000, help="context budget, tokens (>= 256)")
     p.add_argument("--dir", type=Path, default=Path(".long_agent"), help="world and store")
     p.add_argument("--run-id", default="long-1")
     p.add_argument("--kill-at", type=int, help="SIGKILL this process at that turn's model call")
@@ -41,7 +42,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ["LONG_AGENT_WORLD"] = str(world)
     from . import agent as la
 
-    agent = la.make_agent(la.NAME, budget_tokens=args.budget)
+    try:
+        agent = la.make_agent(la.NAME, budget_tokens=args.budget)
+    except torpor.errors.BadInputError as exc:
+        print(f"error: --budget {args.budget}: {exc}", file=sys.stderr)
+        return 2
     url = f"sqlite:///{root}/torpor.db"
     if args.resume and not (root / "torpor.db").exists():
         p.error(f"no run to resume in {root} (pass the --dir the run was started with)")
@@ -49,13 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     def show(turn: int, messages: Sequence[Message]) -> None:
         tokens = estimate_request(messages, la.tools.specs())
         summary = "summary" if "earlier turns summarized" in messages[0].content else "-"
-        print(f"turn {turn:4d}  context {tokens:5d} tokens  {len(messages):3d} messages  {summary}")
+        say(f"turn {turn:4d}  context {tokens:5d} tokens  {len(messages):3d} messages  {summary}")
         if args.kill_at is not None and turn == args.kill_at:
             again = f"uv run python -m examples.long_agent --resume --dir {args.dir}"
             if args.run_id != "long-1":
                 again += f" --run-id {args.run_id}"
-            print(f"SIGKILL at turn {turn}; continue with: {again}")
-            sys.stdout.flush()
+            say(f"SIGKILL at turn {turn}; continue with: {again}")
             os.kill(os.getpid(), signal.SIGKILL)
 
     la.ON_CALL.append(show)
@@ -67,11 +71,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_world(world, make_script(args.turns, args.seed))
             res = rt.run(agent, {"turns": args.turns, "seed": args.seed}, run_id=args.run_id)
         state = torpor.Client(rt.store).state(args.run_id)
-    print(
+    say(
         f"{res.outcome}: {state.usage.model_calls} model calls, "
         f"{state.context_compactions} compactions, last context {state.context_tokens} tokens"
     )
     return 0 if res.outcome == "succeeded" else 1
+
+
+def say(line: str) -> None:
+    """Print ``line`` (flushed). The printing is this command's, not the run's: when the reader
+    went away (``| head``: BrokenPipeError) the rest of the output goes to /dev/null and the
+    run goes on — an error here must never become the outcome of a model call."""
+    try:
+        print(line, flush=True)
+    except (BrokenPipeError, ValueError):  # (ValueError: stdout closed)
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":

@@ -46,6 +46,17 @@ class PlannedCall:
     observation: Any = None
 
 
+def executed_by(recorded: dict[str, Any], base: str) -> str | None:
+    """The step that ran a call whose outcome ``recorded`` (a ``settle:<base>`` result) was
+    read back: the one it names, or, for an outcome recorded before it named one, the call's
+    ``tool:<base>`` step when it succeeded or failed (the fold requires a step for those and
+    :func:`execute_call` ran them only there) — so a replayed outcome is the outcome this
+    execution saw, step included (G9: the working memory refers to that step)."""
+    if "executed_by" in recorded:
+        return recorded["executed_by"]
+    return f"tool:{base}" if recorded.get("outcome") in ("succeeded", "failed") else None
+
+
 def _reveal(ctx: Context, args: Any) -> tuple[Any, list[str]]:
     """Secret markers swapped back for their values (those this process knows)."""
     missing: list[str] = []
@@ -70,7 +81,8 @@ def execute_call(ctx: Context, c: PlannedCall) -> str:
     base = f"{c.call_id}@v{c.version}"
     comp = run.journal.recorded(f"settle:{base}", Policy.READ)
     if comp is not None:  # replay: the outcome is recorded
-        ctx.settle(c, comp.result["outcome"], comp.result["observation"], None)
+        rec = run.journal.value(f"settle:{base}", comp.result)
+        ctx.settle(c, rec["outcome"], rec["observation"], executed_by(rec, base))
         return c.status
     tool = ctx.agent.tools.get(c.tool)
     if tool is None:

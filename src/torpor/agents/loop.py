@@ -334,14 +334,13 @@ class AgentContext:
                     call_id=c.call_id, outcome=outcome, observation=obs, executed_by=executed_by
                 )
             ],
-            {"outcome": outcome, "observation": obs},
+            {"outcome": outcome, "observation": obs, "executed_by": executed_by},
             f"outcome of {c.tool} call {c.call_id}",
             boundary=boundary,
         )
         c.status, c.observation = rec["outcome"], rec["observation"]
-        self.memory.settled(
-            c.call_id, c.status, c.observation, executed_by or f"settle:{c.call_id}@v{c.version}"
-        )
+        step = rec.get("executed_by", executed_by) or f"settle:{c.call_id}@v{c.version}"
+        self.memory.settled(c.call_id, c.status, c.observation, step)  # as recorded (G9)
         if new:
             faults.point("agent.tool.settled")
 

@@ -28,16 +28,13 @@ def show_context(
 
     Example: torpor context triage-7 --full
     """
-    from ..memory.view import context_view  # (the agents' code, only for this command)
+    from ..memory.view import context_view, no_context_reason  # (only for this command)
 
     with open_client(ctx) as client:
         state = client.state(run_id)
     view = context_view(state)
     if view is None:
-        raise BadInputError(
-            f"run {run_id!r} has no agent checkpoint yet (not an agent run, or it has not "
-            "reached its first boundary)"
-        )
+        raise BadInputError(no_context_reason(state))
     if json_out:
         emit_json(
             {

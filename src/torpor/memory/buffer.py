@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from ..agents.models.base import Message, ToolCall
 from .tokens import MESSAGE_OVERHEAD_TOKENS, estimate_message, estimate_text
@@ -36,6 +36,14 @@ class CallItem(BaseModel):
     status: str = "pending"
     result: str = ""
     step: str | None = None
+
+    @field_validator("args")
+    @classmethod
+    def _sorted_args(cls, v: Any) -> Any:
+        """Keys in sorted order: the arguments read back from a checkpoint come in canonical
+        JSON's order, so a resumed run's messages must not depend on the order the model or
+        planner gave them in (G9: the same context, byte for byte)."""
+        return sorted_keys(v)
 
 
 class Unit(BaseModel):
@@ -139,3 +147,13 @@ class Buffer(BaseModel):
 def text_tokens(text: str) -> int:
     """Tokens of a text section (a message's overhead included)."""
     return MESSAGE_OVERHEAD_TOKENS + estimate_text(text)
+
+
+def sorted_keys(v: Any) -> Any:
+    """``v`` with every dict's keys in sorted order (lists keep theirs), as canonical JSON
+    reads it back."""
+    if isinstance(v, dict):
+        return {k: sorted_keys(v[k]) for k in sorted(v, key=str)}
+    if isinstance(v, list):
+        return [sorted_keys(x) for x in v]
+    return v

@@ -4,6 +4,7 @@ its context with, :func:`~torpor.memory.working.next_context`)."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -104,3 +105,38 @@ def _line(m: Message) -> str:
     calls = "".join(f" -> {c.name}({serde.dumps(c.arguments)})" for c in m.tool_calls)
     text = m.content if len(m.content) <= 200 else m.content[:197] + "..."
     return f"{m.role}: {text}{calls}".replace("\n", " ")
+
+
+def no_context_reason(state: RunState) -> str:
+    """Why :func:`context_view` has no context for the run (it returned None), in one line
+    naming the run: no checkpoint yet (an agent saves its first at the boundary after its
+    first plan's calls — a run waiting for an approval of a first-plan call has none), a
+    checkpoint that is not an agent's working memory, or one of another snapshot version."""
+    rid = state.run_id
+    where = f"it is {state.status.value}"
+    if state.wait is not None:
+        where += f" ({state.wait.kind} {state.wait.name!r})"
+    if state.user_state is None:
+        agent = bool(state.plan) or state.usage.model_calls > 0
+        if not agent:
+            return (
+                f"run {rid!r} has no checkpoint: not an agent run, or it has not reached its "
+                f"first boundary ({where})"
+            )
+        return (
+            f"run {rid!r} has no agent checkpoint yet: an agent saves its first at the boundary "
+            f"after its first plan's calls, so its next context cannot be shown before then "
+            f"({where}; `torpor show {rid}` shows what it waits for)"
+        )
+    raw = state.user_state
+    with contextlib.suppress(Exception):  # (shown as it is recorded when it does not decode)
+        raw = serde.decode(raw)
+    if isinstance(raw, dict) and "goal_text" in raw and raw.get("v") != SNAPSHOT_VERSION:
+        return (
+            f"run {rid!r}: its checkpoint (seq {state.user_checkpoint_seq}) is an agent snapshot "
+            f"of version {raw.get('v')!r}, not {SNAPSHOT_VERSION}: this torpor cannot show it"
+        )
+    return (
+        f"run {rid!r} is not an agent run: its checkpoint (seq {state.user_checkpoint_seq}) is "
+        f"the workflow's own state, not an agent's working memory (`torpor show {rid}` shows it)"
+    )
