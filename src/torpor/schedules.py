@@ -71,6 +71,28 @@ class Schedule:
         return datetime.fromtimestamp(self.next_fire_ms / 1000, UTC).astimezone(zone(self.tz))
 
 
+#: The longest workflow name a schedule takes.
+MAX_WORKFLOW_CHARS = 200
+
+
+def check_workflow_name(schedule: str, workflow: object) -> str:
+    """Refuse a schedule's workflow name that no registered workflow could have: not a string,
+    empty, over :data:`MAX_WORKFLOW_CHARS`, with spaces at either end or characters that are
+    not printable (control codes, terminal escapes). BadInputError naming the schedule."""
+    if (
+        not isinstance(workflow, str)
+        or not 1 <= len(workflow) <= MAX_WORKFLOW_CHARS
+        or workflow != workflow.strip()
+        or not workflow.isprintable()
+    ):
+        shown = repr(workflow) if not isinstance(workflow, str) else repr(workflow[:60])
+        raise BadInputError(
+            f"schedule {schedule!r}: workflow name {shown} is not valid: use 1-"
+            f"{MAX_WORKFLOW_CHARS} printable characters, a registered workflow's name"
+        )
+    return workflow
+
+
 def slot_run_id(name: str, slot_ms: int) -> str:
     """The run id of a schedule's slot: ``NAME@YYYY-MM-DDTHH:MM:SSZ`` (UTC)."""
     stamp = datetime.fromtimestamp(slot_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -127,8 +149,7 @@ class Schedules:
             )
         if queue is not None:
             check_name("queue", queue)
-        if not isinstance(workflow, str) or not workflow:
-            raise BadInputError(f"schedule {name!r}: workflow must be a registered name")
+        check_workflow_name(name, workflow)
         try:
             text = serde.dumps(serde.to_jsonable(input))
         except NotSerializable as exc:

@@ -178,7 +178,10 @@ UPDATE runs SET wake_at_ms = :now_ms, updated_at_ms = :now_ms
 WHERE run_id = :run_id AND status = 'waiting';
 
 -- name: reopen_run
-UPDATE runs SET status = 'pending', wake_at_ms = :now_ms, updated_at_ms = :now_ms
+-- A run of a queue reopened from a terminal outcome gave its slot back when it finished: it
+-- claims one again (started_at_ms cleared), under its queue's limits, like a new run.
+UPDATE runs SET status = 'pending', wake_at_ms = :now_ms, updated_at_ms = :now_ms,
+    started_at_ms = CASE WHEN queue IS NULL THEN started_at_ms ELSE NULL END
 WHERE run_id = :run_id AND status = 'finished' AND outcome IN ('unresolved', 'blocked');
 
 -- name: inbox_owner
