@@ -26,9 +26,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .errors import BadInputError
+from .errors import BadInputError, CorruptRecordError
 from .store.base import Dispatch
 
 if TYPE_CHECKING:
@@ -208,7 +208,7 @@ class Queues:
         return None if row is None else _limits(row)
 
     def list(self) -> list[QueueLimits]:
-        """Every defined queue, by name."""
+        """Every defined queue, by name. CorruptRecordError naming the first damaged row."""
         with self.store.driver.read() as cur:
             rows = self.store.driver.fetchall(cur, self.store.q["queue_list"], {})
         return [_limits(r) for r in rows]
@@ -220,24 +220,73 @@ class Queues:
         return n > 0
 
 
-def _limits(row: tuple[object, ...]) -> QueueLimits:
-    name, conc, kconc, rate, rate_ms, krate, krate_ms = row
+_LIMIT_COLUMNS = (
+    "concurrency",
+    "key_concurrency",
+    "rate_limit",
+    "rate_period_ms",
+    "key_rate_limit",
+    "key_rate_period_ms",
+)
 
-    def opt_int(v: object) -> int | None:
-        return None if v is None else int(str(v))
+
+def _limits(row: tuple[object, ...]) -> QueueLimits:
+    """A queue's limits from its row; CorruptRecordError naming the queue and the column for a
+    damaged row (a limit that is not a positive integer)."""
+    name, *values = row
+    for column, v in zip(_LIMIT_COLUMNS, values, strict=True):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise CorruptRecordError(
+                f"queue {str(name)[:100]!r} is damaged: {column} {repr(v)[:80]}"
+            )
+    conc, kconc, rate, rate_ms, krate, krate_ms = values
 
     def opt_s(v: object) -> float | None:
         return None if v is None else int(str(v)) / 1000
 
     return QueueLimits(
         str(name),
-        opt_int(conc),
-        opt_int(kconc),
-        opt_int(rate),
+        conc,  # type: ignore[arg-type]
+        kconc,  # type: ignore[arg-type]
+        rate,  # type: ignore[arg-type]
         opt_s(rate_ms),
-        opt_int(krate),
+        krate,  # type: ignore[arg-type]
         opt_s(krate_ms),
     )
+
+
+def _run_row(run_id: str, row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The queue columns of a run's row (status, queue, key, priority, not_before_ms,
+    started_at_ms) checked: CorruptRecordError naming the run and the column when damaged."""
+    _status, queue, key, priority, not_before_ms, started_at_ms = row
+    checks = (
+        ("queue", queue, str),
+        ("concurrency_key", key, str),
+        ("not_before_ms", not_before_ms, int),
+        ("started_at_ms", started_at_ms, int),
+    )
+    for column, v, kind in checks:
+        if v is not None and (not isinstance(v, kind) or isinstance(v, bool)):
+            raise CorruptRecordError(
+                f"run {run_id!r} is damaged: {column} {repr(v)[:80]}", run_id=run_id
+            )
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise CorruptRecordError(
+            f"run {run_id!r} is damaged: priority {repr(priority)[:80]}", run_id=run_id
+        )
+    return row
+
+
+def _holder(queue: str, r: tuple[Any, ...]) -> tuple[str, str | None, int]:
+    """A row of a run holding a slot of ``queue`` (or started recently)."""
+    run_id, key, started = r
+    if not isinstance(started, int) or (key is not None and not isinstance(key, str)):
+        raise CorruptRecordError(
+            f"run {str(run_id)!r} of queue {queue!r} is damaged: started_at_ms "
+            f"{repr(started)[:80]}, concurrency_key {repr(key)[:80]}",
+            run_id=str(run_id),
+        )
+    return (str(run_id), key, started)
 
 
 # --------------------------------------------------------------------------- why not running
@@ -320,7 +369,7 @@ def queue_snapshot(store: SQLStore, run_id: str) -> QueueSnapshot | None:
         row = d.fetchone(cur, q["queue_run"], {"run_id": run_id})
         if row is None:
             return None
-        status, queue, key, _priority, not_before_ms, started_at_ms = row
+        status, queue, key, _priority, not_before_ms, started_at_ms = _run_row(run_id, row)
         if status != "pending" or started_at_ms is not None:
             return None
         if queue is None:
@@ -331,14 +380,14 @@ def queue_snapshot(store: SQLStore, run_id: str) -> QueueSnapshot | None:
         recent: list[tuple[str, str | None, int]] = []
         if limits is not None:
             active = [
-                (str(r[0]), r[1], int(r[2]))
+                _holder(queue, r)
                 for r in d.fetchall(cur, q["queue_active"], {"queue": queue, "limit": _SCAN_LIMIT})
             ]
             period_s = max(limits.rate_period_s or 0, limits.key_rate_period_s or 0)
             if period_s:
                 since = store.now_ms() - int(period_s * 1000)
                 recent = [
-                    (str(r[0]), r[1], int(r[2]))
+                    _holder(queue, r)
                     for r in d.fetchall(
                         cur,
                         q["queue_recent_starts"],
@@ -354,8 +403,8 @@ def dispatch_of(store: SQLStore, run_id: str) -> Dispatch | None:
         row = store.driver.fetchone(cur, store.q["queue_run"], {"run_id": run_id})
     if row is None:
         return None
-    _status, queue, key, priority, not_before_ms, _started = row
-    return Dispatch(queue, key, int(priority), not_before_ms)
+    _status, queue, key, priority, not_before_ms, _started = _run_row(run_id, row)
+    return Dispatch(queue, key, priority, not_before_ms)
 
 
 def left_to_workers(store: SQLStore, run_id: str) -> bool:
@@ -364,6 +413,27 @@ def left_to_workers(store: SQLStore, run_id: str) -> bool:
     Starting it again (same run id) only returns it, never executes it."""
     d = dispatch_of(store, run_id)
     return d is not None and (d.queue is not None or d.not_before_ms is not None)
+
+
+def damaged_rows(store: SQLStore, limit: int = 100_000) -> list[tuple[str, str]]:
+    """``(row, what is wrong)`` for each damaged queue row and run whose queue columns are
+    damaged (``torpor doctor``); empty when all are sound."""
+    d, q = store.driver, store.q
+    out: list[tuple[str, str]] = []
+    with d.read() as cur:
+        queues = d.fetchall(cur, q["queue_list"], {})
+        runs = d.fetchall(cur, q["queue_columns"], {"limit": limit})
+    for row in queues:
+        try:
+            _limits(row)
+        except CorruptRecordError as exc:
+            out.append((f"queue {row[0]}", str(exc)))
+    for run_id, *cols in runs:
+        try:
+            _run_row(str(run_id), tuple(cols))
+        except CorruptRecordError as exc:
+            out.append((f"run {run_id}", str(exc)))
+    return out
 
 
 def describe_dispatch(d: Dispatch) -> str:
@@ -396,6 +466,7 @@ __all__ = [
     "QueueSnapshot",
     "Queues",
     "check_name",
+    "damaged_rows",
     "describe_dispatch",
     "dispatch_for",
     "dispatch_of",

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import serde
 from .cron import fires_between, next_fire_ms, parse_cron, zone
-from .errors import BadInputError, NotSerializable, TorporError
+from .errors import BadInputError, CorruptRecordError, NotSerializable, TorporError
 from .queues import check_name
 from .workflows import accepted_versions
 
@@ -46,6 +46,13 @@ CATCHUP_POLICIES = ("one", "all", "skip")
 MAX_CATCHUP = 1000
 #: ``skip``: how late a slot may be and still fire.
 ON_TIME_S = 60.0
+#: A schedule that could not fire (its zone unknown on the worker's host, a stored cron that
+#: does not parse, a damaged row) is tried again this much later, its ``last_error`` recorded.
+SCHEDULE_RETRY_S = 60.0
+#: How much of an error a schedule records.
+MAX_ERROR_CHARS = 500
+#: (schedule, error) pairs this process already logged: each is logged once.
+_LOGGED: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -64,11 +71,17 @@ class Schedule:
     next_fire_ms: int
     last_fire_ms: int | None
     generation: int
+    last_error: str | None = None
 
     @property
     def next_fire(self) -> datetime:
-        """The next fire as an aware datetime in the schedule's zone."""
-        return datetime.fromtimestamp(self.next_fire_ms / 1000, UTC).astimezone(zone(self.tz))
+        """The next fire as an aware datetime in the schedule's zone (in UTC when that zone is
+        unknown on this host: a listing still shows it, and ``last_error`` says why)."""
+        at = datetime.fromtimestamp(self.next_fire_ms / 1000, UTC)
+        try:
+            return at.astimezone(zone(self.tz))
+        except BadInputError:
+            return at
 
 
 #: The longest workflow name a schedule takes.
@@ -100,19 +113,43 @@ def slot_run_id(name: str, slot_ms: int) -> str:
 
 
 def _schedule(row: tuple[Any, ...]) -> Schedule:
-    name, workflow, text, cron, tz, catchup, queue, paused, nxt, last, gen = row
+    """A schedule from its row; CorruptRecordError naming the schedule and the column for a
+    row that was damaged (edited by hand, written by something else)."""
+    name, workflow, text, cron, tz, catchup, queue, paused, nxt, last, gen, error = row
+
+    def bad(column: str, value: object) -> CorruptRecordError:
+        shown = repr(value)[:80]
+        return CorruptRecordError(f"schedule {str(name)[:100]!r} is damaged: {column} {shown}")
+
+    for column, value in (("workflow", workflow), ("cron", cron), ("tz", tz)):
+        if not isinstance(value, str):
+            raise bad(column, value)
+    if catchup not in CATCHUP_POLICIES:
+        raise bad("catchup", catchup)
+    if queue is not None and not isinstance(queue, str):
+        raise bad("queue", queue)
+    for column, value in (("next_fire_ms", nxt), ("last_fire_ms", last), ("generation", gen)):
+        if not (isinstance(value, int) or (value is None and column == "last_fire_ms")):
+            raise bad(column, value)
+    if not isinstance(text, str):
+        raise bad("input", text)
+    try:
+        data = serde.loads(text)
+    except ValueError:
+        raise bad("input", text) from None
     return Schedule(
         str(name),
-        str(workflow),
-        serde.loads(text),
-        str(cron),
-        str(tz),
-        str(catchup),
+        workflow,
+        data,
+        cron,
+        tz,
+        catchup,
         queue,
         bool(paused),
-        int(nxt),
-        None if last is None else int(last),
-        int(gen),
+        nxt,
+        last,
+        gen,
+        None if error is None else str(error),
     )
 
 
@@ -184,7 +221,7 @@ class Schedules:
         return None if row is None else _schedule(row)
 
     def list(self) -> list[Schedule]:
-        """Every schedule, by name."""
+        """Every schedule, by name. CorruptRecordError naming the first damaged row."""
         with self.store.driver.read() as cur:
             rows = self.store.driver.fetchall(cur, self.store.q["schedule_list"], {})
         return [_schedule(r) for r in rows]
@@ -213,7 +250,26 @@ class Schedules:
         """The earliest next fire of the schedules not paused (UTC epoch ms), or None."""
         with self.store.driver.read() as cur:
             row = self.store.driver.fetchone(cur, self.store.q["schedule_next_fire"], {})
-        return None if row is None or row[0] is None else int(row[0])
+        return None if row is None or not isinstance(row[0], int) else row[0]
+
+
+def schedule_problems(store: SQLStore) -> list[tuple[str, str]]:
+    """``(schedule, what is wrong)`` for each schedule that is damaged, whose cron or zone
+    cannot be computed on this host, or that last failed to fire (``torpor doctor``)."""
+    with store.driver.read() as cur:
+        rows = store.driver.fetchall(cur, store.q["schedule_list"], {})
+    out: list[tuple[str, str]] = []
+    for row in rows:
+        try:
+            s = _schedule(row)
+            parse_cron(s.cron)
+            zone(s.tz)
+        except TorporError as exc:
+            out.append((f"schedule {row[0]}", str(exc)))
+            continue
+        if s.last_error:
+            out.append((f"schedule {s.name}", f"last failed to fire: {s.last_error}"))
+    return out
 
 
 def due_slots(s: Schedule, now_ms: int) -> list[int]:
@@ -238,7 +294,12 @@ def fire_due(runtime: Runtime, limit: int = 100) -> list[str]:
     with store.driver.read() as cur:
         rows = store.driver.fetchall(cur, store.q["schedule_due"], {"now_ms": now, "limit": limit})
     fired: list[str] = []
-    for s in map(_schedule, rows):
+    for row in rows:
+        try:
+            s = _schedule(row)
+        except CorruptRecordError as exc:
+            _could_not_fire(store, row, now, str(exc))
+            continue
         if s.workflow not in served:
             continue  # a worker that has it fires it
         try:
@@ -248,7 +309,7 @@ def fire_due(runtime: Runtime, limit: int = 100) -> list[str]:
                 runtime.start(s.workflow, s.input, run_id=rid, queue=s.queue)
             nxt = next_fire_ms(parse_cron(s.cron), zone(s.tz), max(now, s.next_fire_ms))
         except TorporError as exc:
-            log.error("schedule %s: could not fire: %s", s.name, exc)
+            _could_not_fire(store, row, now, f"could not fire: {exc}")
             continue
         params = {
             "name": s.name,
@@ -264,13 +325,39 @@ def fire_due(runtime: Runtime, limit: int = 100) -> list[str]:
     return fired
 
 
+def _could_not_fire(store: SQLStore, row: tuple[Any, ...], now: int, error: str) -> None:
+    """Record on the schedule why it could not fire and retry it :data:`SCHEDULE_RETRY_S`
+    later (compare-and-set on the values read, damaged or not); log it once per process."""
+    name = str(row[0])
+    if (name, error) not in _LOGGED:
+        _LOGGED.add((name, error))
+        log.error(
+            "schedule %s: %s (retried every %gs until fixed; see torpor schedule ls)",
+            name,
+            error,
+            SCHEDULE_RETRY_S,
+        )
+    params = {
+        "name": row[0],
+        "generation": row[10],
+        "prev_fire_ms": row[8],
+        "next_fire_ms": now + int(SCHEDULE_RETRY_S * 1000),
+        "error": error[:MAX_ERROR_CHARS],
+        "now_ms": now,
+    }
+    with store.driver.transaction() as cur:
+        store.driver.execute(cur, store.q["schedule_fail"], params)
+
+
 __all__ = [
     "CATCHUP_POLICIES",
     "MAX_CATCHUP",
     "ON_TIME_S",
+    "SCHEDULE_RETRY_S",
     "Schedule",
     "Schedules",
     "due_slots",
     "fire_due",
+    "schedule_problems",
     "slot_run_id",
 ]

@@ -225,6 +225,8 @@ class Worker:
             self._next_fire_ms = Schedules(self.store).next_fire_ms()
         except TorporError as exc:
             log.warning("firing schedules failed: %s", exc)
+        except Exception:  # a bug must not take the fleet down: the runs go on being served
+            log.exception("firing schedules failed (retried at the next scan)")
 
     def _back_off(self, run_id: str) -> float:
         """The run failed here without an outcome (its history is intact; the cause may be

@@ -46,6 +46,7 @@ def _row(s: Schedule) -> dict[str, object]:
         "next_fire_ms": s.next_fire_ms,
         "last_fire_ms": s.last_fire_ms,
         "input": s.input,
+        "last_error": s.last_error,
     }
 
 
@@ -97,7 +98,8 @@ def add(
 
 @schedule_app.command("ls")
 def ls(ctx: typer.Context, json_out: JsonFlag = False) -> None:
-    """List schedules with their next fire (local to each schedule's zone).
+    """List schedules with their next fire (local to each schedule's zone) and, for one that
+    could not fire, why (a worker retries it every minute).
 
     Example: torpor schedule ls --json
     """
@@ -109,10 +111,13 @@ def ls(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     if not rows:
         console().print("no schedules")
         return
-    table = new_table("NAME", "CRON", "ZONE", "WORKFLOW", "NEXT FIRE", "LAST FIRE", "CATCH-UP")
+    columns = ["NAME", "CRON", "ZONE", "WORKFLOW", "NEXT FIRE", "LAST FIRE", "CATCH-UP"]
+    errors = any(s.last_error for s in rows)
+    table = new_table(*columns, *(["LAST ERROR"] if errors else []))
     for s in rows:
         nxt = "paused" if s.paused else s.next_fire.strftime("%Y-%m-%d %H:%M %Z")
-        add_row(table, s.name, s.cron, s.tz, s.workflow, nxt, when(s.last_fire_ms), s.catchup)
+        cells = [s.name, s.cron, s.tz, s.workflow, nxt, when(s.last_fire_ms), s.catchup]
+        add_row(table, *cells, *([s.last_error or "-"] if errors else []))
     console().print(table)
 
 
