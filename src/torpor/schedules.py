@@ -51,8 +51,8 @@ ON_TIME_S = 60.0
 SCHEDULE_RETRY_S = 60.0
 #: How much of an error a schedule records.
 MAX_ERROR_CHARS = 500
-#: (schedule, error) pairs this process already logged: each is logged once.
-_LOGGED: set[tuple[str, str]] = set()
+#: (store, schedule, error) this process already logged: each is logged once.
+_LOGGED: set[tuple[str, str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -329,8 +329,8 @@ def _could_not_fire(store: SQLStore, row: tuple[Any, ...], now: int, error: str)
     """Record on the schedule why it could not fire and retry it :data:`SCHEDULE_RETRY_S`
     later (compare-and-set on the values read, damaged or not); log it once per process."""
     name = str(row[0])
-    if (name, error) not in _LOGGED:
-        _LOGGED.add((name, error))
+    if (store.url, name, error) not in _LOGGED:
+        _LOGGED.add((store.url, name, error))
         log.error(
             "schedule %s: %s (retried every %gs until fixed; see torpor schedule ls)",
             name,
