@@ -110,7 +110,8 @@ def start(
         typer.Option(
             "--run-id",
             metavar="ID",
-            help="Run id; starting an existing id rejoins that run (idempotent).",
+            help="Run id; starting an existing id rejoins that run (idempotent); one of a "
+            "queue or with a start time is only returned (a worker starts it).",
         ),
     ] = None,
     imports: Imports = None,
