@@ -103,14 +103,19 @@ def test_a_damaged_queue_row_is_named(rt: torpor.Runtime) -> None:
     assert damaged_rows(rt.store) == [("queue q", "queue 'q' is damaged: concurrency 'abc'")]
 
 
-def test_a_damaged_run_row_is_skipped_named_and_reported(rt: torpor.Runtime) -> None:
+def test_a_damaged_run_row_is_skipped_named_and_reported(
+    rt: torpor.Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
     if not rt.store.url.startswith("sqlite"):
         pytest.skip("PostgreSQL's typed columns refuse such an edit")
     rt.start("sd_job", 1, run_id="r1", queue="q")
     rt.start("sd_job", 2, run_id="r2", queue="q")
     edit(rt, "UPDATE runs SET not_before_ms = 'soon' WHERE run_id = 'r2'")
-    stats = Worker(rt, poll_s=0.02).run(until_idle=True, max_seconds=3)
+    with caplog.at_level(logging.ERROR, logger="torpor.worker"):
+        stats = Worker(rt, poll_s=0.02).run(until_idle=True, max_seconds=3)
     assert stats.finished == 1 and rt.store.get_run("r1").outcome == "succeeded"
+    named = [r.getMessage() for r in caplog.records if "'r2' is damaged" in r.getMessage()]
+    assert len(named) == 1, named
     with pytest.raises(CorruptRecordError, match="run 'r2' is damaged: not_before_ms 'soon'"):
         why_not_running(rt.store, "r2")
     assert damaged_rows(rt.store) == [("run r2", "run 'r2' is damaged: not_before_ms 'soon'")]

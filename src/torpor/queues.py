@@ -436,6 +436,20 @@ def damaged_rows(store: SQLStore, limit: int = 100_000) -> list[tuple[str, str]]
     return out
 
 
+def damaged_pending(store: SQLStore, limit: int = 100) -> list[tuple[str, str]]:
+    """``(run id, what is wrong)`` for pending runs whose queue columns are damaged (cheap
+    enough for a worker to ask now and then: only such rows are read)."""
+    with store.driver.read() as cur:
+        rows = store.driver.fetchall(cur, store.q["queue_damaged_pending"], {"limit": limit})
+    out: list[tuple[str, str]] = []
+    for run_id, *cols in rows:
+        try:
+            _run_row(str(run_id), tuple(cols))
+        except CorruptRecordError as exc:
+            out.append((str(run_id), str(exc)))
+    return out
+
+
 def describe_dispatch(d: Dispatch) -> str:
     """``deploys (key api, priority 10, not before …)``; ``-`` for a run of no queue."""
     extra = []
@@ -466,6 +480,7 @@ __all__ = [
     "QueueSnapshot",
     "Queues",
     "check_name",
+    "damaged_pending",
     "damaged_rows",
     "describe_dispatch",
     "dispatch_for",

@@ -441,6 +441,11 @@ DELETE FROM queues WHERE name = :name;
 SELECT run_id, status, queue, concurrency_key, priority, not_before_ms, started_at_ms
 FROM runs ORDER BY run_id LIMIT :limit;
 
+-- name: queue_damaged_pending
+-- (Typed columns: a value of the wrong type cannot be stored; see the SQLite version.)
+SELECT run_id, status, queue, concurrency_key, priority, not_before_ms, started_at_ms
+FROM runs WHERE false LIMIT :limit;
+
 -- name: queue_run
 -- What decides whether a run waits for its queue.
 SELECT status, queue, concurrency_key, priority, not_before_ms, started_at_ms

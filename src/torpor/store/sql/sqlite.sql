@@ -338,6 +338,19 @@ DELETE FROM queues WHERE name = :name;
 SELECT run_id, status, queue, concurrency_key, priority, not_before_ms, started_at_ms
 FROM runs ORDER BY run_id LIMIT :limit;
 
+-- name: queue_damaged_pending
+-- Pending runs whose queue columns were edited into values of the wrong type (a worker names
+-- them once: the claim never takes them).
+SELECT run_id, status, queue, concurrency_key, priority, not_before_ms, started_at_ms
+FROM runs
+WHERE status = 'pending'
+  AND (typeof(not_before_ms) NOT IN ('integer', 'null')
+       OR typeof(started_at_ms) NOT IN ('integer', 'null')
+       OR typeof(priority) <> 'integer'
+       OR typeof(queue) NOT IN ('text', 'null')
+       OR typeof(concurrency_key) NOT IN ('text', 'null'))
+LIMIT :limit;
+
 -- name: queue_run
 -- What decides whether a run waits for its queue.
 SELECT status, queue, concurrency_key, priority, not_before_ms, started_at_ms
