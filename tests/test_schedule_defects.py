@@ -88,6 +88,8 @@ def test_a_damaged_schedule_is_skipped_named_and_reported(
         book.list()
     ((what, detail),) = schedule_problems(rt.store)
     assert what == "schedule bad" and "damaged: input" in detail
+    book.add("bad", cron="@daily", workflow="sd_job")  # an edit replaces the damaged row
+    assert [s.name for s in book.list()] == ["bad", "good"] and not schedule_problems(rt.store)
 
 
 def test_a_damaged_queue_row_is_named(rt: torpor.Runtime) -> None:

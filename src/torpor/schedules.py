@@ -192,7 +192,10 @@ class Schedules:
         except NotSerializable as exc:
             raise BadInputError(f"schedule {name!r}: input is not serializable: {exc}") from None
         now = self.store.now_ms()
-        old = self.get(name)
+        try:
+            old = self.get(name)
+        except CorruptRecordError:
+            old = None  # a damaged schedule is replaced whole (its last fire is not known)
         base = max(now, old.last_fire_ms or 0) if old else now
         params = {
             "name": name,
