@@ -47,7 +47,8 @@ MAX_CATCHUP = 1000
 #: ``skip``: how late a slot may be and still fire.
 ON_TIME_S = 60.0
 #: A schedule that could not fire (its zone unknown on the worker's host, a stored cron that
-#: does not parse, a damaged row) is tried again this much later, its ``last_error`` recorded.
+#: does not parse, a damaged row) is tried again this much later (``retry_at_ms``), its
+#: ``last_error`` recorded.
 SCHEDULE_RETRY_S = 60.0
 #: How much of an error a schedule records.
 MAX_ERROR_CHARS = 500
@@ -72,6 +73,7 @@ class Schedule:
     last_fire_ms: int | None
     generation: int
     last_error: str | None = None
+    retry_at_ms: int | None = None
 
     @property
     def next_fire(self) -> datetime:
@@ -115,7 +117,7 @@ def slot_run_id(name: str, slot_ms: int) -> str:
 def _schedule(row: tuple[Any, ...]) -> Schedule:
     """A schedule from its row; CorruptRecordError naming the schedule and the column for a
     row that was damaged (edited by hand, written by something else)."""
-    name, workflow, text, cron, tz, catchup, queue, paused, nxt, last, gen, error = row
+    name, workflow, text, cron, tz, catchup, queue, paused, nxt, last, gen, error, retry = row
 
     def bad(column: str, value: object) -> CorruptRecordError:
         shown = repr(value)[:80]
@@ -128,8 +130,14 @@ def _schedule(row: tuple[Any, ...]) -> Schedule:
         raise bad("catchup", catchup)
     if queue is not None and not isinstance(queue, str):
         raise bad("queue", queue)
-    for column, value in (("next_fire_ms", nxt), ("last_fire_ms", last), ("generation", gen)):
-        if not (isinstance(value, int) or (value is None and column == "last_fire_ms")):
+    for column, value in (
+        ("next_fire_ms", nxt),
+        ("last_fire_ms", last),
+        ("generation", gen),
+        ("retry_at_ms", retry),
+    ):
+        optional = column in ("last_fire_ms", "retry_at_ms")
+        if not (isinstance(value, int) or (value is None and optional)):
             raise bad(column, value)
     if not isinstance(text, str):
         raise bad("input", text)
@@ -150,6 +158,7 @@ def _schedule(row: tuple[Any, ...]) -> Schedule:
         last,
         gen,
         None if error is None else str(error),
+        retry,
     )
 
 
@@ -330,7 +339,8 @@ def fire_due(runtime: Runtime, limit: int = 100) -> list[str]:
 
 def _could_not_fire(store: SQLStore, row: tuple[Any, ...], now: int, error: str) -> None:
     """Record on the schedule why it could not fire and retry it :data:`SCHEDULE_RETRY_S`
-    later (compare-and-set on the values read, damaged or not); log it once per process."""
+    later, its next fire kept: once it can fire, the slots missed meanwhile are caught up by its
+    policy (compare-and-set on the values read, damaged or not). Logged once per process."""
     name = str(row[0])
     if (store.url, name, error) not in _LOGGED:
         _LOGGED.add((store.url, name, error))
@@ -344,7 +354,7 @@ def _could_not_fire(store: SQLStore, row: tuple[Any, ...], now: int, error: str)
         "name": row[0],
         "generation": row[10],
         "prev_fire_ms": row[8],
-        "next_fire_ms": now + int(SCHEDULE_RETRY_S * 1000),
+        "retry_at_ms": now + int(SCHEDULE_RETRY_S * 1000),
         "error": error[:MAX_ERROR_CHARS],
         "now_ms": now,
     }

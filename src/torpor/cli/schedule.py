@@ -47,6 +47,7 @@ def _row(s: Schedule) -> dict[str, object]:
         "last_fire_ms": s.last_fire_ms,
         "input": s.input,
         "last_error": s.last_error,
+        "retry_at_ms": s.retry_at_ms,
     }
 
 

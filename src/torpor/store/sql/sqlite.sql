@@ -379,16 +379,17 @@ ON CONFLICT (name) DO UPDATE SET
     workflow = excluded.workflow, input = excluded.input, cron = excluded.cron,
     tz = excluded.tz, catchup = excluded.catchup, queue = excluded.queue,
     next_fire_ms = excluded.next_fire_ms, generation = schedules.generation + 1, last_error = NULL,
+    retry_at_ms = NULL,
     updated_at_ms = excluded.updated_at_ms;
 
 -- name: schedule_get
 SELECT name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms, last_fire_ms,
-       generation, last_error
+       generation, last_error, retry_at_ms
 FROM schedules WHERE name = :name;
 
 -- name: schedule_list
 SELECT name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms, last_fire_ms,
-       generation, last_error
+       generation, last_error, retry_at_ms
 FROM schedules ORDER BY name;
 
 -- name: schedule_delete
@@ -397,6 +398,7 @@ DELETE FROM schedules WHERE name = :name;
 -- name: schedule_pause
 -- Pause, or resume with the next fire recomputed by the caller (:next_fire_ms).
 UPDATE schedules SET paused = CAST(:paused AS integer), generation = generation + 1,
+    retry_at_ms = NULL,
     last_error = CASE WHEN CAST(:paused AS integer) = 0 THEN NULL ELSE last_error END,
     next_fire_ms = COALESCE(CAST(:next_fire_ms AS bigint), next_fire_ms), updated_at_ms = :now_ms
 WHERE name = :name;
@@ -404,25 +406,28 @@ WHERE name = :name;
 -- name: schedule_due
 -- Schedules not paused whose next fire is due by :now_ms.
 SELECT name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms, last_fire_ms,
-       generation, last_error
+       generation, last_error, retry_at_ms
 FROM schedules WHERE paused = 0 AND next_fire_ms <= :now_ms
+  AND (retry_at_ms IS NULL OR retry_at_ms <= :now_ms)
 ORDER BY next_fire_ms LIMIT :limit;
 
 -- name: schedule_next_fire
 -- (A hand-damaged value that is not a number is left to `schedule ls` and `doctor` to name.)
-SELECT min(next_fire_ms) FROM schedules WHERE paused = 0 AND typeof(next_fire_ms) = 'integer';
+SELECT min(max(next_fire_ms, coalesce(retry_at_ms, next_fire_ms))) FROM schedules
+WHERE paused = 0 AND typeof(next_fire_ms) = 'integer';
 
 -- name: schedule_advance
 -- Move a schedule past the slots a worker fired: only if no one else did, and it was not edited
 -- since the worker read it (compare-and-set on next fire and generation).
-UPDATE schedules SET next_fire_ms = :next_fire_ms, last_error = NULL,
+UPDATE schedules SET next_fire_ms = :next_fire_ms, last_error = NULL, retry_at_ms = NULL,
     last_fire_ms = COALESCE(CAST(:last_fire_ms AS bigint), last_fire_ms), updated_at_ms = :now_ms
 WHERE name = :name AND generation = :generation AND next_fire_ms = :prev_fire_ms;
 
 -- name: schedule_fail
--- Record why a schedule could not fire and retry it at :next_fire_ms: only if no one else moved
--- it on, and it was not edited since the worker read it (the values as read, even damaged ones).
-UPDATE schedules SET next_fire_ms = :next_fire_ms, last_error = :error, updated_at_ms = :now_ms
+-- Record why a schedule could not fire and when to try again (its next fire kept): only if no
+-- one else moved it on, and it was not edited since the worker read it (the values as read,
+-- even damaged ones).
+UPDATE schedules SET retry_at_ms = :retry_at_ms, last_error = :error, updated_at_ms = :now_ms
 WHERE name = :name AND generation = :generation AND next_fire_ms = :prev_fire_ms;
 
 -- name: insert_chunk
