@@ -71,3 +71,31 @@ def test_a_repeated_start_of_a_queued_run_only_returns_it(flows: Path) -> None: 
     assert json.loads(res[4][1])["status"] == "pending"
     shown = json.loads(res[5][1])
     assert shown["not_running"] == "delayed until 2030-01-01 00:00:00 UTC", shown
+
+
+PARK = """
+import torpor
+
+
+@torpor.workflow("cliq.park")
+def park(run: torpor.Run, inp: object) -> object:
+    run.step("look", lambda: inp)
+    run.block("waiting for more budget")
+    return "unreachable"
+"""
+
+
+def test_a_reopened_queued_run_is_left_to_workers(tmp_path: Path) -> None:
+    (tmp_path / "cliq_park.py").write_text(PARK)
+    imp = ["--import", "cliq_park"]
+    res = session(
+        tmp_path,
+        ["queue", "set", "q", "--concurrency", "1"],
+        ["start", "cliq.park", *imp, "--queue", "q", "--run-id", "P"],
+        ["worker", *imp, "--until-idle", "--max-seconds", "20", "--poll", "0.05"],
+        ["budget", "P", "--steps", "100", "--as", "alice"],
+        ["show", "P", "--json"],
+    )
+    assert [r[0] for r in res[:4]] == [0, 0, 0, 0], res
+    assert "torpor worker --import cliq_park" in res[3][1], res[3][1]
+    assert json.loads(res[4][1])["run"]["status"] == "pending", res[4][1]
