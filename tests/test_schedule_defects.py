@@ -130,6 +130,20 @@ def test_a_damaged_run_row_is_skipped_named_and_reported(
     assert damaged_rows(rt.store) == [("run r2", "run 'r2' is damaged: not_before_ms 'soon'")]
 
 
+def test_a_schedule_that_never_comes_due_is_named_by_workers(
+    rt: torpor.Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    if not rt.store.url.startswith("sqlite"):
+        pytest.skip("PostgreSQL's typed columns refuse such an edit")
+    Schedules(rt.store).add("s", cron="@daily", workflow="sd_job")
+    rt.start("sd_job", 1, run_id="r1")
+    edit(rt, "UPDATE schedules SET next_fire_ms = 'x'")
+    with caplog.at_level(logging.ERROR, logger="torpor.schedules"):
+        assert Worker(rt, poll_s=0.02).run(until_idle=True, max_seconds=3).finished == 1
+    named = [r.getMessage() for r in caplog.records if "damaged: next_fire_ms" in r.getMessage()]
+    assert len(named) == 1, named
+
+
 def test_cli_names_damaged_rows_and_doctor_reports_them(tmp_path: Path, db_url: str) -> None:
     rt = torpor.Runtime(db_url)
     try:

@@ -265,6 +265,22 @@ class Schedules:
         return None if row is None or not isinstance(row[0], int) else row[0]
 
 
+def note_damaged(store: SQLStore) -> int:
+    """Log, once per process, each schedule row that cannot be decoded (a worker's periodic
+    check: such a row may never come due, e.g. a next fire that is not a number). Returns how
+    many there are."""
+    with store.driver.read() as cur:
+        rows = store.driver.fetchall(cur, store.q["schedule_list"], {})
+    n = 0
+    for row in rows:
+        try:
+            _schedule(row)
+        except CorruptRecordError as exc:
+            n += 1
+            _log_once(store, str(row[0]), str(exc))
+    return n
+
+
 def schedule_problems(store: SQLStore) -> list[tuple[str, str]]:
     """``(schedule, what is wrong)`` for each schedule that is damaged, whose cron or zone
     cannot be computed on this host, or that last failed to fire (``torpor doctor``)."""
@@ -337,19 +353,18 @@ def fire_due(runtime: Runtime, limit: int = 100) -> list[str]:
     return fired
 
 
+def _log_once(store: SQLStore, name: str, error: str) -> None:
+    if (store.url, name, error) not in _LOGGED:
+        _LOGGED.add((store.url, name, error))
+        log.error("schedule %s: %s (retried every %gs until fixed; see torpor schedule ls)",
+                  name, error, SCHEDULE_RETRY_S)  # fmt: skip
+
+
 def _could_not_fire(store: SQLStore, row: tuple[Any, ...], now: int, error: str) -> None:
     """Record on the schedule why it could not fire and retry it :data:`SCHEDULE_RETRY_S`
     later, its next fire kept: once it can fire, the slots missed meanwhile are caught up by its
     policy (compare-and-set on the values read, damaged or not). Logged once per process."""
-    name = str(row[0])
-    if (store.url, name, error) not in _LOGGED:
-        _LOGGED.add((store.url, name, error))
-        log.error(
-            "schedule %s: %s (retried every %gs until fixed; see torpor schedule ls)",
-            name,
-            error,
-            SCHEDULE_RETRY_S,
-        )
+    _log_once(store, str(row[0]), error)
     params = {
         "name": row[0],
         "generation": row[10],
@@ -371,6 +386,7 @@ __all__ = [
     "Schedules",
     "due_slots",
     "fire_due",
+    "note_damaged",
     "schedule_problems",
     "slot_run_id",
 ]

@@ -32,7 +32,7 @@ from . import queues, retention, telemetry
 from .errors import ConfigError, LeaseHeldError, LeaseLostError, TorporError
 from .owners import owner_is_dead
 from .runtime import RunResult, Runtime
-from .schedules import Schedules, fire_due
+from .schedules import Schedules, fire_due, note_damaged
 from .store.base import Lease
 from .workflows import accepted_versions
 
@@ -116,7 +116,7 @@ class Worker:
         self._next_dead_scan = 0.0
         self._next_version_scan = 0.0
         self._next_damage_scan = 0.0
-        self._damaged_logged: set[str] = set()
+        self._damaged_logged: set[tuple[str, str]] = set()
         tel = telemetry.get()
         if tel is not None:
             tel.watch(self.store)  # torpor.runs by status, observed at each metrics collection
@@ -216,21 +216,23 @@ class Worker:
         self._note_damaged()
 
     def _note_damaged(self) -> None:
-        """Log, once each, pending runs whose queue columns were damaged (edited by hand): no
-        claim takes them, and ``ls``/``show``/``doctor`` name them (checked every
+        """Log, once each, pending runs whose queue columns and schedules whose rows were
+        damaged (edited by hand): no claim takes such a run, no worker fires such a schedule,
+        and ``ls``/``show``/``schedule ls``/``doctor`` name them (checked every
         :data:`DAMAGE_SCAN_S`)."""
         now = time.monotonic()
         if now < self._next_damage_scan:
             return
         self._next_damage_scan = now + DAMAGE_SCAN_S
         try:
+            note_damaged(self.store)  # (schedules: logged once by torpor.schedules)
             damaged = queues.damaged_pending(self.store)
         except TorporError as exc:
-            log.warning("looking for damaged runs failed: %s", exc)
+            log.warning("looking for damaged rows failed: %s", exc)
             return
-        for run_id, why in damaged:
-            if run_id not in self._damaged_logged:
-                self._damaged_logged.add(run_id)
+        for row, why in damaged:
+            if (row, why) not in self._damaged_logged:
+                self._damaged_logged.add((row, why))
                 log.error("%s; skipped (torpor doctor lists such rows)", why)
 
     def _fire_schedules(self) -> None:
