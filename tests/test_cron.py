@@ -144,6 +144,8 @@ def test_syntax(expr: str, first: datetime) -> None:
         ("*/0 * * * *", "step '0'"),
         ("5-1 * * * *", "runs backwards"),
         ("1,,2 * * * *", "empty list item"),
+        ("\u0663 * * * *", "minute field '\u0663': '\u0663' is not a number"),  # Arabic-Indic 3
+        ("*/\u0663 * * * *", "step '\u0663'"),
     ],
 )
 def test_bad_expressions_are_named(expr: str, message: str) -> None:

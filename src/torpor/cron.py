@@ -112,6 +112,12 @@ def parse_cron(expr: str) -> Cron:
     )
 
 
+def _digits(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also takes other scripts' digits ("٣"), which no
+    cron implementation reads."""
+    return text.isascii() and text.isdigit()
+
+
 def _field(expr: str, text: str, name: str, lo: int, hi: int, names: dict[str, int]) -> set[int]:
     def bad(why: str) -> BadInputError:
         return BadInputError(f"cron expression {expr!r}: {name} field {text!r}: {why}")
@@ -120,7 +126,7 @@ def _field(expr: str, text: str, name: str, lo: int, hi: int, names: dict[str, i
         tok = tok.lower()
         if tok in names:
             return names[tok]
-        if not tok.isdigit():
+        if not _digits(tok):
             raise bad(f"{tok!r} is not a number" + (" or a name" if names else ""))
         v = int(tok)
         if not lo <= v <= hi:
@@ -134,7 +140,7 @@ def _field(expr: str, text: str, name: str, lo: int, hi: int, names: dict[str, i
         rng, _, step_text = item.partition("/")
         step = 1
         if step_text:
-            if not step_text.isdigit() or int(step_text) < 1:
+            if not _digits(step_text) or int(step_text) < 1:
                 raise bad(f"step {step_text!r} must be a whole number >= 1")
             step = int(step_text)
         if rng == "*":

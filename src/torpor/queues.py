@@ -26,9 +26,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .errors import BadInputError
+from .errors import BadInputError, CorruptRecordError
 from .store.base import Dispatch
 
 if TYPE_CHECKING:
@@ -59,15 +59,22 @@ def dispatch_for(
     """A new run's :class:`~torpor.store.base.Dispatch` from ``Runtime.start``'s arguments.
 
     ``start_at``: an aware datetime, or epoch seconds. BadInputError for a key without a
-    queue, a naive datetime, a non-integer priority or a malformed queue name."""
+    queue, a naive datetime, a priority that is not an integer within :data:`MAX_PRIORITY`
+    either way, epoch seconds outside 0..:data:`MAX_START_AT_S`, or a malformed queue name."""
     if queue is not None:
         check_name("queue", queue)
     if key is not None and queue is None:
         raise BadInputError(f"concurrency key {key!r} given without a queue: keys are per queue")
     if key is not None and (not isinstance(key, str) or not key or len(key) > 200):
         raise BadInputError(f"concurrency key {key!r} must be a string of 1-200 characters")
-    if not isinstance(priority, int) or isinstance(priority, bool):
-        raise BadInputError(f"priority must be an integer, not {priority!r}")
+    if (
+        not isinstance(priority, int)
+        or isinstance(priority, bool)
+        or not -MAX_PRIORITY <= priority <= MAX_PRIORITY
+    ):
+        raise BadInputError(
+            f"priority must be an integer from {-MAX_PRIORITY} to {MAX_PRIORITY}, not {priority!r}"
+        )
     not_before_ms = None
     if isinstance(start_at, datetime):
         if start_at.tzinfo is None:
@@ -76,6 +83,10 @@ def dispatch_for(
             )
         not_before_ms = int(start_at.timestamp() * 1000)
     elif isinstance(start_at, int | float) and not isinstance(start_at, bool):
+        if not 0 <= start_at <= MAX_START_AT_S:  # (NaN fails too)
+            raise BadInputError(
+                f"start_at {start_at!r} is not epoch seconds from 0 to {MAX_START_AT_S} (year 9999)"
+            )
         not_before_ms = int(start_at * 1000)
     elif start_at is not None:
         raise BadInputError(
@@ -115,9 +126,21 @@ def _secs(s: float | None) -> str:
     return f"{s:g}s" if s is not None else "?"
 
 
+#: The largest limit a queue takes (a count of runs; larger means "no limit": omit it).
+MAX_LIMIT = 1_000_000_000
+#: A rate period's bounds in seconds: a millisecond (the store's clock resolution; a shorter
+#: period would round to 0 and silently turn the limit off) to a year.
+MIN_PERIOD_S = 0.001
+MAX_PERIOD_S = 365 * 24 * 3600.0
+#: The largest priority, either way.
+MAX_PRIORITY = 1_000_000_000
+#: The latest ``start_at`` (epoch seconds): 9999-12-31T23:59:59Z.
+MAX_START_AT_S = 253_402_300_799
+
+
 def _limit(what: str, n: int | None) -> int | None:
-    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
-        raise BadInputError(f"queue {what} must be an integer >= 1, not {n!r}")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_LIMIT):
+        raise BadInputError(f"queue {what} must be an integer from 1 to {MAX_LIMIT}, not {n!r}")
     return n
 
 
@@ -126,9 +149,18 @@ def _period(what: str, limit: int | None, period_s: float | None) -> int | None:
         if period_s is not None:
             raise BadInputError(f"queue {what} period given without its limit")
         return None
-    if period_s is None or not period_s > 0:
+    if not isinstance(period_s, int | float) or isinstance(period_s, bool) or not period_s > 0:
         raise BadInputError(f"queue {what} of {limit} needs a period in seconds > 0")
-    return int(period_s * 1000)
+    if period_s < MIN_PERIOD_S:
+        raise BadInputError(
+            f"queue {what} period {period_s!r}s is below a millisecond: give at least "
+            f"{MIN_PERIOD_S}s"
+        )
+    if period_s > MAX_PERIOD_S:
+        raise BadInputError(
+            f"queue {what} needs a period of at most {MAX_PERIOD_S:g}s (a year), not {period_s!r}"
+        )
+    return round(period_s * 1000)
 
 
 class Queues:
@@ -149,8 +181,9 @@ class Queues:
         key_rate_period_s: float | None = None,
     ) -> QueueLimits:
         """Define queue ``name`` with these limits, replacing any it had (an omitted limit no
-        longer applies). Takes effect at the next claim. BadInputError for a limit below 1 or
-        a rate limit without a period > 0."""
+        longer applies). Takes effect at the next claim. BadInputError for a limit outside
+        1..:data:`MAX_LIMIT`, or a rate limit without a period from :data:`MIN_PERIOD_S` to
+        :data:`MAX_PERIOD_S` seconds."""
         check_name("queue", name)
         params = {
             "name": name,
@@ -175,7 +208,7 @@ class Queues:
         return None if row is None else _limits(row)
 
     def list(self) -> list[QueueLimits]:
-        """Every defined queue, by name."""
+        """Every defined queue, by name. CorruptRecordError naming the first damaged row."""
         with self.store.driver.read() as cur:
             rows = self.store.driver.fetchall(cur, self.store.q["queue_list"], {})
         return [_limits(r) for r in rows]
@@ -187,24 +220,73 @@ class Queues:
         return n > 0
 
 
-def _limits(row: tuple[object, ...]) -> QueueLimits:
-    name, conc, kconc, rate, rate_ms, krate, krate_ms = row
+_LIMIT_COLUMNS = (
+    "concurrency",
+    "key_concurrency",
+    "rate_limit",
+    "rate_period_ms",
+    "key_rate_limit",
+    "key_rate_period_ms",
+)
 
-    def opt_int(v: object) -> int | None:
-        return None if v is None else int(str(v))
+
+def _limits(row: tuple[object, ...]) -> QueueLimits:
+    """A queue's limits from its row; CorruptRecordError naming the queue and the column for a
+    damaged row (a limit that is not a positive integer)."""
+    name, *values = row
+    for column, v in zip(_LIMIT_COLUMNS, values, strict=True):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise CorruptRecordError(
+                f"queue {str(name)[:100]!r} is damaged: {column} {repr(v)[:80]}"
+            )
+    conc, kconc, rate, rate_ms, krate, krate_ms = values
 
     def opt_s(v: object) -> float | None:
         return None if v is None else int(str(v)) / 1000
 
     return QueueLimits(
         str(name),
-        opt_int(conc),
-        opt_int(kconc),
-        opt_int(rate),
+        conc,  # type: ignore[arg-type]
+        kconc,  # type: ignore[arg-type]
+        rate,  # type: ignore[arg-type]
         opt_s(rate_ms),
-        opt_int(krate),
+        krate,  # type: ignore[arg-type]
         opt_s(krate_ms),
     )
+
+
+def _run_row(run_id: str, row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The queue columns of a run's row (status, queue, key, priority, not_before_ms,
+    started_at_ms) checked: CorruptRecordError naming the run and the column when damaged."""
+    _status, queue, key, priority, not_before_ms, started_at_ms = row
+    checks = (
+        ("queue", queue, str),
+        ("concurrency_key", key, str),
+        ("not_before_ms", not_before_ms, int),
+        ("started_at_ms", started_at_ms, int),
+    )
+    for column, v, kind in checks:
+        if v is not None and (not isinstance(v, kind) or isinstance(v, bool)):
+            raise CorruptRecordError(
+                f"run {run_id!r} is damaged: {column} {repr(v)[:80]}", run_id=run_id
+            )
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise CorruptRecordError(
+            f"run {run_id!r} is damaged: priority {repr(priority)[:80]}", run_id=run_id
+        )
+    return row
+
+
+def _holder(queue: str, r: tuple[Any, ...]) -> tuple[str, str | None, int]:
+    """A row of a run holding a slot of ``queue`` (or started recently)."""
+    run_id, key, started = r
+    if not isinstance(started, int) or (key is not None and not isinstance(key, str)):
+        raise CorruptRecordError(
+            f"run {str(run_id)!r} of queue {queue!r} is damaged: started_at_ms "
+            f"{repr(started)[:80]}, concurrency_key {repr(key)[:80]}",
+            run_id=str(run_id),
+        )
+    return (str(run_id), key, started)
 
 
 # --------------------------------------------------------------------------- why not running
@@ -238,11 +320,12 @@ def queue_reason(snap: QueueSnapshot, now_ms: int) -> str | None:
     if lim is None:
         return None
     if lim.concurrency is not None and len(snap.active) >= lim.concurrency:
-        return f"queued behind run {snap.active[0][0]} (queue {lim.name} limit {lim.concurrency})"
+        holders = _holders(snap.active)
+        return f"queued behind {holders} (queue {lim.name} limit {lim.concurrency})"
     if lim.key_concurrency is not None and snap.key is not None:
-        same = [a for a in snap.active if a[1] == snap.key]
+        same = tuple(a for a in snap.active if a[1] == snap.key)
         if len(same) >= lim.key_concurrency:
-            return f"queued behind run {same[0][0]} (per-key limit {lim.key_concurrency})"
+            return f"queued behind {_holders(same)} (per-key limit {lim.key_concurrency})"
     for limit, period_s, per_key in (
         (lim.rate_limit, lim.rate_period_s, False),
         (lim.key_rate_limit, lim.key_rate_period_s, True),
@@ -262,6 +345,18 @@ def queue_reason(snap: QueueSnapshot, now_ms: int) -> str | None:
     return None
 
 
+#: How many of the runs holding the slots a reason names (then "and N more").
+_NAMED_HOLDERS = 5
+
+
+def _holders(active: tuple[tuple[str, str | None, int], ...]) -> str:
+    """``run A`` / ``runs A, B`` / ``runs A, B, … and 3 more``: the runs holding the slots."""
+    ids = [a[0] for a in active[:_NAMED_HOLDERS]]
+    more = len(active) - len(ids)
+    head = f"run {ids[0]}" if len(active) == 1 else "runs " + ", ".join(ids)
+    return head + (f" and {more} more" if more else "")
+
+
 def _utc(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -274,7 +369,7 @@ def queue_snapshot(store: SQLStore, run_id: str) -> QueueSnapshot | None:
         row = d.fetchone(cur, q["queue_run"], {"run_id": run_id})
         if row is None:
             return None
-        status, queue, key, _priority, not_before_ms, started_at_ms = row
+        status, queue, key, _priority, not_before_ms, started_at_ms = _run_row(run_id, row)
         if status != "pending" or started_at_ms is not None:
             return None
         if queue is None:
@@ -285,14 +380,14 @@ def queue_snapshot(store: SQLStore, run_id: str) -> QueueSnapshot | None:
         recent: list[tuple[str, str | None, int]] = []
         if limits is not None:
             active = [
-                (str(r[0]), r[1], int(r[2]))
+                _holder(queue, r)
                 for r in d.fetchall(cur, q["queue_active"], {"queue": queue, "limit": _SCAN_LIMIT})
             ]
             period_s = max(limits.rate_period_s or 0, limits.key_rate_period_s or 0)
             if period_s:
                 since = store.now_ms() - int(period_s * 1000)
                 recent = [
-                    (str(r[0]), r[1], int(r[2]))
+                    _holder(queue, r)
                     for r in d.fetchall(
                         cur,
                         q["queue_recent_starts"],
@@ -308,8 +403,51 @@ def dispatch_of(store: SQLStore, run_id: str) -> Dispatch | None:
         row = store.driver.fetchone(cur, store.q["queue_run"], {"run_id": run_id})
     if row is None:
         return None
-    _status, queue, key, priority, not_before_ms, _started = row
-    return Dispatch(queue, key, int(priority), not_before_ms)
+    _status, queue, key, priority, not_before_ms, _started = _run_row(run_id, row)
+    return Dispatch(queue, key, priority, not_before_ms)
+
+
+def left_to_workers(store: SQLStore, run_id: str) -> bool:
+    """True for a run started with a queue or a delayed start: only a worker starts it, under
+    its queue's limits and not before its time (or ``torpor resume``, the documented override).
+    Starting it again (same run id) only returns it, never executes it."""
+    d = dispatch_of(store, run_id)
+    return d is not None and (d.queue is not None or d.not_before_ms is not None)
+
+
+def damaged_rows(store: SQLStore, limit: int = 100_000) -> list[tuple[str, str]]:
+    """``(row, what is wrong)`` for each damaged queue row and run whose queue columns are
+    damaged (``torpor doctor``); empty when all are sound."""
+    d, q = store.driver, store.q
+    out: list[tuple[str, str]] = []
+    with d.read() as cur:
+        queues = d.fetchall(cur, q["queue_list"], {})
+        runs = d.fetchall(cur, q["queue_columns"], {"limit": limit})
+    for row in queues:
+        try:
+            _limits(row)
+        except CorruptRecordError as exc:
+            out.append((f"queue {row[0]}", str(exc)))
+    for run_id, *cols in runs:
+        try:
+            _run_row(str(run_id), tuple(cols))
+        except CorruptRecordError as exc:
+            out.append((f"run {run_id}", str(exc)))
+    return out
+
+
+def damaged_pending(store: SQLStore, limit: int = 100) -> list[tuple[str, str]]:
+    """``(run id, what is wrong)`` for pending runs whose queue columns are damaged (cheap
+    enough for a worker to ask now and then: only such rows are read)."""
+    with store.driver.read() as cur:
+        rows = store.driver.fetchall(cur, store.q["queue_damaged_pending"], {"limit": limit})
+    out: list[tuple[str, str]] = []
+    for run_id, *cols in rows:
+        try:
+            _run_row(str(run_id), tuple(cols))
+        except CorruptRecordError as exc:
+            out.append((str(run_id), str(exc)))
+    return out
 
 
 def describe_dispatch(d: Dispatch) -> str:
@@ -333,13 +471,21 @@ def why_not_running(store: SQLStore, run_id: str) -> str | None:
 
 
 __all__ = [
+    "MAX_LIMIT",
+    "MAX_PERIOD_S",
+    "MAX_PRIORITY",
+    "MAX_START_AT_S",
+    "MIN_PERIOD_S",
     "QueueLimits",
     "QueueSnapshot",
     "Queues",
     "check_name",
+    "damaged_pending",
+    "damaged_rows",
     "describe_dispatch",
     "dispatch_for",
     "dispatch_of",
+    "left_to_workers",
     "queue_reason",
     "queue_snapshot",
     "why_not_running",

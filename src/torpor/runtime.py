@@ -254,8 +254,13 @@ class Runtime:
         follow_timers: bool = True,
         poll_s: float = 0.05,
     ) -> RunResult:
-        """Start (or rejoin) a run and execute it; see :meth:`resume` for ``follow_timers``."""
+        """Start (or rejoin) a run and execute it; see :meth:`resume` for ``follow_timers``.
+        An existing run started with a queue or a delayed start is only returned as it is (a
+        worker starts it, under its queue's limits): see :func:`torpor.queues.left_to_workers`."""
         rid = self.start(workflow, input, run_id=run_id)
+        if queues.left_to_workers(self.store, rid):
+            rec = self.store.get_run(rid)
+            return RunResult(rid, rec.status, rec.outcome)
         return self.resume(rid, follow_timers=follow_timers, poll_s=poll_s)
 
     def resume(

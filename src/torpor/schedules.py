@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import serde
 from .cron import fires_between, next_fire_ms, parse_cron, zone
-from .errors import BadInputError, NotSerializable, TorporError
+from .errors import BadInputError, CorruptRecordError, NotSerializable, TorporError
 from .queues import check_name
 from .workflows import accepted_versions
 
@@ -46,6 +46,14 @@ CATCHUP_POLICIES = ("one", "all", "skip")
 MAX_CATCHUP = 1000
 #: ``skip``: how late a slot may be and still fire.
 ON_TIME_S = 60.0
+#: A schedule that could not fire (its zone unknown on the worker's host, a stored cron that
+#: does not parse, a damaged row) is tried again this much later (``retry_at_ms``), its
+#: ``last_error`` recorded.
+SCHEDULE_RETRY_S = 60.0
+#: How much of an error a schedule records.
+MAX_ERROR_CHARS = 500
+#: (store, schedule, error) this process already logged: each is logged once.
+_LOGGED: set[tuple[str, str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -64,11 +72,40 @@ class Schedule:
     next_fire_ms: int
     last_fire_ms: int | None
     generation: int
+    last_error: str | None = None
+    retry_at_ms: int | None = None
 
     @property
     def next_fire(self) -> datetime:
-        """The next fire as an aware datetime in the schedule's zone."""
-        return datetime.fromtimestamp(self.next_fire_ms / 1000, UTC).astimezone(zone(self.tz))
+        """The next fire as an aware datetime in the schedule's zone (in UTC when that zone is
+        unknown on this host: a listing still shows it, and ``last_error`` says why)."""
+        at = datetime.fromtimestamp(self.next_fire_ms / 1000, UTC)
+        try:
+            return at.astimezone(zone(self.tz))
+        except BadInputError:
+            return at
+
+
+#: The longest workflow name a schedule takes.
+MAX_WORKFLOW_CHARS = 200
+
+
+def check_workflow_name(schedule: str, workflow: object) -> str:
+    """Refuse a schedule's workflow name that no registered workflow could have: not a string,
+    empty, over :data:`MAX_WORKFLOW_CHARS`, with spaces at either end or characters that are
+    not printable (control codes, terminal escapes). BadInputError naming the schedule."""
+    if (
+        not isinstance(workflow, str)
+        or not 1 <= len(workflow) <= MAX_WORKFLOW_CHARS
+        or workflow != workflow.strip()
+        or not workflow.isprintable()
+    ):
+        shown = repr(workflow) if not isinstance(workflow, str) else repr(workflow[:60])
+        raise BadInputError(
+            f"schedule {schedule!r}: workflow name {shown} is not valid: use 1-"
+            f"{MAX_WORKFLOW_CHARS} printable characters, a registered workflow's name"
+        )
+    return workflow
 
 
 def slot_run_id(name: str, slot_ms: int) -> str:
@@ -78,19 +115,50 @@ def slot_run_id(name: str, slot_ms: int) -> str:
 
 
 def _schedule(row: tuple[Any, ...]) -> Schedule:
-    name, workflow, text, cron, tz, catchup, queue, paused, nxt, last, gen = row
+    """A schedule from its row; CorruptRecordError naming the schedule and the column for a
+    row that was damaged (edited by hand, written by something else)."""
+    name, workflow, text, cron, tz, catchup, queue, paused, nxt, last, gen, error, retry = row
+
+    def bad(column: str, value: object) -> CorruptRecordError:
+        shown = repr(value)[:80]
+        return CorruptRecordError(f"schedule {str(name)[:100]!r} is damaged: {column} {shown}")
+
+    for column, value in (("workflow", workflow), ("cron", cron), ("tz", tz)):
+        if not isinstance(value, str):
+            raise bad(column, value)
+    if catchup not in CATCHUP_POLICIES:
+        raise bad("catchup", catchup)
+    if queue is not None and not isinstance(queue, str):
+        raise bad("queue", queue)
+    for column, value in (
+        ("next_fire_ms", nxt),
+        ("last_fire_ms", last),
+        ("generation", gen),
+        ("retry_at_ms", retry),
+    ):
+        optional = column in ("last_fire_ms", "retry_at_ms")
+        if not (isinstance(value, int) or (value is None and optional)):
+            raise bad(column, value)
+    if not isinstance(text, str):
+        raise bad("input", text)
+    try:
+        data = serde.loads(text)
+    except ValueError:
+        raise bad("input", text) from None
     return Schedule(
         str(name),
-        str(workflow),
-        serde.loads(text),
-        str(cron),
-        str(tz),
-        str(catchup),
+        workflow,
+        data,
+        cron,
+        tz,
+        catchup,
         queue,
         bool(paused),
-        int(nxt),
-        None if last is None else int(last),
-        int(gen),
+        nxt,
+        last,
+        gen,
+        None if error is None else str(error),
+        retry,
     )
 
 
@@ -127,14 +195,16 @@ class Schedules:
             )
         if queue is not None:
             check_name("queue", queue)
-        if not isinstance(workflow, str) or not workflow:
-            raise BadInputError(f"schedule {name!r}: workflow must be a registered name")
+        check_workflow_name(name, workflow)
         try:
             text = serde.dumps(serde.to_jsonable(input))
         except NotSerializable as exc:
             raise BadInputError(f"schedule {name!r}: input is not serializable: {exc}") from None
         now = self.store.now_ms()
-        old = self.get(name)
+        try:
+            old = self.get(name)
+        except CorruptRecordError:
+            old = None  # a damaged schedule is replaced whole (its last fire is not known)
         base = max(now, old.last_fire_ms or 0) if old else now
         params = {
             "name": name,
@@ -163,7 +233,7 @@ class Schedules:
         return None if row is None else _schedule(row)
 
     def list(self) -> list[Schedule]:
-        """Every schedule, by name."""
+        """Every schedule, by name. CorruptRecordError naming the first damaged row."""
         with self.store.driver.read() as cur:
             rows = self.store.driver.fetchall(cur, self.store.q["schedule_list"], {})
         return [_schedule(r) for r in rows]
@@ -192,7 +262,42 @@ class Schedules:
         """The earliest next fire of the schedules not paused (UTC epoch ms), or None."""
         with self.store.driver.read() as cur:
             row = self.store.driver.fetchone(cur, self.store.q["schedule_next_fire"], {})
-        return None if row is None or row[0] is None else int(row[0])
+        return None if row is None or not isinstance(row[0], int) else row[0]
+
+
+def note_damaged(store: SQLStore) -> int:
+    """Log, once per process, each schedule row that cannot be decoded (a worker's periodic
+    check: such a row may never come due, e.g. a next fire that is not a number). Returns how
+    many there are."""
+    with store.driver.read() as cur:
+        rows = store.driver.fetchall(cur, store.q["schedule_list"], {})
+    n = 0
+    for row in rows:
+        try:
+            _schedule(row)
+        except CorruptRecordError as exc:
+            n += 1
+            _log_once(store, str(row[0]), str(exc))
+    return n
+
+
+def schedule_problems(store: SQLStore) -> list[tuple[str, str]]:
+    """``(schedule, what is wrong)`` for each schedule that is damaged, whose cron or zone
+    cannot be computed on this host, or that last failed to fire (``torpor doctor``)."""
+    with store.driver.read() as cur:
+        rows = store.driver.fetchall(cur, store.q["schedule_list"], {})
+    out: list[tuple[str, str]] = []
+    for row in rows:
+        try:
+            s = _schedule(row)
+            parse_cron(s.cron)
+            zone(s.tz)
+        except TorporError as exc:
+            out.append((f"schedule {row[0]}", str(exc)))
+            continue
+        if s.last_error:
+            out.append((f"schedule {s.name}", f"last failed to fire: {s.last_error}"))
+    return out
 
 
 def due_slots(s: Schedule, now_ms: int) -> list[int]:
@@ -217,7 +322,12 @@ def fire_due(runtime: Runtime, limit: int = 100) -> list[str]:
     with store.driver.read() as cur:
         rows = store.driver.fetchall(cur, store.q["schedule_due"], {"now_ms": now, "limit": limit})
     fired: list[str] = []
-    for s in map(_schedule, rows):
+    for row in rows:
+        try:
+            s = _schedule(row)
+        except CorruptRecordError as exc:
+            _could_not_fire(store, row, now, str(exc))
+            continue
         if s.workflow not in served:
             continue  # a worker that has it fires it
         try:
@@ -227,7 +337,7 @@ def fire_due(runtime: Runtime, limit: int = 100) -> list[str]:
                 runtime.start(s.workflow, s.input, run_id=rid, queue=s.queue)
             nxt = next_fire_ms(parse_cron(s.cron), zone(s.tz), max(now, s.next_fire_ms))
         except TorporError as exc:
-            log.error("schedule %s: could not fire: %s", s.name, exc)
+            _could_not_fire(store, row, now, f"could not fire: {exc}")
             continue
         params = {
             "name": s.name,
@@ -243,13 +353,40 @@ def fire_due(runtime: Runtime, limit: int = 100) -> list[str]:
     return fired
 
 
+def _log_once(store: SQLStore, name: str, error: str) -> None:
+    if (store.url, name, error) not in _LOGGED:
+        _LOGGED.add((store.url, name, error))
+        log.error("schedule %s: %s (retried every %gs until fixed; see torpor schedule ls)",
+                  name, error, SCHEDULE_RETRY_S)  # fmt: skip
+
+
+def _could_not_fire(store: SQLStore, row: tuple[Any, ...], now: int, error: str) -> None:
+    """Record on the schedule why it could not fire and retry it :data:`SCHEDULE_RETRY_S`
+    later, its next fire kept: once it can fire, the slots missed meanwhile are caught up by its
+    policy (compare-and-set on the values read, damaged or not). Logged once per process."""
+    _log_once(store, str(row[0]), error)
+    params = {
+        "name": row[0],
+        "generation": row[10],
+        "prev_fire_ms": row[8],
+        "retry_at_ms": now + int(SCHEDULE_RETRY_S * 1000),
+        "error": error[:MAX_ERROR_CHARS],
+        "now_ms": now,
+    }
+    with store.driver.transaction() as cur:
+        store.driver.execute(cur, store.q["schedule_fail"], params)
+
+
 __all__ = [
     "CATCHUP_POLICIES",
     "MAX_CATCHUP",
     "ON_TIME_S",
+    "SCHEDULE_RETRY_S",
     "Schedule",
     "Schedules",
     "due_slots",
     "fire_due",
+    "note_damaged",
+    "schedule_problems",
     "slot_run_id",
 ]

@@ -28,11 +28,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import retention, telemetry
+from . import queues, retention, telemetry
 from .errors import ConfigError, LeaseHeldError, LeaseLostError, TorporError
 from .owners import owner_is_dead
 from .runtime import RunResult, Runtime
-from .schedules import Schedules, fire_due
+from .schedules import Schedules, fire_due, note_damaged
 from .store.base import Lease
 from .workflows import accepted_versions
 
@@ -47,6 +47,8 @@ MIN_IDLE_S = 0.02
 #: versions it cannot continue (to name them).
 DEAD_SCAN_S = 1.0
 VERSION_SCAN_S = 5.0
+#: How often an idle worker looks for pending runs whose queue columns were damaged (logged once).
+DAMAGE_SCAN_S = 60.0
 #: How often an idle worker looks for due schedules (and bounds its idle wait by the next).
 SCHEDULE_SCAN_S = 0.5
 #: How often a worker runs a garbage collection pass (:mod:`torpor.retention`) when it is idle
@@ -113,6 +115,8 @@ class Worker:
         self._backoff: dict[str, tuple[float, float]] = {}
         self._next_dead_scan = 0.0
         self._next_version_scan = 0.0
+        self._next_damage_scan = 0.0
+        self._damaged_logged: set[tuple[str, str]] = set()
         tel = telemetry.get()
         if tel is not None:
             tel.watch(self.store)  # torpor.runs by status, observed at each metrics collection
@@ -209,6 +213,27 @@ class Worker:
                 self.runtime.note_unrunnable(run_id, version)
         except TorporError as exc:
             log.warning("noting runs of unrunnable versions failed: %s", exc)
+        self._note_damaged()
+
+    def _note_damaged(self) -> None:
+        """Log, once each, pending runs whose queue columns and schedules whose rows were
+        damaged (edited by hand): no claim takes such a run, no worker fires such a schedule,
+        and ``ls``/``show``/``schedule ls``/``doctor`` name them (checked every
+        :data:`DAMAGE_SCAN_S`)."""
+        now = time.monotonic()
+        if now < self._next_damage_scan:
+            return
+        self._next_damage_scan = now + DAMAGE_SCAN_S
+        try:
+            note_damaged(self.store)  # (schedules: logged once by torpor.schedules)
+            damaged = queues.damaged_pending(self.store)
+        except TorporError as exc:
+            log.warning("looking for damaged rows failed: %s", exc)
+            return
+        for row, why in damaged:
+            if (row, why) not in self._damaged_logged:
+                self._damaged_logged.add((row, why))
+                log.error("%s; skipped (torpor doctor lists such rows)", why)
 
     def _fire_schedules(self) -> None:
         """Start the runs of due schedules whose workflow this worker has (one run per slot
@@ -225,6 +250,8 @@ class Worker:
             self._next_fire_ms = Schedules(self.store).next_fire_ms()
         except TorporError as exc:
             log.warning("firing schedules failed: %s", exc)
+        except Exception:  # a bug must not take the fleet down: the runs go on being served
+            log.exception("firing schedules failed (retried at the next scan)")
 
     def _back_off(self, run_id: str) -> float:
         """The run failed here without an outcome (its history is intact; the cause may be

@@ -18,6 +18,7 @@ import typer
 from ..client import Client
 from ..errors import BadInputError, TorporError
 from ..history import Event
+from ..queues import queue_snapshot
 from ..runtime import Runtime
 from ..store import open_store
 from ..workflows import import_modules
@@ -140,11 +141,17 @@ def _progress_printer() -> Any:
 
 def resume_command(client: Client, run_id: str) -> str:
     """The command that continues ``run_id``: ``--import`` is needed only when the module that
-    defines its workflow was not recorded (a script run as ``python file.py``)."""
+    defines its workflow was not recorded (a script run as ``python file.py``); a worker for a
+    run of a queue or with a start time that has not started (one reopened, say)."""
     try:
         module = client.state(run_id).module
+        snap = queue_snapshot(client.store, run_id)
     except TorporError:
-        module = ""
+        module, snap = "", None
+    if snap is not None and (snap.queue is not None or snap.not_before_ms is not None):
+        # Not started, and left to workers: under its queue's limits, when due.
+        shown = module if module and module != "__main__" else "MODULE"
+        return f"torpor worker --import {shown} (or torpor resume {run_id}: now, whatever limits)"
     if module and module != "__main__":
         return f"torpor resume {run_id}"
     return f"torpor resume {run_id} --import MODULE (the module that defines its workflow)"

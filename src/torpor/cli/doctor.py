@@ -7,19 +7,27 @@ import dataclasses
 import typer
 from rich.text import Text
 
-from ..store.doctor import examine
+from ..errors import TorporError
+from ..queues import damaged_rows
+from ..schedules import schedule_problems
+from ..store import open_store
+from ..store.doctor import Finding, examine
 from .render import console, emit_json, plain
 from .root import JsonFlag, options
 
 
 def doctor(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     """Examine the store without changing it: SQLite's integrity check, the WAL and its
-    index, the schema version, runs whose history cannot be folded, and run rows whose status
-    disagrees with their history. Exit 1 when anything is wrong.
+    index, the schema version, runs whose history cannot be folded, run rows whose status
+    disagrees with their history, damaged queue and schedule rows (and queue columns of runs),
+    and schedules that cannot fire. Exit 1 when anything is wrong.
 
     Example: torpor --db sqlite:///.torpor/torpor.db doctor
     """
-    findings = examine(options(ctx).settings().database_url)
+    url = options(ctx).settings().database_url
+    findings = examine(url)
+    if all(f.what != "open" for f in findings) and findings[-1].detail != "no such file":
+        findings += _dispatch(url)
     if json_out:
         emit_json([dataclasses.asdict(f) for f in findings])
     else:
@@ -31,6 +39,23 @@ def doctor(ctx: typer.Context, json_out: JsonFlag = False) -> None:
             out.print(line, soft_wrap=True)
     if not all(f.ok for f in findings):
         raise typer.Exit(1)
+
+
+def _dispatch(url: str) -> list[Finding]:
+    """Damaged queue and schedule rows, damaged queue columns of runs, and schedules that
+    cannot be computed here or last failed to fire."""
+    try:
+        store = open_store(url, read_only=True)
+    except TorporError as exc:
+        return [Finding(False, "queues and schedules", str(exc))]
+    try:
+        problems = damaged_rows(store) + schedule_problems(store)
+    except TorporError as exc:
+        return [Finding(False, "queues and schedules", str(exc))]
+    finally:
+        store.close()
+    found = [Finding(False, what, detail) for what, detail in problems]
+    return [*found, Finding(not found, "queues and schedules", f"{len(found)} with problems")]
 
 
 def register(app: typer.Typer) -> None:

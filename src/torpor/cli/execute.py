@@ -16,6 +16,7 @@ import typer
 from ..client import Client
 from ..errors import BadInputError, LeaseHeldError, TorporError
 from ..history import Outcome, RunStatus
+from ..queues import left_to_workers
 from ..runtime import RunResult, Runtime
 from ..urls import display_url
 from .context import open_runtime, parse_json, resume_command
@@ -109,7 +110,8 @@ def start(
         typer.Option(
             "--run-id",
             metavar="ID",
-            help="Run id; starting an existing id rejoins that run (idempotent).",
+            help="Run id; starting an existing id rejoins that run (idempotent); one of a "
+            "queue or with a start time is only returned (a worker starts it).",
         ),
     ] = None,
     imports: Imports = None,
@@ -153,14 +155,17 @@ def start(
         rid = rt.start(
             workflow, data, run_id=run_id, queue=queue, key=key, priority=priority, start_at=at
         )
-        if no_execute or queue is not None or at is not None:
+        # A run of a queue or with a start time (this start's, or an existing run's when
+        # rejoined) is left to workers: they start it under its queue's limits, when due.
+        for_workers = queue is not None or at is not None or left_to_workers(rt.store, rid)
+        if no_execute or for_workers:
             rec = Client(rt.store).get(rid)
             res = RunResult(rid, rec.status, rec.outcome)
         else:
             with _interruptible(rid):
                 res = rt.resume(rid, follow_timers=follow)
         resume = resume_command(Client(rt.store), rid)
-        if queue is not None or at is not None:  # a worker starts it, under its queue's limits
+        if for_workers and res.status != "finished":  # a worker starts it
             module = Client(rt.store).state(rid).module
             resume = f"torpor worker --import {module if module != '__main__' else 'MODULE'}"
     _print_result(res, json_out, resume)

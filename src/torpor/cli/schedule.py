@@ -6,13 +6,12 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.text import Text
 
 from ..errors import BadInputError
 from ..queues import Queues
 from ..schedules import CATCHUP_POLICIES, Schedule, Schedules
 from .context import open_client, parse_json
-from .render import add_row, console, emit_json, new_table, when
+from .render import add_row, console, emit_json, new_table, plain, when
 from .root import JsonFlag
 
 schedule_app = typer.Typer(
@@ -47,6 +46,8 @@ def _row(s: Schedule) -> dict[str, object]:
         "next_fire_ms": s.next_fire_ms,
         "last_fire_ms": s.last_fire_ms,
         "input": s.input,
+        "last_error": s.last_error,
+        "retry_at_ms": s.retry_at_ms,
     }
 
 
@@ -55,7 +56,7 @@ def _said(s: Schedule, verb: str, json_out: bool) -> None:
         emit_json(_row(s))
         return
     state = "paused" if s.paused else f"next fire {s.next_fire.isoformat()} ({s.tz})"
-    console().print(Text(f"schedule {s.name} {verb}: {s.cron} -> {s.workflow}; {state}"))
+    console().print(plain(f"schedule {s.name} {verb}: {s.cron} -> {s.workflow}; {state}"))
 
 
 @schedule_app.command("add")
@@ -98,11 +99,12 @@ def add(
 
 @schedule_app.command("ls")
 def ls(ctx: typer.Context, json_out: JsonFlag = False) -> None:
-    """List schedules with their next fire (local to each schedule's zone).
+    """List schedules with their next fire (local to each schedule's zone) and, for one that
+    could not fire, why (a worker retries it every minute).
 
     Example: torpor schedule ls --json
     """
-    with open_client(ctx) as client:
+    with open_client(ctx, read_only=True) as client:
         rows = Schedules(client.store).list()
     if json_out:
         emit_json([_row(s) for s in rows])
@@ -110,10 +112,13 @@ def ls(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     if not rows:
         console().print("no schedules")
         return
-    table = new_table("NAME", "CRON", "ZONE", "WORKFLOW", "NEXT FIRE", "LAST FIRE", "CATCH-UP")
+    columns = ["NAME", "CRON", "ZONE", "WORKFLOW", "NEXT FIRE", "LAST FIRE", "CATCH-UP"]
+    errors = any(s.last_error for s in rows)
+    table = new_table(*columns, *(["LAST ERROR"] if errors else []))
     for s in rows:
         nxt = "paused" if s.paused else s.next_fire.strftime("%Y-%m-%d %H:%M %Z")
-        add_row(table, s.name, s.cron, s.tz, s.workflow, nxt, when(s.last_fire_ms), s.catchup)
+        cells = [s.name, s.cron, s.tz, s.workflow, nxt, when(s.last_fire_ms), s.catchup]
+        add_row(table, *cells, *([s.last_error or "-"] if errors else []))
     console().print(table)
 
 
@@ -125,7 +130,7 @@ def rm(ctx: typer.Context, name: ScheduleName) -> None:
     """
     with open_client(ctx) as client:
         gone = Schedules(client.store).remove(name)
-    console().print(Text(f"schedule {name} removed" if gone else f"no schedule named {name}"))
+    console().print(plain(f"schedule {name} removed" if gone else f"no schedule named {name}"))
     if not gone:
         raise typer.Exit(1)
 
@@ -189,7 +194,7 @@ def set_queue(
     if json_out:
         emit_json(q)
         return
-    console().print(Text(f"queue {q.name}: {q.describe()}"))
+    console().print(plain(f"queue {q.name}: {q.describe()}"))
 
 
 def _rate(flag: str, text: str | None) -> tuple[int | None, float | None]:
@@ -209,7 +214,7 @@ def list_queues(ctx: typer.Context, json_out: JsonFlag = False) -> None:
 
     Example: torpor queue ls
     """
-    with open_client(ctx) as client:
+    with open_client(ctx, read_only=True) as client:
         rows = Queues(client.store).list()
     if json_out:
         emit_json(rows)
@@ -233,7 +238,7 @@ def rm_queue(
     """
     with open_client(ctx) as client:
         gone = Queues(client.store).remove(name)
-    console().print(Text(f"queue {name} removed" if gone else f"no queue named {name}"))
+    console().print(plain(f"queue {name} removed" if gone else f"no queue named {name}"))
     if not gone:
         raise typer.Exit(1)
 

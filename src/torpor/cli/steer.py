@@ -328,11 +328,12 @@ def resolve(
     verdict = "applied" if applied else "absent"
     with open_client(ctx) as client:
         client.resolve(run_id, key, verdict, by, result=data, reason=reason)
+        resume = resume_command(client, run_id)
     if json_out:
         emit_json({"run_id": run_id, "key": key, "verdict": verdict, "by": by})
         return
     console().print(plain(f"effect {key} of run {run_id} resolved as {verdict} by {by}"))
-    console().print(plain(f"continue the run: torpor resume {run_id}", style="cyan"))
+    console().print(plain(f"continue the run: {resume}", style="cyan"))
 
 
 def budget(
@@ -374,6 +375,7 @@ def budget(
             steps=steps,
             wall_clock_s=wall_clock,
         )
+        resume = resume_command(client, run_id)
     if json_out:
         emit_json({"run_id": run_id, "by": by, **info})
         return
@@ -383,7 +385,7 @@ def budget(
         console().print(
             plain(f"{k:<13} used {u[k]}  limit {limit if limit is not None else 'none'}")
         )
-    console().print(plain(f"continue the run: torpor resume {run_id}", style="cyan"))
+    console().print(plain(f"continue the run: {resume}", style="cyan"))
 
 
 def retry(

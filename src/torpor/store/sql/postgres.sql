@@ -349,7 +349,10 @@ UPDATE runs SET wake_at_ms = torpor_now_ms(), updated_at_ms = torpor_now_ms()
 WHERE run_id = :run_id AND status = 'waiting';
 
 -- name: reopen_run
-UPDATE runs SET status = 'pending', wake_at_ms = torpor_now_ms(), updated_at_ms = torpor_now_ms()
+-- A run of a queue reopened from a terminal outcome gave its slot back when it finished: it
+-- claims one again (started_at_ms cleared), under its queue's limits, like a new run.
+UPDATE runs SET status = 'pending', wake_at_ms = torpor_now_ms(), updated_at_ms = torpor_now_ms(),
+    started_at_ms = CASE WHEN queue IS NULL THEN started_at_ms ELSE NULL END
 WHERE run_id = :run_id AND status = 'finished' AND outcome IN ('unresolved', 'blocked');
 
 -- name: inbox_owner
@@ -433,6 +436,16 @@ FROM queues ORDER BY name;
 -- name: queue_delete
 DELETE FROM queues WHERE name = :name;
 
+-- name: queue_columns
+-- Every run's queue columns (torpor doctor checks them).
+SELECT run_id, status, queue, concurrency_key, priority, not_before_ms, started_at_ms
+FROM runs ORDER BY run_id LIMIT :limit;
+
+-- name: queue_damaged_pending
+-- (Typed columns: a value of the wrong type cannot be stored; see the SQLite version.)
+SELECT run_id, status, queue, concurrency_key, priority, not_before_ms, started_at_ms
+FROM runs WHERE false LIMIT :limit;
+
 -- name: queue_run
 -- What decides whether a run waits for its queue.
 SELECT status, queue, concurrency_key, priority, not_before_ms, started_at_ms
@@ -460,17 +473,18 @@ VALUES (:name, :workflow, :input, :cron, :tz, :catchup, CAST(:queue AS text), fa
 ON CONFLICT (name) DO UPDATE SET
     workflow = excluded.workflow, input = excluded.input, cron = excluded.cron,
     tz = excluded.tz, catchup = excluded.catchup, queue = excluded.queue,
-    next_fire_ms = excluded.next_fire_ms, generation = schedules.generation + 1,
+    next_fire_ms = excluded.next_fire_ms, generation = schedules.generation + 1, last_error = NULL,
+    retry_at_ms = NULL,
     updated_at_ms = excluded.updated_at_ms;
 
 -- name: schedule_get
 SELECT name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms, last_fire_ms,
-       generation
+       generation, last_error, retry_at_ms
 FROM schedules WHERE name = :name;
 
 -- name: schedule_list
 SELECT name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms, last_fire_ms,
-       generation
+       generation, last_error, retry_at_ms
 FROM schedules ORDER BY name;
 
 -- name: schedule_delete
@@ -479,24 +493,34 @@ DELETE FROM schedules WHERE name = :name;
 -- name: schedule_pause
 -- Pause, or resume with the next fire recomputed by the caller (:next_fire_ms).
 UPDATE schedules SET paused = CAST(:paused AS boolean), generation = generation + 1,
+    retry_at_ms = NULL,
+    last_error = CASE WHEN NOT CAST(:paused AS boolean) THEN NULL ELSE last_error END,
     next_fire_ms = COALESCE(CAST(:next_fire_ms AS bigint), next_fire_ms), updated_at_ms = :now_ms
 WHERE name = :name;
 
 -- name: schedule_due
 -- Schedules not paused whose next fire is due by :now_ms.
 SELECT name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms, last_fire_ms,
-       generation
+       generation, last_error, retry_at_ms
 FROM schedules WHERE paused = false AND next_fire_ms <= :now_ms
+  AND (retry_at_ms IS NULL OR retry_at_ms <= :now_ms)
 ORDER BY next_fire_ms LIMIT :limit;
 
 -- name: schedule_next_fire
-SELECT min(next_fire_ms) FROM schedules WHERE paused = false;
+SELECT min(GREATEST(next_fire_ms, retry_at_ms)) FROM schedules WHERE paused = false;
 
 -- name: schedule_advance
 -- Move a schedule past the slots a worker fired: only if no one else did, and it was not edited
 -- since the worker read it (compare-and-set on next fire and generation).
-UPDATE schedules SET next_fire_ms = :next_fire_ms,
+UPDATE schedules SET next_fire_ms = :next_fire_ms, last_error = NULL, retry_at_ms = NULL,
     last_fire_ms = COALESCE(CAST(:last_fire_ms AS bigint), last_fire_ms), updated_at_ms = :now_ms
+WHERE name = :name AND generation = :generation AND next_fire_ms = :prev_fire_ms;
+
+-- name: schedule_fail
+-- Record why a schedule could not fire and when to try again (its next fire kept): only if no
+-- one else moved it on, and it was not edited since the worker read it (the values as read,
+-- even damaged ones).
+UPDATE schedules SET retry_at_ms = :retry_at_ms, last_error = :error, updated_at_ms = :now_ms
 WHERE name = :name AND generation = :generation AND next_fire_ms = :prev_fire_ms;
 
 -- name: insert_chunk

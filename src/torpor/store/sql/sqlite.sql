@@ -178,7 +178,10 @@ UPDATE runs SET wake_at_ms = :now_ms, updated_at_ms = :now_ms
 WHERE run_id = :run_id AND status = 'waiting';
 
 -- name: reopen_run
-UPDATE runs SET status = 'pending', wake_at_ms = :now_ms, updated_at_ms = :now_ms
+-- A run of a queue reopened from a terminal outcome gave its slot back when it finished: it
+-- claims one again (started_at_ms cleared), under its queue's limits, like a new run.
+UPDATE runs SET status = 'pending', wake_at_ms = :now_ms, updated_at_ms = :now_ms,
+    started_at_ms = CASE WHEN queue IS NULL THEN started_at_ms ELSE NULL END
 WHERE run_id = :run_id AND status = 'finished' AND outcome IN ('unresolved', 'blocked');
 
 -- name: inbox_owner
@@ -265,9 +268,11 @@ SELECT :run_id;
 
 -- name: next_wake_at
 -- The earliest timer of a waiting run, or delayed start of a pending one.
+-- (A hand-damaged value that is not a number is left to `ls` and `doctor` to name.)
 SELECT min(CASE WHEN status = 'pending' THEN not_before_ms ELSE wake_at_ms END) FROM runs
 WHERE ((status = 'waiting' AND wake_at_ms IS NOT NULL)
-       OR (status = 'pending' AND not_before_ms > :now_ms))
+       OR (status = 'pending' AND not_before_ms > :now_ms
+           AND typeof(not_before_ms) = 'integer'))
   AND (:accept IS NULL OR EXISTS (
        SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
        WHERE w.key = runs.workflow AND v.value = runs.version));
@@ -328,6 +333,24 @@ FROM queues ORDER BY name;
 -- name: queue_delete
 DELETE FROM queues WHERE name = :name;
 
+-- name: queue_columns
+-- Every run's queue columns (torpor doctor checks them).
+SELECT run_id, status, queue, concurrency_key, priority, not_before_ms, started_at_ms
+FROM runs ORDER BY run_id LIMIT :limit;
+
+-- name: queue_damaged_pending
+-- Pending runs whose queue columns were edited into values of the wrong type (a worker names
+-- them once: the claim never takes them).
+SELECT run_id, status, queue, concurrency_key, priority, not_before_ms, started_at_ms
+FROM runs
+WHERE status = 'pending'
+  AND (typeof(not_before_ms) NOT IN ('integer', 'null')
+       OR typeof(started_at_ms) NOT IN ('integer', 'null')
+       OR typeof(priority) <> 'integer'
+       OR typeof(queue) NOT IN ('text', 'null')
+       OR typeof(concurrency_key) NOT IN ('text', 'null'))
+LIMIT :limit;
+
 -- name: queue_run
 -- What decides whether a run waits for its queue.
 SELECT status, queue, concurrency_key, priority, not_before_ms, started_at_ms
@@ -355,17 +378,18 @@ VALUES (:name, :workflow, :input, :cron, :tz, :catchup, CAST(:queue AS text), 0,
 ON CONFLICT (name) DO UPDATE SET
     workflow = excluded.workflow, input = excluded.input, cron = excluded.cron,
     tz = excluded.tz, catchup = excluded.catchup, queue = excluded.queue,
-    next_fire_ms = excluded.next_fire_ms, generation = schedules.generation + 1,
+    next_fire_ms = excluded.next_fire_ms, generation = schedules.generation + 1, last_error = NULL,
+    retry_at_ms = NULL,
     updated_at_ms = excluded.updated_at_ms;
 
 -- name: schedule_get
 SELECT name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms, last_fire_ms,
-       generation
+       generation, last_error, retry_at_ms
 FROM schedules WHERE name = :name;
 
 -- name: schedule_list
 SELECT name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms, last_fire_ms,
-       generation
+       generation, last_error, retry_at_ms
 FROM schedules ORDER BY name;
 
 -- name: schedule_delete
@@ -374,24 +398,36 @@ DELETE FROM schedules WHERE name = :name;
 -- name: schedule_pause
 -- Pause, or resume with the next fire recomputed by the caller (:next_fire_ms).
 UPDATE schedules SET paused = CAST(:paused AS integer), generation = generation + 1,
+    retry_at_ms = NULL,
+    last_error = CASE WHEN CAST(:paused AS integer) = 0 THEN NULL ELSE last_error END,
     next_fire_ms = COALESCE(CAST(:next_fire_ms AS bigint), next_fire_ms), updated_at_ms = :now_ms
 WHERE name = :name;
 
 -- name: schedule_due
 -- Schedules not paused whose next fire is due by :now_ms.
 SELECT name, workflow, input, cron, tz, catchup, queue, paused, next_fire_ms, last_fire_ms,
-       generation
+       generation, last_error, retry_at_ms
 FROM schedules WHERE paused = 0 AND next_fire_ms <= :now_ms
+  AND (retry_at_ms IS NULL OR retry_at_ms <= :now_ms)
 ORDER BY next_fire_ms LIMIT :limit;
 
 -- name: schedule_next_fire
-SELECT min(next_fire_ms) FROM schedules WHERE paused = 0;
+-- (A hand-damaged value that is not a number is left to `schedule ls` and `doctor` to name.)
+SELECT min(max(next_fire_ms, coalesce(retry_at_ms, next_fire_ms))) FROM schedules
+WHERE paused = 0 AND typeof(next_fire_ms) = 'integer';
 
 -- name: schedule_advance
 -- Move a schedule past the slots a worker fired: only if no one else did, and it was not edited
 -- since the worker read it (compare-and-set on next fire and generation).
-UPDATE schedules SET next_fire_ms = :next_fire_ms,
+UPDATE schedules SET next_fire_ms = :next_fire_ms, last_error = NULL, retry_at_ms = NULL,
     last_fire_ms = COALESCE(CAST(:last_fire_ms AS bigint), last_fire_ms), updated_at_ms = :now_ms
+WHERE name = :name AND generation = :generation AND next_fire_ms = :prev_fire_ms;
+
+-- name: schedule_fail
+-- Record why a schedule could not fire and when to try again (its next fire kept): only if no
+-- one else moved it on, and it was not edited since the worker read it (the values as read,
+-- even damaged ones).
+UPDATE schedules SET retry_at_ms = :retry_at_ms, last_error = :error, updated_at_ms = :now_ms
 WHERE name = :name AND generation = :generation AND next_fire_ms = :prev_fire_ms;
 
 -- name: insert_chunk
