@@ -10,6 +10,7 @@ nothing.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 import uuid
@@ -20,11 +21,13 @@ from . import serde
 from .artifacts import ArtifactStore
 from .config import Settings
 from .engine.execution import Execution, RunResult
+from .episodes.store import EpisodeStore
 from .errors import (
     ConfigError,
     LeaseHeldError,
     NotSerializable,
     PayloadError,
+    TorporError,
     VersionMismatchError,
 )
 from .history import Event, RunStarted, RunStatus
@@ -37,6 +40,11 @@ from .workflows import get_workflow
 
 #: Longest run id accepted (it is part of every default idempotency key).
 MAX_RUN_ID_CHARS = 200
+
+#: Longest scope accepted (a user, a tenant, a team: what episodes are filed under).
+MAX_SCOPE_CHARS = 200
+
+log = logging.getLogger("torpor.runtime")
 
 
 def _check_run_id(run_id: object) -> None:
@@ -56,6 +64,15 @@ def _check_run_id(run_id: object) -> None:
         raise ConfigError(
             f"run_id {run_id!r} contains {bad!r}; run ids may not contain '/' (it separates "
             "run and step in default idempotency keys) or control characters"
+        )
+
+
+def _check_scope(scope: object) -> None:
+    if scope is None:
+        return
+    if not isinstance(scope, str) or len(scope) > MAX_SCOPE_CHARS:
+        raise ConfigError(
+            f"scope must be a string of at most {MAX_SCOPE_CHARS} characters, not {scope!r:.80}"
         )
 
 
@@ -140,13 +157,31 @@ class Runtime:
     # ------------------------------------------------------------ lifecycle
 
     def start(
-        self, workflow: str | Callable[..., Any], input: Any = None, *, run_id: str | None = None
+        self,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        scope: str | None = None,
+        task_type: str | None = None,
     ) -> str:
         """Create a run (not executed yet). Idempotent: an existing ``run_id`` is returned
-        as is (ConfigError if it belongs to another workflow)."""
+        as is (ConfigError if it belongs to another workflow).
+
+        ``scope``: whom the run works for (a user, a tenant, a team; at most
+        :data:`MAX_SCOPE_CHARS` characters): its episodes are filed under it, and the lessons
+        it is given come from it alone (:mod:`torpor.episodes`). ``task_type``: overrides the
+        task type its episodes are filed under (an agent's default: its name); ConfigError for
+        a workflow that declares none (its runs get no episodes)."""
         wf = get_workflow(workflow)
         if run_id is not None:
             _check_run_id(run_id)
+        _check_scope(scope)
+        if task_type is not None and wf.task_type is None:
+            raise ConfigError(
+                f"task_type={task_type!r}: workflow {wf.name!r} declares no task type, so its "
+                "runs get no episodes; declare one (@workflow(task_type=...), or an Agent)"
+            )
         rid = run_id if run_id is not None else uuid.uuid4().hex[:16]
         try:
             data = serde.to_jsonable(input)
@@ -162,6 +197,8 @@ class Runtime:
                 goal=wf.goal,
                 module=getattr(wf.fn, "__module__", "") or "",
             ),
+            scope=scope,
+            task_type=task_type or wf.task_type,
         )
         if not created:
             rec = self.store.get_run(rid)
@@ -189,11 +226,24 @@ class Runtime:
                 ex.note_attention(_version_mismatch(state.version, wf.version))
                 raise
             if state.status is RunStatus.FINISHED and not self.store.count_pending_inbox(run_id):
-                return ex.result()
-            return ex.run()
+                res = ex.result()
+            else:
+                res = ex.run()
+            if wf.task_type is not None:
+                self._capture_episodes(run_id)
+            return res
         finally:
             with contextlib.suppress(Exception):
                 self.store.release_lease(lease)
+
+    def _capture_episodes(self, run_id: str) -> None:
+        """Write the episodes of the run's new boundaries (an end, a wait, a milestone). A
+        failure is logged, not raised: the run's own record is intact, and the next execution
+        or ``torpor memory sync`` writes what is missing (writes are idempotent)."""
+        try:
+            EpisodeStore(self.store).capture(run_id)
+        except TorporError as exc:
+            log.warning("run %s: episodes not captured yet: %s", run_id, exc)
 
     def note_unrunnable(self, run_id: str, version: str) -> bool:
         """Record on run ``run_id`` (recorded under ``version``, which this process's code for

@@ -43,6 +43,7 @@ from typing import Any
 
 from .. import faults, serde
 from ..engine.execution import ENGINE_ERRORS
+from ..episodes.context import section_for_run
 from ..errors import (
     ApprovalError,
     Cancelled,
@@ -62,6 +63,7 @@ from ..history import (
     plan_problem,
 )
 from ..run import Run
+from ..store.sqlstore import SQLStore
 from ..workflows import workflow
 from .calls import PlannedCall, execute_call
 from .models.base import Message, Model, ModelResponse, ToolCall, ToolSpec
@@ -70,6 +72,9 @@ from .planners import Planner
 from .proposals import PlanView, Proposal, StepView, clip
 from .tools import Tools, Vault
 from .verifiers import ModelJudge, Verifier
+
+#: Tokens the episodes section of the conversation may take (lessons of earlier runs).
+EPISODES_TOKENS = 800
 
 # ------------------------------------------------------------------ the agent
 
@@ -82,6 +87,8 @@ class Agent:
     ``secrets``: secret values this process may be handed back in a redacted form (matched by
     their keyed hash after a restart). ``on_denied``: ``"block"`` (the run ends blocked when a
     person denies a tool call, DESIGN.md §1) or ``"replan"`` (the denial is an observation).
+    ``task_type``: what its runs' episodes are filed under (:mod:`torpor.episodes`; default
+    its name): a new run gets the lessons of earlier runs of the same agent and task type.
     """
 
     def __init__(
@@ -99,6 +106,7 @@ class Agent:
         secrets: Iterable[str] | Callable[[], Iterable[str]] = (),
         max_plan_versions: int = 50,
         on_denied: str = "block",
+        task_type: str | None = None,
     ):
         if on_denied not in ("block", "replan"):
             raise TorporError("on_denied must be 'block' or 'replan'")
@@ -112,6 +120,7 @@ class Agent:
         self._secrets = secrets
         self.max_plan_versions = max_plan_versions
         self.on_denied = on_denied
+        self.task_type = task_type or name
 
         def agent_workflow(run: Run, input: Any) -> Any:
             return AgentContext(self, run, input).execute()
@@ -128,6 +137,7 @@ class Agent:
             criteria=list(self.criteria),
             goal=goal,
             reconcilers=reconcilers,
+            task_type=self.task_type,
         )(agent_workflow)
         self.__torpor_workflow__ = name
 
@@ -154,6 +164,7 @@ class AgentContext:
     order: list[str] = field(default_factory=list)
     turns: list[_Turn] = field(default_factory=list)
     final: str = ""
+    _episodes: str | None = None
 
     def __post_init__(self) -> None:
         self.vault = Vault(self.run.journal.host.signing_key, self.agent.known_secrets())
@@ -207,9 +218,27 @@ class AgentContext:
             redact=self._redact_response,
         )
 
+    def episodes(self) -> str:
+        """The episodes section: lessons of earlier runs of this agent and task type in the
+        run's scope (:func:`torpor.episodes.section_for_run`), read once per execution."""
+        if self._episodes is None:
+            store = self.run.journal.store
+            self._episodes = (
+                section_for_run(
+                    store,
+                    self.run.run_id,
+                    goal=f"{self.agent.goal} {json.dumps(self.input, default=str)}",
+                    token_budget=EPISODES_TOKENS,
+                )
+                if isinstance(store, SQLStore)
+                else ""
+            )
+        return self._episodes
+
     def conversation(self, instructions: str = "") -> list[Message]:
-        """The ReAct conversation, rebuilt from the record: system, the goal and input, then
-        each model turn followed by one result per tool call it made."""
+        """The ReAct conversation, rebuilt from the record: system (with the lessons of
+        earlier runs), the goal and input, then each model turn followed by one result per
+        tool call it made."""
         sys_text = "\n\n".join(
             x
             for x in (
@@ -217,6 +246,7 @@ class AgentContext:
                 instructions,
                 "You are a durable agent. Use the tools to reach the goal; answer without a "
                 "tool call when you are done.",
+                self.episodes(),
             )
             if x
         )

@@ -117,6 +117,23 @@ def start(
     ] = False,
     follow: Follow = True,
     json_out: JsonFlag = False,
+    scope: Annotated[
+        str | None,
+        typer.Option(
+            "--scope",
+            metavar="SCOPE",
+            help="Whom the run works for (a user, a tenant, a team): its episodes are filed "
+            "under it and it recalls lessons from it alone.",
+        ),
+    ] = None,
+    task_type: Annotated[
+        str | None,
+        typer.Option(
+            "--task-type",
+            metavar="TYPE",
+            help="The task type its episodes are filed under (an agent's default: its name).",
+        ),
+    ] = None,
 ) -> None:
     """Start a run of WORKFLOW and execute it in this process until it finishes or waits.
 
@@ -124,7 +141,7 @@ def start(
     """
     data = parse_json("--input", input_json)
     with open_runtime(ctx, imports) as rt:
-        rid = rt.start(workflow, data, run_id=run_id)
+        rid = rt.start(workflow, data, run_id=run_id, scope=scope, task_type=task_type)
         if no_execute:
             rec = Client(rt.store).get(rid)
             res = RunResult(rid, rec.status, rec.outcome)

@@ -231,7 +231,14 @@ class Store(Protocol):
     def close(self) -> None: ...
 
     # runs
-    def create_run(self, run_id: str, started: RunStarted) -> bool:
+    def create_run(
+        self,
+        run_id: str,
+        started: RunStarted,
+        *,
+        scope: str | None = None,
+        task_type: str | None = None,
+    ) -> bool:
         """Create a run with its ``run_started`` event; False if it existed (idempotent)."""
         ...
 

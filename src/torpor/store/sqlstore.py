@@ -116,8 +116,17 @@ class SQLStore:
 
     # ----------------------------------------------------------------- runs
 
-    def create_run(self, run_id: str, started: RunStarted) -> bool:
-        """Create a run with its ``run_started`` event. Idempotent: False if it existed."""
+    def create_run(
+        self,
+        run_id: str,
+        started: RunStarted,
+        *,
+        scope: str | None = None,
+        task_type: str | None = None,
+    ) -> bool:
+        """Create a run with its ``run_started`` event. Idempotent: False if it existed.
+        ``scope`` and ``task_type`` go on the run row (what its episodes are filed under,
+        :mod:`torpor.episodes`)."""
         now = self.now_ms()
         ev = Event(run_id=run_id, seq=1, type="run_started", payload=started, at_ms=now, epoch=0)
         row = codec.encode(ev)
@@ -125,7 +134,13 @@ class SQLStore:
             n = self.driver.execute(
                 cur,
                 self.q["insert_run"],
-                self._p(run_id=run_id, workflow=started.workflow, version=started.version),
+                self._p(
+                    run_id=run_id,
+                    workflow=started.workflow,
+                    version=started.version,
+                    scope=scope,
+                    task_type=task_type,
+                ),
             )
             if n == 0:
                 return False

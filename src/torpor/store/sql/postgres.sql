@@ -8,8 +8,10 @@
 SELECT version FROM torpor_schema ORDER BY version DESC LIMIT 1;
 
 -- name: insert_run
-INSERT INTO runs (run_id, workflow, version, status, created_at_ms, updated_at_ms, last_seq)
-VALUES (:run_id, :workflow, :version, 'pending', torpor_now_ms(), torpor_now_ms(), 1)
+INSERT INTO runs (run_id, workflow, version, status, created_at_ms, updated_at_ms, last_seq,
+                  scope, task_type)
+VALUES (:run_id, :workflow, :version, 'pending', torpor_now_ms(), torpor_now_ms(), 1,
+        CAST(:scope AS text), CAST(:task_type AS text))
 ON CONFLICT (run_id) DO NOTHING;
 
 -- name: insert_event

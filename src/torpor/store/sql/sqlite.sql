@@ -6,8 +6,9 @@
 SELECT version FROM torpor_schema ORDER BY version DESC LIMIT 1;
 
 -- name: insert_run
-INSERT INTO runs (run_id, workflow, version, status, created_at_ms, updated_at_ms, last_seq)
-VALUES (:run_id, :workflow, :version, 'pending', :now_ms, :now_ms, 1)
+INSERT INTO runs (run_id, workflow, version, status, created_at_ms, updated_at_ms, last_seq,
+                  scope, task_type)
+VALUES (:run_id, :workflow, :version, 'pending', :now_ms, :now_ms, 1, :scope, :task_type)
 ON CONFLICT (run_id) DO NOTHING;
 
 -- name: insert_event

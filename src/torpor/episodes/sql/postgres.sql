@@ -1,0 +1,85 @@
+-- Episodic memory queries (PostgreSQL); the same names as sqlite.sql. Columns of an episode, in
+-- the order torpor.episodes.store reads them: episode_id, run_id, boundary, scope, agent,
+-- task_type, kind, outcome, summary, lesson, at_seq, created_at_ms, conditions, refs, claims,
+-- superseded_by, then the score.
+
+-- name: run_filing
+SELECT workflow, scope, task_type, episodes_seq FROM runs WHERE run_id = :run_id;
+
+-- name: runs_behind
+SELECT run_id FROM runs
+WHERE task_type IS NOT NULL AND status IN ('waiting', 'finished')
+  AND episodes_seq < (SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id)
+ORDER BY created_at_ms LIMIT :limit;
+
+-- name: insert_episode
+-- tsv: the lesson (weight A) and the summary (weight B) in the english configuration, plus
+-- the filter tokens as lexemes of their own (array_to_tsvector: taken verbatim, unparsed).
+INSERT INTO episodes (episode_id, run_id, boundary, scope, agent, task_type, kind, outcome,
+                      summary, lesson, conditions, refs, claims, tags, at_seq, created_at_ms,
+                      tsv)
+VALUES (:episode_id, :run_id, :boundary, :scope, :agent, :task_type, :kind, :outcome,
+        :summary, :lesson, :conditions, :refs, :claims, :tags, :at_seq, :created_at_ms,
+        setweight(to_tsvector('english', CAST(:lesson AS text)), 'A')
+        || setweight(to_tsvector('english', CAST(:summary AS text)), 'B')
+        || array_to_tsvector(string_to_array(CAST(:tags AS text), ' ')))
+ON CONFLICT DO NOTHING
+RETURNING id;
+
+-- name: mark_captured
+UPDATE runs SET episodes_seq = :seq WHERE run_id = :run_id AND episodes_seq < :seq;
+
+-- name: live_claims
+SELECT episode_id, claims FROM episodes
+WHERE scope = :scope AND task_type = :task_type AND superseded_by IS NULL
+  AND episode_id <> :episode_id
+ORDER BY created_at_ms DESC LIMIT :limit;
+
+-- name: supersede
+UPDATE episodes SET superseded_by = :by WHERE episode_id = :episode_id AND superseded_by IS NULL;
+
+-- name: get_episode
+SELECT episode_id, run_id, boundary, scope, agent, task_type, kind, outcome, summary, lesson,
+       at_seq, created_at_ms, conditions, refs, claims, superseded_by, 0.0
+FROM episodes WHERE episode_id = :episode_id;
+
+-- name: search_ranked
+-- One GIN lookup answers the filter lexemes and the words together; ts_rank scores the words.
+SELECT episode_id, run_id, boundary, scope, agent, task_type, kind, outcome, summary, lesson,
+       at_seq, created_at_ms, conditions, refs, claims, superseded_by,
+       ts_rank(tsv, to_tsquery('english', CAST(:words AS text))) AS score
+FROM episodes
+WHERE tsv @@ (CAST(:filters AS tsquery) && to_tsquery('english', CAST(:words AS text)))
+  AND scope = :scope
+  AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))
+  AND (CAST(:task_type AS text) IS NULL OR task_type = CAST(:task_type AS text))
+  AND (CAST(:outcome AS text) IS NULL OR outcome = CAST(:outcome AS text))
+  AND (NOT CAST(:live AS boolean) OR superseded_by IS NULL)
+  AND created_at_ms >= :since_ms AND created_at_ms <= :until_ms
+ORDER BY score DESC, created_at_ms DESC, id DESC
+LIMIT :limit;
+
+-- name: search_recent
+SELECT episode_id, run_id, boundary, scope, agent, task_type, kind, outcome, summary, lesson,
+       at_seq, created_at_ms, conditions, refs, claims, superseded_by, 0.0
+FROM episodes
+WHERE scope = :scope
+  AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))
+  AND (CAST(:task_type AS text) IS NULL OR task_type = CAST(:task_type AS text))
+  AND (CAST(:outcome AS text) IS NULL OR outcome = CAST(:outcome AS text))
+  AND (NOT CAST(:live AS boolean) OR superseded_by IS NULL)
+  AND created_at_ms >= :since_ms AND created_at_ms <= :until_ms
+ORDER BY created_at_ms DESC, id DESC
+LIMIT :limit;
+
+-- name: prunable
+SELECT id, episode_id, summary, lesson, tags FROM episodes
+WHERE created_at_ms < :before_ms
+  AND (NOT CAST(:superseded_only AS boolean) OR superseded_by IS NOT NULL)
+ORDER BY created_at_ms LIMIT :limit;
+
+-- name: delete_episode
+DELETE FROM episodes WHERE id = :id;
+
+-- name: count_episodes
+SELECT count(*) FROM episodes;
