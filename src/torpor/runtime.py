@@ -270,11 +270,14 @@ class Runtime:
         input: Any = None,
         *,
         run_id: str | None = None,
+        scope: str | None = None,
+        task_type: str | None = None,
         follow_timers: bool = True,
         poll_s: float = 0.05,
     ) -> RunResult:
-        """Start (or rejoin) a run and execute it; see :meth:`resume` for ``follow_timers``."""
-        rid = self.start(workflow, input, run_id=run_id)
+        """Start (or rejoin) a run and execute it; see :meth:`start` for ``scope`` and
+        ``task_type``, :meth:`resume` for ``follow_timers``."""
+        rid = self.start(workflow, input, run_id=run_id, scope=scope, task_type=task_type)
         return self.resume(rid, follow_timers=follow_timers, poll_s=poll_s)
 
     def resume(

@@ -149,7 +149,7 @@ def show(
     if ep.superseded_by:
         lines.append(f"superseded   by {ep.superseded_by}")
     lines += ["", ep.summary, "", "lesson:", ep.lesson or "  (none)"]
-    console().print(Text("\n".join(lines)))
+    console().print(Text("\n".join(lines)), soft_wrap=True)
 
 
 @memory_app.command()
