@@ -104,61 +104,12 @@ def tags_for(scope: str, agent: str, task_type: str, outcome: str) -> list[str]:
     ]
 
 
-def sqlite_match(
-    words: list[str],
-    scope: str,
-    *,
-    agent: str | None = None,
-    task_type: str | None = None,
-    outcome: str | None = None,
-) -> str:
-    """An FTS5 MATCH expression: every filter token in ``tags`` AND any of ``words`` in the
-    text. Each word is a quoted string of letters and digits (safe by construction)."""
-    filt = [tag("scope", scope)]
-    if agent is not None:
-        filt.append(tag("agent", agent))
-    if task_type is not None:
-        filt.append(tag("task_type", task_type))
-    if outcome is not None:
-        filt.append(tag("outcome", outcome))
-    expr = "tags : (" + " AND ".join(filt) + ")"
-    if words:
-        expr += " AND {summary lesson} : (" + " OR ".join(f'"{w}"' for w in words) + ")"
-    return expr
-
-
-def pg_filter_query(
-    scope: str,
-    *,
-    agent: str | None = None,
-    task_type: str | None = None,
-    outcome: str | None = None,
-) -> str:
-    """A ``tsquery`` literal requiring every filter lexeme (hex tokens: safe by construction)."""
-    filt = [tag("scope", scope)]
-    if agent is not None:
-        filt.append(tag("agent", agent))
-    if task_type is not None:
-        filt.append(tag("task_type", task_type))
-    if outcome is not None:
-        filt.append(tag("outcome", outcome))
-    return " & ".join(filt)
-
-
-def pg_words_query(words: list[str]) -> str:
-    """The text for ``to_tsquery('english', ...)``: the words joined by ``|`` (any of them)."""
-    return " | ".join(words)
-
-
 __all__ = [
     "KINDS",
     "MAX_QUERY_TERMS",
     "Episode",
     "EpisodeKind",
     "episode_id_for",
-    "pg_filter_query",
-    "pg_words_query",
-    "sqlite_match",
     "tag",
     "tags_for",
     "terms",

@@ -27,14 +27,8 @@ from .. import faults
 from ..errors import ConfigError, EpisodeNotFoundError
 from ..store.sqlstore import SQLStore
 from .derive import RunFiling, derive
-from .model import (
-    Episode,
-    pg_filter_query,
-    pg_words_query,
-    sqlite_match,
-    tags_for,
-    terms,
-)
+from .model import Episode, tags_for, terms
+from .search import Filters, Searcher
 
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
 
@@ -247,33 +241,18 @@ class EpisodeStore:
             raise ConfigError(f"episode search limit must be at least 1, not {limit}")
         if not isinstance(scope, str):
             raise ConfigError(f"episode scope must be a string, not {type(scope).__name__}")
-        words = terms(query)
-        params: dict[str, Any] = {
-            "scope": scope,
-            "agent": agent,
-            "task_type": task_type,
-            "outcome": outcome,
-            "live": not include_superseded,
-            "since_ms": since_ms if since_ms is not None else -(2**62),
-            "until_ms": until_ms if until_ms is not None else 2**62,
-            "limit": limit,
-        }
-        if not words:
-            name = "search_recent"
-        elif self.dialect == "sqlite":
-            name = "search_ranked"
-            params["match"] = sqlite_match(
-                words, scope, agent=agent, task_type=task_type, outcome=outcome
-            )
-        else:
-            name = "search_ranked"
-            params["words"] = pg_words_query(words)
-            params["filters"] = pg_filter_query(
-                scope, agent=agent, task_type=task_type, outcome=outcome
-            )
+        f = Filters(
+            scope=scope,
+            agent=agent,
+            task_type=task_type,
+            outcome=outcome,
+            live=not include_superseded,
+            since_ms=since_ms if since_ms is not None else -(2**62),
+            until_ms=until_ms if until_ms is not None else 2**62,
+        )
         with self.driver.read() as cur:
-            rows = self.driver.fetchall(cur, self.q[name], params)
-        hits = [_row(r) for r in rows]
+            found = Searcher(self.driver).search(cur, f, terms(query), limit)
+        hits = [_row((*r, score)) for r, score in found]
         return rerank(query, hits) if rerank is not None else hits
 
     def count(self) -> int:

@@ -43,35 +43,6 @@ SELECT episode_id, run_id, boundary, scope, agent, task_type, kind, outcome, sum
        at_seq, created_at_ms, conditions, refs, claims, superseded_by, 0.0
 FROM episodes WHERE episode_id = :episode_id;
 
--- name: search_ranked
--- One GIN lookup answers the filter lexemes and the words together; ts_rank scores the words.
-SELECT episode_id, run_id, boundary, scope, agent, task_type, kind, outcome, summary, lesson,
-       at_seq, created_at_ms, conditions, refs, claims, superseded_by,
-       ts_rank(tsv, to_tsquery('english', CAST(:words AS text))) AS score
-FROM episodes
-WHERE tsv @@ (CAST(:filters AS tsquery) && to_tsquery('english', CAST(:words AS text)))
-  AND scope = :scope
-  AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))
-  AND (CAST(:task_type AS text) IS NULL OR task_type = CAST(:task_type AS text))
-  AND (CAST(:outcome AS text) IS NULL OR outcome = CAST(:outcome AS text))
-  AND (NOT CAST(:live AS boolean) OR superseded_by IS NULL)
-  AND created_at_ms >= :since_ms AND created_at_ms <= :until_ms
-ORDER BY score DESC, created_at_ms DESC, id DESC
-LIMIT :limit;
-
--- name: search_recent
-SELECT episode_id, run_id, boundary, scope, agent, task_type, kind, outcome, summary, lesson,
-       at_seq, created_at_ms, conditions, refs, claims, superseded_by, 0.0
-FROM episodes
-WHERE scope = :scope
-  AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))
-  AND (CAST(:task_type AS text) IS NULL OR task_type = CAST(:task_type AS text))
-  AND (CAST(:outcome AS text) IS NULL OR outcome = CAST(:outcome AS text))
-  AND (NOT CAST(:live AS boolean) OR superseded_by IS NULL)
-  AND created_at_ms >= :since_ms AND created_at_ms <= :until_ms
-ORDER BY created_at_ms DESC, id DESC
-LIMIT :limit;
-
 -- name: prunable
 SELECT id, episode_id, summary, lesson, tags FROM episodes
 WHERE created_at_ms < :before_ms

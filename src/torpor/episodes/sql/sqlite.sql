@@ -46,36 +46,6 @@ SELECT episode_id, run_id, boundary, scope, agent, task_type, kind, outcome, sum
        at_seq, created_at_ms, conditions, refs, claims, superseded_by, 0.0
 FROM episodes WHERE episode_id = :episode_id;
 
--- name: search_ranked
--- The filters are tokens in the MATCH expression (the index intersects them with the words);
--- the exact columns are compared as well. BM25 (rank) is lower for better matches.
-SELECT e.episode_id, e.run_id, e.boundary, e.scope, e.agent, e.task_type, e.kind, e.outcome,
-       e.summary, e.lesson, e.at_seq, e.created_at_ms, e.conditions, e.refs, e.claims,
-       e.superseded_by, -episodes_fts.rank
-FROM episodes_fts JOIN episodes e ON e.id = episodes_fts.rowid
-WHERE episodes_fts MATCH :match
-  AND e.scope = :scope
-  AND (:agent IS NULL OR e.agent = :agent)
-  AND (:task_type IS NULL OR e.task_type = :task_type)
-  AND (:outcome IS NULL OR e.outcome = :outcome)
-  AND (:live = 0 OR e.superseded_by IS NULL)
-  AND e.created_at_ms >= :since_ms AND e.created_at_ms <= :until_ms
-ORDER BY episodes_fts.rank, e.created_at_ms DESC, e.id DESC
-LIMIT :limit;
-
--- name: search_recent
-SELECT episode_id, run_id, boundary, scope, agent, task_type, kind, outcome, summary, lesson,
-       at_seq, created_at_ms, conditions, refs, claims, superseded_by, 0.0
-FROM episodes
-WHERE scope = :scope
-  AND (:agent IS NULL OR agent = :agent)
-  AND (:task_type IS NULL OR task_type = :task_type)
-  AND (:outcome IS NULL OR outcome = :outcome)
-  AND (:live = 0 OR superseded_by IS NULL)
-  AND created_at_ms >= :since_ms AND created_at_ms <= :until_ms
-ORDER BY created_at_ms DESC, id DESC
-LIMIT :limit;
-
 -- name: prunable
 SELECT id, episode_id, summary, lesson, tags FROM episodes
 WHERE created_at_ms < :before_ms AND (:superseded_only = 0 OR superseded_by IS NOT NULL)
