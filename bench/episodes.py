@@ -4,7 +4,7 @@
     uv run python bench/episodes.py --sizes 10000,100000 --backends sqlite
     uv run python bench/episodes.py --day-three-only
 
-**Retrieval.** The workload of :mod:`episodes_workload` (Zipf vocabulary, 2–4 word queries,
+**Retrieval.** The workload of :mod:`episodes_workload` (Zipf vocabulary, 2-4 word queries,
 scope and task type narrowing to 1 %) is bulk-loaded into a fresh store made by torpor's own
 migrations — SQLite under ``/var/tmp`` (``executemany``, then one ``INSERT … SELECT`` into the
 FTS5 index) or a fresh PostgreSQL schema (``COPY`` into a staging table, one ``INSERT …
@@ -194,9 +194,7 @@ def baseline_query(store: SQLStore, text: str, scope: str, task_type: str) -> in
 # ------------------------------------------------------------------ measuring
 
 
-def measure(
-    store: SQLStore, wl: Workload, n_queries: int, n_baseline: int
-) -> dict[str, Any]:
+def measure(store: SQLStore, wl: Workload, n_queries: int, n_baseline: int) -> dict[str, Any]:
     es = EpisodeStore(store)
     queries = wl.queries(n_queries + 20)
     for text, scope, tt in queries[:20]:
@@ -280,7 +278,6 @@ def retrieval(backend: str, sizes: list[int], n_queries: int, n_baseline: int) -
 
 def day_three(backend: str) -> dict[str, Any]:
     import episodes_kit as kit
-
     import torpor
 
     with ExitStack() as stack:

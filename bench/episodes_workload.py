@@ -8,7 +8,7 @@
   ``SCOPES``, task type one of ``TASK_TYPES`` (uniform: a scope and task type pair holds 1 % of
   the episodes when there are 10 of each), agent one of ``AGENTS``, outcome one of
   ``OUTCOMES``; ``created_at_ms`` increasing one second per episode.
-- **Queries**: 2–4 words drawn from the same distribution, with a scope and a task type (the
+- **Queries**: 2-4 words drawn from the same distribution, with a scope and a task type (the
   filters narrowing to about 1 %).
 """
 
@@ -35,7 +35,7 @@ _SYLLABLES = [
 
 
 def vocabulary(n: int = VOCABULARY, seed: int = 18) -> list[str]:
-    """``n`` distinct words of 2–4 syllables, in rank order (shuffled deterministically)."""
+    """``n`` distinct words of 2-4 syllables, in rank order (shuffled deterministically)."""
     words = ["".join(p) for k in (2, 3) for p in itertools.product(_SYLLABLES, repeat=k)]
     rnd = random.Random(seed)
     rnd.shuffle(words)
@@ -82,7 +82,7 @@ class Workload:
             )
 
     def queries(self, count: int, seed: int = 7) -> list[tuple[str, str, str]]:
-        """``(text, scope, task type)``: 2–4 Zipf-drawn words and filters narrowing to ~1 %."""
+        """``(text, scope, task type)``: 2-4 Zipf-drawn words and filters narrowing to ~1 %."""
         rnd = random.Random(seed)
         out = []
         for _ in range(count):
