@@ -44,6 +44,7 @@ from typing import Any
 from .. import faults, serde
 from ..engine.execution import ENGINE_ERRORS
 from ..episodes.context import section_for_run
+from ..episodes.store import EpisodeStore
 from ..errors import (
     ApprovalError,
     Cancelled,
@@ -174,6 +175,7 @@ class AgentContext:
     def view(self) -> PlanView:
         return PlanView(
             goal=self.agent.goal,
+            episodes=self.episodes(),
             input=self.input,
             version=self.version,
             tools=self.agent.tools.names(),
@@ -220,19 +222,26 @@ class AgentContext:
 
     def episodes(self) -> str:
         """The episodes section: lessons of earlier runs of this agent and task type in the
-        run's scope (:func:`torpor.episodes.section_for_run`), read once per execution."""
+        run's scope (:func:`torpor.episodes.section_for_run`). Recorded as a step the first
+        time (a resumed run is given the same text); ``""`` for a run not filed for episodes."""
         if self._episodes is None:
             store = self.run.journal.store
-            self._episodes = (
-                section_for_run(
-                    store,
-                    self.run.run_id,
-                    goal=f"{self.agent.goal} {json.dumps(self.input, default=str)}",
-                    token_budget=EPISODES_TOKENS,
+            rid = self.run.run_id
+            if not isinstance(store, SQLStore) or EpisodeStore(store).filing(rid) is None:
+                self._episodes = ""
+            else:
+                goal = f"{self.agent.goal} {json.dumps(self.input, sort_keys=True, default=str)}"
+                rec = self.run.journal.record(
+                    "episodes",
+                    lambda sid: (
+                        section_for_run(
+                            store, self.run.run_id, goal=goal, token_budget=EPISODES_TOKENS
+                        ),
+                        [],
+                    ),
+                    purpose="lessons of earlier runs",
                 )
-                if isinstance(store, SQLStore)
-                else ""
-            )
+                self._episodes = str(rec.result or "")
         return self._episodes
 
     def conversation(self, instructions: str = "") -> list[Message]:
@@ -380,6 +389,7 @@ class AgentContext:
 
     def execute(self) -> Any:
         self._init_budget()
+        self.episodes()
         try:
             self._loop()
             self._verify()

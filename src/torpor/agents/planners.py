@@ -44,9 +44,10 @@ class CodePlanner(Planner):
                 out = Proposal(steps=list(out), done=not out)
             return Proposal.model_validate(out).model_dump(mode="json")
 
-        data = ctx.run.compute(
-            "planner", plan, ctx.view().model_dump(mode="json"), purpose=f"{self.name} planner"
-        )
+        view = ctx.view().model_dump(mode="json")
+        if not view.get("episodes"):
+            del view["episodes"]  # the input hash of a run without lessons stays as it was
+        data = ctx.run.compute("planner", plan, view, purpose=f"{self.name} planner")
         return Proposal.model_validate(data)
 
 

@@ -94,6 +94,12 @@ def tag(field_name: str, value: str) -> str:
     return f"x{field_name[0]}{digest}"
 
 
+def pair_tag(scope: str, task_type: str) -> str:
+    """The token of a scope and task type together: the filter of the context section and of
+    most searches, one posting list instead of the intersection of two long ones."""
+    return tag("pair", f"{scope}\0{task_type}")
+
+
 def tags_for(scope: str, agent: str, task_type: str, outcome: str) -> list[str]:
     """The filter tokens an episode is indexed under."""
     return [
@@ -101,6 +107,7 @@ def tags_for(scope: str, agent: str, task_type: str, outcome: str) -> list[str]:
         tag("agent", agent),
         tag("task_type", task_type),
         tag("outcome", outcome),
+        pair_tag(scope, task_type),
     ]
 
 
@@ -110,6 +117,7 @@ __all__ = [
     "Episode",
     "EpisodeKind",
     "episode_id_for",
+    "pair_tag",
     "tag",
     "tags_for",
     "terms",

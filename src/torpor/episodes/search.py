@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..store.base import Driver
-from .model import tag
+from .model import pair_tag, tag
 
 #: A word in at least this many episodes of the filter (or a fifth of them, if more) is not
 #: scored (see the module docstring).
@@ -59,8 +59,12 @@ class Filters:
     until_ms: int = 2**62
 
     def tags(self) -> list[str]:
-        out = [tag("scope", self.scope)]
-        for name in ("agent", "task_type", "outcome"):
+        """The index tokens that must all be present (scope and task type as one)."""
+        if self.task_type is not None:
+            out = [pair_tag(self.scope, self.task_type)]
+        else:
+            out = [tag("scope", self.scope)]
+        for name in ("agent", "outcome"):
             value = getattr(self, name)
             if value is not None:
                 out.append(tag(name, value))
@@ -78,23 +82,27 @@ class Filters:
         }
 
 
+_E_COLUMNS = ", ".join("e." + c.strip() for c in EPISODE_COLUMNS.split(","))
+
+#: Rows by id, the ids driving the loop (CROSS JOIN: SQLite keeps this order; left to itself
+#: it may prefer walking the scope's index), the exact columns compared.
 _ROWS_SQLITE = (
-    f"SELECT {EPISODE_COLUMNS}, id FROM episodes "
-    "WHERE id IN (SELECT value FROM json_each(:ids)) AND scope = :scope "
-    "AND (:agent IS NULL OR agent = :agent) "
-    "AND (:task_type IS NULL OR task_type = :task_type) "
-    "AND (:outcome IS NULL OR outcome = :outcome) "
-    "AND (:live = 0 OR superseded_by IS NULL) "
-    "AND created_at_ms >= :since_ms AND created_at_ms <= :until_ms"
+    f"SELECT {_E_COLUMNS}, e.id FROM json_each(:ids) AS j CROSS JOIN episodes AS e "
+    "ON e.id = j.value WHERE e.scope = :scope "
+    "AND (:agent IS NULL OR e.agent = :agent) "
+    "AND (:task_type IS NULL OR e.task_type = :task_type) "
+    "AND (:outcome IS NULL OR e.outcome = :outcome) "
+    "AND (:live = 0 OR e.superseded_by IS NULL) "
+    "AND e.created_at_ms >= :since_ms AND e.created_at_ms <= :until_ms"
 )
 _ROWS_POSTGRES = (
-    f"SELECT {EPISODE_COLUMNS}, id FROM episodes "
-    "WHERE id = ANY(CAST(:ids AS bigint[])) AND scope = :scope "
-    "AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text)) "
-    "AND (CAST(:task_type AS text) IS NULL OR task_type = CAST(:task_type AS text)) "
-    "AND (CAST(:outcome AS text) IS NULL OR outcome = CAST(:outcome AS text)) "
-    "AND (NOT CAST(:live AS boolean) OR superseded_by IS NULL) "
-    "AND created_at_ms >= :since_ms AND created_at_ms <= :until_ms"
+    f"SELECT {_E_COLUMNS}, e.id FROM unnest(CAST(:ids AS bigint[])) AS j(id) "
+    "JOIN episodes AS e ON e.id = j.id WHERE e.scope = :scope "
+    "AND (CAST(:agent AS text) IS NULL OR e.agent = CAST(:agent AS text)) "
+    "AND (CAST(:task_type AS text) IS NULL OR e.task_type = CAST(:task_type AS text)) "
+    "AND (CAST(:outcome AS text) IS NULL OR e.outcome = CAST(:outcome AS text)) "
+    "AND (NOT CAST(:live AS boolean) OR e.superseded_by IS NULL) "
+    "AND e.created_at_ms >= :since_ms AND e.created_at_ms <= :until_ms"
 )
 
 
