@@ -118,8 +118,9 @@ def fts5_expr(f: Filters, words: Sequence[str]) -> str:
 class Searcher:
     """Top-k search over one driver (see the module docstring)."""
 
-    def __init__(self, driver: Driver):
+    def __init__(self, driver: Driver, queries: dict[str, str]):
         self.driver = driver
+        self.q = queries
         self.sqlite = driver.dialect == "sqlite"
 
     # ---------------------------------------------------------------- index queries
@@ -173,10 +174,15 @@ class Searcher:
     ) -> list[tuple[int, float]]:
         params: dict[str, Any] = {"over": over}
         cond = self._cond(f, words, "m", params)
-        sql = (
-            f"SELECT {self._id()} FROM {self._table()} WHERE {cond} "
-            f"ORDER BY {self._id()} DESC LIMIT :over"
-        )
+        if self.sqlite:  # FTS5 walks the posting lists newest first and stops early
+            sql = f"SELECT rowid FROM episodes_fts WHERE {cond} ORDER BY rowid DESC LIMIT :over"
+        else:  # the scope's b-tree newest first, each row checked: stops early too
+            params.update(scope=f.scope, task_type=f.task_type)
+            tt = "" if f.task_type is None else "AND task_type = :task_type "
+            sql = (
+                f"SELECT id FROM episodes WHERE scope = :scope {tt}AND {cond} "
+                "ORDER BY created_at_ms DESC, id DESC LIMIT :over"
+            )
         return [(int(r[0]), 0.0) for r in self.driver.fetchall(cur, sql, params)]
 
     def _rows(self, cur: Any, f: Filters, ids: list[int]) -> dict[int, tuple[Any, ...]]:
@@ -187,22 +193,45 @@ class Searcher:
 
     # ---------------------------------------------------------------- the search
 
-    def search(
-        self, cur: Any, f: Filters, words: Sequence[str], limit: int
-    ) -> list[tuple[tuple[Any, ...], float]]:
-        """The ``limit`` best rows (episode columns) with their scores."""
-        n = self._count(cur, f, [], N_CAP)
-        if n == 0:
-            return []
-        cap = max(CAP_MIN, n // 5)
+    def _weigh(
+        self, cur: Any, f: Filters, words: Sequence[str]
+    ) -> tuple[int, dict[str, float], list[str]]:
+        """``(N, {informative word: idf}, [common words])`` for the filter. SQLite counts in
+        the index (capped); PostgreSQL reads the lexeme counters (it would have to visit every
+        row to count it), scaling a word's store-wide count to the filter."""
+        if self.sqlite:
+            n = self._count(cur, f, [], N_CAP)
+            cap = max(CAP_MIN, n // 5)
+            dfs = {w: self._count(cur, f, [w], cap) for w in words} if n else {}
+        else:
+            tags = f.tags()
+            found = dict(self.driver.fetchall(cur, self.q["tag_docs"], {"tags": [*tags, ""]}))
+            total = int(found.get("", 0))
+            n = min(int(found.get(t, 0)) for t in tags)
+            cap = max(CAP_MIN, n // 5)
+            docs = dict(self.driver.fetchall(cur, self.q["word_docs"], {"words": list(words)}))
+            dfs = {
+                w: max(1, round(int(d) * n / total)) if d else 0
+                for w, d in docs.items()
+                if n and total
+            }
         idf: dict[str, float] = {}
         common: list[str] = []
         for w in words:
-            df = self._count(cur, f, [w], cap)
+            df = dfs.get(w, 0)
             if df >= cap:
                 common.append(w)
             elif df > 0:
                 idf[w] = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        return n, idf, common
+
+    def search(
+        self, cur: Any, f: Filters, words: Sequence[str], limit: int
+    ) -> list[tuple[tuple[Any, ...], float]]:
+        """The ``limit`` best rows (episode columns) with their scores."""
+        n, idf, common = self._weigh(cur, f, words)
+        if n == 0:
+            return []
         over = limit * 2 + 8
         while True:
             ranked = self._scored(cur, f, idf, over) if idf else []

@@ -165,6 +165,8 @@ class EpisodeStore:
                 self.q["index_episode"],
                 {"id": row[0], "summary": ep.summary, "lesson": ep.lesson, "tags": tags},
             )
+        else:
+            self.driver.execute(cur, self.q["count_lexemes"], {"id": row[0]})
         return True
 
     def _supersede_contradicted(self, cur: Any, ep: Episode) -> None:
@@ -251,7 +253,7 @@ class EpisodeStore:
             until_ms=until_ms if until_ms is not None else 2**62,
         )
         with self.driver.read() as cur:
-            found = Searcher(self.driver).search(cur, f, terms(query), limit)
+            found = Searcher(self.driver, self.q).search(cur, f, terms(query), limit)
         hits = [_row((*r, score)) for r, score in found]
         return rerank(query, hits) if rerank is not None else hits
 
@@ -282,6 +284,8 @@ class EpisodeStore:
                             self.q["unindex_episode"],
                             {"id": id_, "summary": summary, "lesson": lesson, "tags": tags},
                         )
+                    else:
+                        self.driver.execute(cur, self.q["uncount_lexemes"], {"id": id_})
                     self.driver.execute(cur, self.q["delete_episode"], {"id": id_})
             total += len(rows)
             if len(rows) < batch:

@@ -26,6 +26,33 @@ VALUES (:episode_id, :run_id, :boundary, :scope, :agent, :task_type, :kind, :out
 ON CONFLICT DO NOTHING
 RETURNING id;
 
+-- name: count_lexemes
+-- The new episode's lexemes (and '' for the total), in order: concurrent writers lock the
+-- counters in the same order, so they cannot deadlock.
+INSERT INTO episode_lexemes (lexeme, docs)
+SELECT l, 1 FROM (
+    SELECT unnest(tsvector_to_array(tsv)) AS l FROM episodes WHERE id = :id
+    UNION ALL SELECT ''
+) d ORDER BY l
+ON CONFLICT (lexeme) DO UPDATE SET docs = episode_lexemes.docs + 1;
+
+-- name: uncount_lexemes
+UPDATE episode_lexemes s SET docs = s.docs - 1
+FROM (SELECT unnest(tsvector_to_array(tsv)) AS l FROM episodes WHERE id = :id
+      UNION ALL SELECT '') d
+WHERE s.lexeme = d.l;
+
+-- name: word_docs
+-- Episodes holding each word's lexeme (0: none; a stop word has no lexeme and is left out).
+SELECT t.w, coalesce(max(s.docs), 0)
+FROM unnest(CAST(:words AS text[])) AS t(w)
+CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector('english', t.w))) AS l(lexeme)
+LEFT JOIN episode_lexemes s ON s.lexeme = l.lexeme
+GROUP BY t.w;
+
+-- name: tag_docs
+SELECT lexeme, docs FROM episode_lexemes WHERE lexeme = ANY(CAST(:tags AS text[]));
+
 -- name: mark_captured
 UPDATE runs SET episodes_seq = :seq WHERE run_id = :run_id AND episodes_seq < :seq;
 

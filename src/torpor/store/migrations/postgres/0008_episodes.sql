@@ -29,5 +29,13 @@ CREATE TABLE episodes (
     UNIQUE (run_id, boundary)
 );
 CREATE INDEX episodes_tsv ON episodes USING gin (tsv);
+-- How many episodes hold each lexeme of `tsv` (words and filter tokens; '' counts them all):
+-- a search weighs its words and sizes its filter from here, never by visiting the episodes
+-- (PostgreSQL must read a row to count it). Kept in the transaction that writes or prunes.
+CREATE TABLE episode_lexemes (
+    lexeme text PRIMARY KEY,
+    docs   bigint NOT NULL
+);
 CREATE INDEX episodes_recent ON episodes (scope, task_type, created_at_ms);
+CREATE INDEX episodes_scope_recent ON episodes (scope, created_at_ms);
 CREATE INDEX episodes_age ON episodes (created_at_ms);

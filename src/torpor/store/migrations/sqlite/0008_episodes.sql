@@ -34,6 +34,7 @@ CREATE TABLE episodes (
     UNIQUE (run_id, boundary)
 );
 CREATE INDEX episodes_recent ON episodes (scope, task_type, created_at_ms);
+CREATE INDEX episodes_scope_recent ON episodes (scope, created_at_ms);
 CREATE INDEX episodes_age ON episodes (created_at_ms);
 -- The full-text index over the episodes table (external content: the text is stored once).
 -- Ranked by BM25 over summary and lesson; the tags column weighs nothing.
