@@ -402,3 +402,34 @@ def test_memory_commands(rt: torpor.Runtime, store_url: str) -> None:
     missing = runner.invoke(app, ["--db", store_url, "memory", "show", "nope:ended@1"])
     assert isinstance(missing.exception, EpisodeNotFoundError)
     assert "no episode 'nope:ended@1'" in str(missing.exception)
+
+
+def test_postgres_lexeme_counters_follow_writes_and_prunes(rt: torpor.Runtime) -> None:
+    """PostgreSQL sizes a search from counters kept in the writing transaction: after
+    concurrent writes and a prune they equal a recount of the episodes."""
+    if rt.store.driver.dialect != "postgres":
+        pytest.skip("SQLite counts in its FTS5 index; no counters to keep")
+    es = EpisodeStore(rt.store)
+    eps = [ep(i, f"s{i % 3}", f"lesson {i} deploy timeout {i % 7}") for i in range(30)]
+    threads = [threading.Thread(target=es.write, args=(eps[i::3],)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert es.prune(before_ms=1_000_010) == 10
+
+    def counters() -> tuple[dict[str, int], dict[str, int]]:
+        with rt.store.driver.read() as cur:
+            kept = rt.store.driver.fetchall(
+                cur, "SELECT lexeme, docs FROM episode_lexemes WHERE docs > :z", {"z": 0}
+            )
+            recount = rt.store.driver.fetchall(
+                cur,
+                "SELECT l, count(*) FROM episodes, unnest(tsvector_to_array(tsv)) AS l "
+                "GROUP BY l UNION ALL SELECT '', count(*) FROM episodes WHERE :z = 0",
+                {"z": 0},
+            )
+        return dict(kept), dict(recount)
+
+    kept, recount = counters()
+    assert kept == recount and kept[""] == 20
