@@ -433,3 +433,31 @@ def test_postgres_lexeme_counters_follow_writes_and_prunes(rt: torpor.Runtime) -
 
     kept, recount = counters()
     assert kept == recount and kept[""] == 20
+
+
+def test_day_three_the_next_run_is_told_and_does_not_repeat_the_failure(
+    rt: torpor.Runtime,
+) -> None:
+    """Run 1 fails approach A with a reason and succeeds with B; run 2 of the same agent and
+    task type starts with a context whose episodes section names A as failed and why, and its
+    planner — which tries A unless told — goes straight to B. A run in another scope is told
+    nothing and tries A."""
+    agent, model = kit.scripted_agent()
+    assert rt.run(agent, {"target": "prod"}, run_id="day1", scope="acme").outcome == "succeeded"
+    assert kit.tried(kit.WORLD["log"]) == ["a", "b"]
+    assert not kit.told_a_failed(model.calls[0])
+
+    kit.WORLD["log"] = []
+    first = len(model.calls)
+    assert rt.run(agent, {"target": "prod"}, run_id="day3", scope="acme").outcome == "succeeded"
+    assert kit.tried(kit.WORLD["log"]) == ["b"]
+    section = kit.system_text(model.calls[first])
+    assert "Episodes:" in section and "run day1" in section
+    assert 'approach_a({"target": "prod"}) failed' in section and kit.A_ERROR in section
+    # The section is recorded with the run: read back, not searched again, on resume.
+    recorded = [e for e in rt.store.read_events("day3") if e.step_id == "episodes"]
+    assert recorded and "approach_a" in str(recorded[-1].payload)
+
+    kit.WORLD["log"] = []
+    assert rt.run(agent, {"target": "prod"}, run_id="other", scope="globex").outcome == "succeeded"
+    assert kit.tried(kit.WORLD["log"]) == ["a", "b"]
