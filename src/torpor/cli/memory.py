@@ -19,7 +19,8 @@ memory_app = typer.Typer(
     name="memory",
     help="Episodic memory: what earlier runs did, what failed and why.\n\n"
     "Episodes are written when a run ends, goes to sleep or passes a milestone (a step that "
-    "succeeds after failures), filed under the run's scope, agent and task type.",
+    "succeeds after failures), filed under the run's scope, agent and task type.\n\n"
+    'Example: torpor memory search "deploy timeout" --scope acme --task-type deploy',
     no_args_is_help=True,
 )
 
