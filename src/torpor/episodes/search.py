@@ -170,20 +170,27 @@ class Searcher:
         return [(int(i), float(s)) for i, s in self.driver.fetchall(cur, sql, params)]
 
     def _recent(
-        self, cur: Any, f: Filters, words: Sequence[str], over: int
-    ) -> list[tuple[int, float]]:
+        self, cur: Any, f: Filters, words: Sequence[str], over: int, n: int
+    ) -> tuple[list[tuple[int, float]], bool]:
+        """The ``over`` newest episodes of the filter holding any of ``words``, and whether
+        there may be more (``n``: the filter's size)."""
         params: dict[str, Any] = {"over": over}
         cond = self._cond(f, words, "m", params)
         if self.sqlite:  # FTS5 walks the posting lists newest first and stops early
             sql = f"SELECT rowid FROM episodes_fts WHERE {cond} ORDER BY rowid DESC LIMIT :over"
-        else:  # the scope's b-tree newest first, each row checked: stops early too
-            params.update(scope=f.scope, task_type=f.task_type)
+        else:
+            # The scope's newest rows along its b-tree (the LIMIT keeps the planner from
+            # trading that walk for a bitmap of every match), then checked for the words:
+            # they are common, so a window a few times the slots left holds enough of them.
+            params.update(scope=f.scope, task_type=f.task_type, window=over * 8)
             tt = "" if f.task_type is None else "AND task_type = :task_type "
             sql = (
-                f"SELECT id FROM episodes WHERE scope = :scope {tt}AND {cond} "
-                "ORDER BY created_at_ms DESC, id DESC LIMIT :over"
+                "SELECT id FROM (SELECT id, tsv, created_at_ms FROM episodes "
+                f"WHERE scope = :scope {tt}ORDER BY created_at_ms DESC LIMIT :window) r "
+                f"WHERE {cond} ORDER BY created_at_ms DESC, id DESC LIMIT :over"
             )
-        return [(int(r[0]), 0.0) for r in self.driver.fetchall(cur, sql, params)]
+        found = [(int(r[0]), 0.0) for r in self.driver.fetchall(cur, sql, params)]
+        return found, len(found) == over or (not self.sqlite and over * 8 < n)
 
     def _rows(self, cur: Any, f: Filters, ids: list[int]) -> dict[int, tuple[Any, ...]]:
         params = f.params()
@@ -237,8 +244,8 @@ class Searcher:
             ranked = self._scored(cur, f, idf, over) if idf else []
             truncated = len(ranked) == over
             if len(ranked) < over and (common or not words):
-                fill = self._recent(cur, f, common, over)
-                truncated = truncated or len(fill) == over
+                fill, more = self._recent(cur, f, common, over, n)
+                truncated = truncated or more
                 seen = {i for i, _ in ranked}
                 ranked += [(i, s) for i, s in fill if i not in seen]
             rows = self._rows(cur, f, [i for i, _ in ranked])
