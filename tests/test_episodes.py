@@ -461,3 +461,28 @@ def test_day_three_the_next_run_is_told_and_does_not_repeat_the_failure(
     kit.WORLD["log"] = []
     assert rt.run(agent, {"target": "prod"}, run_id="other", scope="globex").outcome == "succeeded"
     assert kit.tried(kit.WORLD["log"]) == ["a", "b"]
+
+
+def test_common_words_fill_by_recency_after_the_informative_ones(
+    rt: torpor.Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A word in a fifth of the filter or more is not scored: the episodes holding the
+    informative words come first (most informative first), the slots left go to the newest
+    holding the common ones — the exact filters applied throughout (here: a time window that
+    drops the newest candidates, so more are read)."""
+    from torpor.episodes import search
+
+    monkeypatch.setattr(search, "CAP_MIN", 5)
+    es = EpisodeStore(rt.store)
+    eps = [ep(i, "s", f"deploy step {i}", at_ms=10_000 + i) for i in range(40)]
+    eps[3] = ep(3, "s", "deploy step 3 hit the quota wall", at_ms=10_003)
+    eps[7] = ep(7, "s", "deploy step 7 quota", at_ms=10_007)
+    es.write(eps)
+    es.write([ep(100 + i, "other", "deploy quota quota wall") for i in range(5)])
+    hits = es.search("quota wall deploy", scope="s", limit=6)
+    assert [h.run_id for h in hits[:2]] == ["x3", "x7"]  # both informative words, then one
+    assert hits[0].score > hits[1].score > 0
+    assert [h.run_id for h in hits[2:]] == ["x39", "x38", "x37", "x36"]  # newest with "deploy"
+    windowed = es.search("quota deploy", scope="s", limit=4, until_ms=10_020)
+    assert [h.run_id for h in windowed] == ["x7", "x3", "x20", "x19"]
+    assert {h.scope for h in es.search("quota wall deploy", scope="s", limit=50)} == {"s"}
