@@ -486,3 +486,11 @@ def test_common_words_fill_by_recency_after_the_informative_ones(
     windowed = es.search("quota deploy", scope="s", limit=4, until_ms=10_020)
     assert [h.run_id for h in windowed] == ["x7", "x3", "x20", "x19"]
     assert {h.scope for h in es.search("quota wall deploy", scope="s", limit=50)} == {"s"}
+
+
+def test_queries_have_the_same_names_in_both_dialects() -> None:
+    from torpor.episodes.store import load_episode_queries
+
+    sqlite, pg = set(load_episode_queries("sqlite")), set(load_episode_queries("postgres"))
+    assert sqlite - pg == {"index_episode", "unindex_episode"}  # FTS5's own index rows
+    assert pg - sqlite == {"count_lexemes", "uncount_lexemes", "word_docs", "tag_docs"}

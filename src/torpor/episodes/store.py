@@ -2,11 +2,14 @@
 within a scope, superseded when contradicted, pruned by their own retention policy.
 
 Both backends answer the filters inside the full-text index: SQLite FTS5 (an external-content
-index over the ``episodes`` table, BM25) and PostgreSQL full text (a ``tsvector`` with a GIN
-index, ``ts_rank``). The filters — scope, agent, task type, outcome — are tokens indexed with
-each episode (:func:`~.model.tag`), so the index intersects them with the query's words
-instead of ranking every matching episode of every scope; the exact columns are compared too,
-so an episode of another scope is never returned, whatever the text.
+index over the ``episodes`` table) and PostgreSQL full text (a ``tsvector`` with a GIN index,
+and per-lexeme counters kept in the writing transaction). The filters — scope, agent, task
+type, outcome — are tokens indexed with each episode (:func:`~.model.tag`), so the index
+intersects them with the query's words; the exact columns are compared too, so an episode of
+another scope is never returned, whatever the text. Ranking: :mod:`.search`.
+
+The queries are whole in ``sql/<dialect>.sql`` by name; a few exist in one dialect only (the
+FTS5 index rows on SQLite, the lexeme counters on PostgreSQL).
 
 Writing is keyed by ``(run_id, boundary)`` (``INSERT … ON CONFLICT DO NOTHING``) in one
 transaction with the run row's ``episodes_seq``: a process killed at any point leaves each
@@ -17,6 +20,7 @@ missing.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -41,6 +45,7 @@ SUPERSEDE_WINDOW = 200
 Rerank = Callable[[str, list[Episode]], list[Episode]]
 
 
+@functools.cache
 def load_episode_queries(dialect: str) -> dict[str, str]:
     """``{name: sql}`` from ``sql/<dialect>.sql`` beside this module."""
     text = (Path(__file__).parent / "sql" / f"{dialect}.sql").read_text()
