@@ -494,3 +494,21 @@ def test_queries_have_the_same_names_in_both_dialects() -> None:
     sqlite, pg = set(load_episode_queries("sqlite")), set(load_episode_queries("postgres"))
     assert sqlite - pg == {"index_episode", "unindex_episode"}  # FTS5's own index rows
     assert pg - sqlite == {"count_lexemes", "uncount_lexemes", "word_docs", "tag_docs"}
+
+
+def test_an_idle_worker_writes_episodes_a_dead_process_left(rt: torpor.Runtime) -> None:
+    from torpor.worker import Worker
+
+    agent = kit.code_agent()
+    assert rt.run(agent, {"target": "prod"}, run_id="w1", scope="acme").outcome == "succeeded"
+    es = EpisodeStore(rt.store)
+    written = es.search("", scope="acme", limit=10)
+    # As if the process had died after the outcome, before its capture: nothing written yet.
+    es.prune(before_ms=rt.store.now_ms() + 1000)
+    with rt.store.driver.transaction() as cur:
+        sql = "UPDATE runs SET episodes_seq = 0 WHERE run_id = :r"
+        rt.store.driver.execute(cur, sql, {"r": "w1"})
+    assert es.count() == 0
+    Worker(rt, poll_s=0.05).run(until_idle=True, max_seconds=5)
+    again = es.search("", scope="acme", limit=10)
+    assert [(e.episode_id, e.lesson) for e in again] == [(e.episode_id, e.lesson) for e in written]

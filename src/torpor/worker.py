@@ -24,6 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from .episodes.store import EpisodeStore
 from .errors import ConfigError, LeaseHeldError, LeaseLostError, TorporError
 from .owners import owner_is_dead
 from .runtime import RunResult, Runtime
@@ -41,6 +42,8 @@ MIN_IDLE_S = 0.02
 #: versions it cannot continue (to name them).
 DEAD_SCAN_S = 1.0
 VERSION_SCAN_S = 5.0
+#: How often an idle worker writes the episodes a dead process left unwritten (seconds).
+EPISODES_SWEEP_S = 60.0
 
 
 @dataclass
@@ -87,6 +90,7 @@ class Worker:
         self._backoff: dict[str, tuple[float, float]] = {}
         self._next_dead_scan = 0.0
         self._next_version_scan = 0.0
+        self._next_episodes_sweep = 0.0
 
     def stop(self) -> None:
         """Stop claiming; running executions release their run at the next boundary."""
@@ -249,6 +253,7 @@ class Worker:
                     continue
                 self._slots.release()
                 self._note_unrunnable()
+                self._sweep_episodes()
                 if until_idle and not futures_running(futures):
                     nxt = self.store.next_wake_at_ms(accept=accepted_versions())
                     if nxt is None or nxt - self.store.now_ms() > self.poll_s * 1000:
@@ -258,6 +263,22 @@ class Worker:
                 with contextlib.suppress(Exception):
                     f.result()
         return self.stats
+
+    def _sweep_episodes(self) -> None:
+        """When idle, at most every :data:`EPISODES_SWEEP_S`: write the episodes a process
+        that died between a run's boundary and their capture left unwritten (a finished run
+        is not executed again to capture them)."""
+        now = time.monotonic()
+        if now < self._next_episodes_sweep:
+            return
+        self._next_episodes_sweep = now + EPISODES_SWEEP_S
+        try:
+            n = EpisodeStore(self.store).catch_up(limit=100)
+        except TorporError as exc:
+            log.warning("episodes sweep failed: %s", exc)
+            return
+        if n:
+            log.info("wrote %d episode(s) left unwritten by a process that died", n)
 
     def _idle_wait(self) -> None:
         """Block until a wakeup (NOTIFY / data_version), the next timer, the end of a back-off,
