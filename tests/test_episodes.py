@@ -512,3 +512,34 @@ def test_an_idle_worker_writes_episodes_a_dead_process_left(rt: torpor.Runtime) 
     Worker(rt, poll_s=0.05).run(until_idle=True, max_seconds=5)
     again = es.search("", scope="acme", limit=10)
     assert [(e.episode_id, e.lesson) for e in again] == [(e.episode_id, e.lesson) for e in written]
+
+
+def test_a_model_may_phrase_the_lesson_in_a_recorded_step(rt: torpor.Runtime) -> None:
+    from torpor.agents.models import ScriptedModel
+    from torpor.agents.models.scripted import say
+
+    phrasing = ScriptedModel([say("Use B: A's legacy API only speaks TLS 1.0.")])
+    agent = torpor.Agent(
+        "ep.phrased",
+        goal="deploy the service to the target environment",
+        tools=kit.tools,
+        planner=torpor.CodePlanner(kit.code_plan),
+        task_type="deploy",
+        lesson_model=phrasing,
+    )
+    assert rt.run(agent, {"target": "prod"}, run_id="ph1", scope="acme").outcome == "succeeded"
+    (asked,) = phrasing.calls
+    assert kit.A_ERROR in asked[-1].content and "approach_a" in asked[-1].content
+    es = EpisodeStore(rt.store)
+    ended = next(h for h in es.search("", scope="acme") if h.kind == "ended")
+    first, *rest = ended.lesson.splitlines()
+    assert first == "- in short: Use B: A's legacy API only speaks TLS 1.0."
+    assert any(kit.A_ERROR in ln for ln in rest)  # the record's lines stay, as evidence
+    milestone = next(h for h in es.search("", scope="acme") if h.kind == "milestone")
+    assert "in short" not in milestone.lesson  # phrased at the end, after the milestone
+    # Resumed (a finished run re-executed): the recorded phrasing is read back, not asked again.
+    assert rt.resume("ph1").outcome == "succeeded" and len(phrasing.calls) == 1
+    # Nothing failed: nothing to phrase, no model call.
+    kit.WORLD["a_works"] = True
+    assert rt.run(agent, {"target": "prod"}, run_id="ph2", scope="acme").outcome == "succeeded"
+    assert len(phrasing.calls) == 1

@@ -67,6 +67,7 @@ from ..run import Run
 from ..store.sqlstore import SQLStore
 from ..workflows import workflow
 from .calls import PlannedCall, execute_call
+from .lessons import phrase_lesson
 from .models.base import Message, Model, ModelResponse, ToolCall, ToolSpec
 from .models.record import call_model
 from .planners import Planner
@@ -90,6 +91,9 @@ class Agent:
     person denies a tool call, DESIGN.md §1) or ``"replan"`` (the denial is an observation).
     ``task_type``: what its runs' episodes are filed under (:mod:`torpor.episodes`; default
     its name): a new run gets the lessons of earlier runs of the same agent and task type.
+    ``lesson_model``: a model that phrases the lesson of a run that had failures, in a
+    recorded step at its end (:mod:`torpor.agents.lessons`); without it the lesson is the
+    record's own lines.
     """
 
     def __init__(
@@ -108,6 +112,7 @@ class Agent:
         max_plan_versions: int = 50,
         on_denied: str = "block",
         task_type: str | None = None,
+        lesson_model: Model | None = None,
     ):
         if on_denied not in ("block", "replan"):
             raise TorporError("on_denied must be 'block' or 'replan'")
@@ -122,6 +127,7 @@ class Agent:
         self.max_plan_versions = max_plan_versions
         self.on_denied = on_denied
         self.task_type = task_type or name
+        self.lesson_model = lesson_model
 
         def agent_workflow(run: Run, input: Any) -> Any:
             return AgentContext(self, run, input).execute()
@@ -393,6 +399,8 @@ class AgentContext:
         try:
             self._loop()
             self._verify()
+            if self.agent.lesson_model is not None:
+                phrase_lesson(self, self.agent.lesson_model)
         except Cancelled:
             self._skip_pending("not run: the run was cancelled")
             raise

@@ -16,7 +16,7 @@ episode may contradict (:mod:`torpor.episodes.store` supersedes on that).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,11 @@ from .model import Episode, episode_id_for
 
 #: Characters kept of an error, an argument list or a reason in a lesson line.
 DETAIL_CHARS = 200
+
+#: The step id under which an agent records its lesson as a model phrased it, and the prefix
+#: of the model call's step (:mod:`torpor.agents.lessons`).
+PHRASED_STEP = "episode-lesson"
+PHRASING_PREFIX = "episode-lesson"
 
 
 def _clip(text: str, limit: int = DETAIL_CHARS) -> str:
@@ -87,6 +92,8 @@ class _Walk:
     artifacts: list[str] = field(default_factory=list)
     claims: dict[str, str] = field(default_factory=dict)
     succeeded: list[str] = field(default_factory=list)
+    #: The lesson as a model phrased it (a recorded ``lesson`` step), when there is one.
+    phrased: str = ""
 
     def fail(self, f: _Failure) -> None:
         self.failures.append(f)
@@ -119,7 +126,21 @@ def derive(events: Iterable[Event], filing: RunFiling, *, after_seq: int = 0) ->
     """The episodes at the boundaries of ``events`` (a run's history from seq 1) after
     ``after_seq``, in history order."""
     w = _Walk()
-    out: list[Episode] = []
+    return [
+        _episode(w, filing, ev, *boundary)
+        for ev, boundary in _walk(w, events)
+        if boundary is not None and ev.seq > after_seq
+    ]
+
+
+def derive_into(w: _Walk, events: Iterable[Event]) -> None:
+    """Read ``events`` into ``w``."""
+    for _ in _walk(w, events):
+        pass
+
+
+def _walk(w: _Walk, events: Iterable[Event]) -> Iterator[tuple[Event, tuple[str, str, str] | None]]:
+    """Read each event into ``w``; yield it with the boundary it makes, if any."""
     for ev in events:
         p = ev.payload
         boundary: tuple[str, str, str] | None = None  # (kind, outcome, headline)
@@ -158,6 +179,9 @@ def derive(events: Iterable[Event], filing: RunFiling, *, after_seq: int = 0) ->
         elif isinstance(p, StepCompleted) and not w.agentic and p.step_id in w.claims:
             if w.fix(p.step_id, "", ev.seq):
                 boundary = ("milestone", "progress", f"{p.step_id} completed after failures")
+        elif isinstance(p, StepCompleted) and p.step_id == PHRASED_STEP:
+            if isinstance(p.result, dict) and isinstance(p.result.get("lesson"), str):
+                w.phrased = p.result["lesson"]
         elif isinstance(p, VerificationRecorded):
             w.verifications[p.name] = (p.passed, _clip(_brief(p.detail), 120), ev.seq)
         elif isinstance(p, ArtifactCreated):
@@ -169,19 +193,12 @@ def derive(events: Iterable[Event], filing: RunFiling, *, after_seq: int = 0) ->
         elif isinstance(p, RunFinished):
             why = f": {_clip(p.reason)}" if p.reason else ""
             boundary = ("ended", str(p.outcome), f"ended {p.outcome}{why}")
-        if boundary is not None and ev.seq > after_seq:
-            out.append(_episode(w, filing, ev, *boundary))
-    return out
+        yield ev, boundary
 
 
-def _episode(w: _Walk, f: RunFiling, ev: Event, kind: str, outcome: str, head: str) -> Episode:
-    boundary = f"{kind}@{ev.seq}"
-    subject = "agent" if w.agentic else "workflow"
-    summary = f"{subject} {f.agent} (task type {f.task_type}) {head}."
-    if w.goal:
-        summary += f" Goal: {_clip(w.goal)}."
-    if w.tools:
-        summary += " Tools used: " + ", ".join(w.tools) + "."
+def _lesson_lines(w: _Walk) -> list[str]:
+    """The lesson read back from the record: failures with their errors and reasons, the
+    fixes that followed, the verifications."""
     lines: list[str] = []
     for x in w.failures:
         what = f"{x.name}({x.args})" if x.args else x.name
@@ -198,6 +215,39 @@ def _episode(w: _Walk, f: RunFiling, ev: Event, kind: str, outcome: str, head: s
         )
     if not w.failures and w.succeeded:
         lines.append("succeeded without failures: " + ", ".join(w.succeeded))
+    return lines
+
+
+def lesson_of(events: Iterable[Event], filing: RunFiling) -> str:
+    """The lesson the record holds so far — up to the agent's own phrasing step, so the text is
+    the same when a resumed run asks again — or ``""`` when there is nothing to learn (no call
+    or step failed)."""
+    w = _Walk()
+    cut = []
+    for ev in events:
+        sid = getattr(ev.payload, "step_id", None)
+        if isinstance(sid, str) and sid.startswith(PHRASING_PREFIX):
+            break
+        cut.append(ev)
+    derive_into(w, cut)
+    if not w.failures:
+        return ""
+    return f"Agent {filing.agent}, task type {filing.task_type}. Goal: {w.goal}\n" + "\n".join(
+        f"- {ln}" for ln in _lesson_lines(w)
+    )
+
+
+def _episode(w: _Walk, f: RunFiling, ev: Event, kind: str, outcome: str, head: str) -> Episode:
+    boundary = f"{kind}@{ev.seq}"
+    subject = "agent" if w.agentic else "workflow"
+    summary = f"{subject} {f.agent} (task type {f.task_type}) {head}."
+    if w.goal:
+        summary += f" Goal: {_clip(w.goal)}."
+    if w.tools:
+        summary += " Tools used: " + ", ".join(w.tools) + "."
+    lines = _lesson_lines(w)
+    if w.phrased:
+        lines.insert(0, f"in short: {_clip(w.phrased, 600)}")
     refs_events = sorted(
         {x.seq for x in w.failures}
         | {s for _n, _a, s, _f in w.fixes}
@@ -228,4 +278,4 @@ def _episode(w: _Walk, f: RunFiling, ev: Event, kind: str, outcome: str, head: s
     )
 
 
-__all__ = ["DETAIL_CHARS", "RunFiling", "derive"]
+__all__ = ["DETAIL_CHARS", "PHRASED_STEP", "PHRASING_PREFIX", "RunFiling", "derive", "lesson_of"]
