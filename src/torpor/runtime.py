@@ -21,7 +21,6 @@ from . import serde
 from .artifacts import ArtifactStore
 from .config import Settings
 from .engine.execution import Execution, RunResult
-from .episodes.store import EpisodeStore
 from .errors import (
     ConfigError,
     LeaseHeldError,
@@ -240,6 +239,8 @@ class Runtime:
         """Write the episodes of the run's new boundaries (an end, a wait, a milestone). A
         failure is logged, not raised: the run's own record is intact, and the next execution
         or ``torpor memory sync`` writes what is missing (writes are idempotent)."""
+        from .episodes.store import EpisodeStore  # (only when used: a cold resume skips it)
+
         try:
             EpisodeStore(self.store).capture(run_id)
         except TorporError as exc:

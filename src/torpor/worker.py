@@ -24,7 +24,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .episodes.store import EpisodeStore
 from .errors import ConfigError, LeaseHeldError, LeaseLostError, TorporError
 from .owners import owner_is_dead
 from .runtime import RunResult, Runtime
@@ -272,6 +271,8 @@ class Worker:
         if now < self._next_episodes_sweep:
             return
         self._next_episodes_sweep = now + EPISODES_SWEEP_S
+        from .episodes.store import EpisodeStore  # imported when first used
+
         try:
             n = EpisodeStore(self.store).catch_up(limit=100)
         except TorporError as exc:
