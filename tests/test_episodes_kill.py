@@ -102,3 +102,50 @@ def test_episode_writes_survive_sigkill_at_every_point(store_url: str, tmp_path:
         assert len(ids) == len(set(ids)) == 2 * (len(cases) + 1)  # two per run, once each
     finally:
         rt.close()
+
+
+def _phrasing_agent(model: object) -> torpor.Agent:
+    return torpor.Agent(
+        "ep.phrased.kill",
+        goal="deploy the service to the target environment",
+        tools=kit.tools,
+        planner=torpor.CodePlanner(kit.code_plan),
+        task_type="deploy",
+        lesson_model=model,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize("case", ["model.recorded@1", "append.after@13"])
+def test_a_phrased_lesson_survives_sigkill(store_url: str, case: str) -> None:
+    """Killed right after the phrasing model call was recorded (or after the phrased lesson
+    was), the resumed run reads the call back — the same prompt, so no divergence — and never
+    pays for it again; its episode carries the phrasing once."""
+    from torpor.agents.models import ScriptedModel
+    from torpor.agents.models.scripted import say
+
+    kit.WORLD.update(a_works=False, log=[])
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            faults.install(f"crash:{case}")
+            rt = torpor.Runtime(store_url)
+            agent = _phrasing_agent(ScriptedModel([say("Use B; A speaks TLS 1.0 only.")]))
+            rt.run(agent, {"target": "prod"}, run_id="ph", scope="acme")
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    model = ScriptedModel([say("a second answer: must never be asked")])
+    _phrasing_agent(model)
+    rt = torpor.Runtime(store_url)
+    try:
+        assert rt.resume("ph").outcome == "succeeded"
+        assert model.calls == []
+        ended = [h for h in EpisodeStore(rt.store).search("", scope="acme") if h.kind == "ended"]
+        assert [h.lesson.splitlines()[0] for h in ended] == [
+            "- in short: Use B; A speaks TLS 1.0 only."
+        ]
+    finally:
+        rt.close()
