@@ -51,12 +51,12 @@ def _load_app() -> typer.Typer:
     """The app with every command registered (once, on first use)."""
     global _app
     if _app is None:
-        from . import artifacts, console, execute, explore, keys, memory, read, steer
+        from . import artifacts, console, episodes, execute, explore, keys, read, steer
         from .root import app
 
         # Each command module adds its commands to the app; this order is the order
         # ``torpor --help`` lists them in.
-        for module in (execute, read, steer, keys, artifacts, explore, console, memory):
+        for module in (execute, read, steer, keys, artifacts, explore, console, episodes):
             module.register(app)
         _app = app
     return _app

@@ -1,5 +1,5 @@
 """The ``memory`` command group: episodic memory across runs (:mod:`torpor.episodes`) —
-``search``, ``show``, ``sync`` and ``prune``."""
+``torpor memory search``, ``show``, ``sync`` and ``prune``."""
 
 from __future__ import annotations
 
