@@ -75,6 +75,7 @@ COMMANDS = [
     "ls",
     "show",
     "events",
+    "context",
     "approve",
     "deny",
     "revoke",

@@ -115,11 +115,11 @@ def _phrasing_agent(model: object) -> torpor.Agent:
     )
 
 
-@pytest.mark.parametrize("case", ["model.recorded@1", "append.after@13"])
+@pytest.mark.parametrize("case", ["model.recorded@1", "episodes.derived@1"])
 def test_a_phrased_lesson_survives_sigkill(store_url: str, case: str) -> None:
-    """Killed right after the phrasing model call was recorded (or after the phrased lesson
-    was), the resumed run reads the call back — the same prompt, so no divergence — and never
-    pays for it again; its episode carries the phrasing once."""
+    """Killed right after the phrasing model call was recorded (or after the run ended, before
+    its episodes were written), the resumed run reads the call back — the same prompt, so no
+    divergence — and never pays for it again; its episode carries the phrasing once."""
     from torpor.agents.models import ScriptedModel
     from torpor.agents.models.scripted import say
 

@@ -41,6 +41,8 @@ from torpor.history import (
     BudgetSet,
     CancelRequested,
     CheckpointSaved,
+    ContextBuilt,
+    ContextCompacted,
     EffectFailed,
     EffectIntended,
     EffectObserved,
@@ -128,6 +130,7 @@ class Model:
     outcome: Outcome | None = None
     plan_version: int = 0
     plan: dict[str, dict[str, Any]] = field(default_factory=dict)
+    compactions: int = 0
 
     def fresh(self, prefix: str) -> str:
         self.n += 1
@@ -600,6 +603,38 @@ def a_model_called(draw: Draw, m: Model) -> list[Payload]:
     ]
 
 
+def a_context_compacted(draw: Draw, m: Model) -> list[Payload]:
+    sid = draw(st.sampled_from(m.open_steps(Policy.READ)))
+    m.compactions += 1
+    before = draw(st.integers(0, 10**5))
+    return [
+        ContextCompacted(
+            step_id=sid,
+            number=m.compactions,
+            turns=[1, 2],
+            call_ids=["c1"],
+            refs=["model#1"],
+            summary_hash=draw(hexes),
+            summary_tokens=draw(st.integers(0, 10**4)),
+            buffer_tokens_before=before,
+            buffer_tokens_after=draw(st.integers(0, before)),
+        )
+    ]
+
+
+def a_context_built(draw: Draw, m: Model) -> list[Payload]:
+    sid = draw(st.sampled_from(m.open_steps(Policy.READ)))
+    return [
+        ContextBuilt(
+            step_id=sid,
+            context_hash=draw(hexes),
+            sections={"goal": draw(st.integers(0, 100)), "buffer": draw(st.integers(0, 100))},
+            total_tokens=draw(st.integers(0, 10**4)),
+            budget_tokens=10**4,
+        )
+    ]
+
+
 def a_budget(draw: Draw, m: Model) -> list[Payload]:
     limits = {
         "tokens": draw(st.none() | st.integers(1, 10**7)),
@@ -638,6 +673,8 @@ def enabled(m: Model) -> dict[str, Action]:
         acts["settle"] = a_settle
     if m.open_steps(Policy.READ):
         acts["model_called"] = a_model_called
+        acts["context_compacted"] = a_context_compacted
+        acts["context_built"] = a_context_built
     if m.wait is None:
         acts["step_new"] = a_step_new
         acts["step_whole"] = a_step_whole

@@ -290,6 +290,11 @@ class PlannerError(TorporError):
     dependency, too many revisions)."""
 
 
+class SummaryFailed(TorporError):
+    """An agent's summarizer gave no usable summary (its model call failed, or it answered
+    nothing): the working buffer stays as it was (:mod:`torpor.memory.compaction`)."""
+
+
 class ToolError(TorporError):
     """A tool call could not be made or did not return a result."""
 

@@ -65,6 +65,8 @@ POINTS: dict[str, str] = {
     "model.recorded": "a model call's response and usage committed (never paid for again)",
     "agent.plan.recorded": "an agent's new plan version committed",
     "agent.tool.settled": "the outcome of an agent's tool call committed",
+    "memory.compacted": "an agent's compaction committed (summary and folded units, one "
+    "transition); its checkpoint not yet saved",
     # stores (store/base.py)
     "append.committing": "the store is about to run the append transaction (break: the "
     "connection dies before anything commits; the store reads back and retries)",
@@ -96,6 +98,7 @@ CRASH_POINTS: tuple[str, ...] = (
     "model.recorded",
     "agent.plan.recorded",
     "agent.tool.settled",
+    "memory.compacted",
 )
 
 ACTIONS = ("crash", "ack", "break", "delay", "twice")

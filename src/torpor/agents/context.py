@@ -4,9 +4,10 @@ that those parts depend on what they use and not on the loop that drives them.""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from ..memory.config import Memory
 from ..run import Run
 from .models.base import Message, Model, ModelResponse, ToolSpec
 from .proposals import PlanView
@@ -21,6 +22,17 @@ class AgentSpec(Protocol):
 
     @property
     def tools(self) -> Tools: ...
+
+    @property
+    def instructions(self) -> str: ...
+
+    @property
+    def criteria(self) -> Mapping[str, Any]: ...
+
+    @property
+    def memory(self) -> Memory:
+        """The working memory's sizing (:class:`~torpor.memory.Memory`)."""
+        ...
 
     @property
     def on_denied(self) -> str:

@@ -29,9 +29,11 @@ Budgets (tokens, cost, steps, wall-clock) are checked before each new model or t
 from usage summed by the fold; a limit reached ends the run ``blocked`` with the reason, and
 ``torpor budget RUN --tokens N`` (:meth:`torpor.Client.reopen`) raises it and reopens the run.
 
-Recovery is replay, like workflows: on resume the loop runs again from the top and every
-recorded model call, plan version, tool call and outcome is returned from the history (never
-repeated), so the loop reaches the point where it stopped and continues.
+Recovery reads the latest checkpoint (issue 17, G9): before each new plan the loop's state —
+plan, working buffer, running summary, counters — is saved with ``run.checkpoint``; a resume
+restores it and replays at most one turn's steps, not every model turn since the start. A
+ReAct model call gets a context within ``Agent(memory=Memory(...))``'s token budget
+(:mod:`torpor.memory`); the oldest turns are compacted into a summary as the buffer fills.
 """
 
 from __future__ import annotations
@@ -63,20 +65,24 @@ from ..history import (
     ToolCallSettled,
     plan_problem,
 )
+from ..memory.config import Memory
 from ..run import Run
 from ..store.sqlstore import SQLStore
 from ..workflows import workflow
 from .calls import PlannedCall, execute_call
 from .lessons import phrase_lesson
 from .models.base import Message, Model, ModelResponse, ToolCall, ToolSpec
-from .models.record import call_model
+from .models.record import call_model_step
 from .planners import Planner
-from .proposals import PlanView, Proposal, StepView, clip
+from .proposals import PlanView, Proposal, StepView
 from .tools import Tools, Vault
 from .verifiers import ModelJudge, Verifier
 
-#: Tokens the episodes section of the conversation may take (lessons of earlier runs).
+#: Tokens the episodes section of the context may take (lessons of earlier runs); the context
+#: builder may cut it further (:data:`torpor.memory.PRIORITIES`).
 EPISODES_TOKENS = 800
+#: The step that records a run's episodes section.
+EPISODES_STEP = "episodes"
 
 # ------------------------------------------------------------------ the agent
 
@@ -94,6 +100,8 @@ class Agent:
     ``lesson_model``: a model that phrases the lesson of a run that had failures, in a
     recorded step at its end (:mod:`torpor.agents.lessons`); without it the lesson is the
     record's own lines.
+    ``memory``: the working memory's budget, compaction and extra context sections
+    (:class:`~torpor.memory.Memory`; the defaults when omitted).
     """
 
     def __init__(
@@ -113,6 +121,7 @@ class Agent:
         on_denied: str = "block",
         task_type: str | None = None,
         lesson_model: Model | None = None,
+        memory: Memory | None = None,
     ):
         if on_denied not in ("block", "replan"):
             raise TorporError("on_denied must be 'block' or 'replan'")
@@ -128,6 +137,7 @@ class Agent:
         self.on_denied = on_denied
         self.task_type = task_type or name
         self.lesson_model = lesson_model
+        self.memory = memory or Memory()
 
         def agent_workflow(run: Run, input: Any) -> Any:
             return AgentContext(self, run, input).execute()
@@ -154,12 +164,6 @@ class Agent:
 
 
 @dataclass
-class _Turn:
-    message: Message
-    call_ids: list[str]
-
-
-@dataclass
 class AgentContext:
     """One execution of an agent's run: what planners and verifiers are given."""
 
@@ -169,12 +173,17 @@ class AgentContext:
     version: int = 0
     calls: dict[str, PlannedCall] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
-    turns: list[_Turn] = field(default_factory=list)
     final: str = ""
     _episodes: str | None = None
 
     def __post_init__(self) -> None:
         self.vault = Vault(self.run.journal.host.signing_key, self.agent.known_secrets())
+        # (Imported here: torpor.memory imports the model types of this package, so the
+        # package must import whichever of the two comes first without a cycle.)
+        from .working import WorkingMemory
+
+        self.memory = WorkingMemory(self)
+        self._from_model = False
 
     # ------------------------------------------------------------ for planners
 
@@ -204,8 +213,12 @@ class AgentContext:
         return self.agent.tools.specs()
 
     def results(self) -> dict[str, Any]:
-        """Observations of the calls that succeeded, by call id."""
-        return {k: c.observation for k, c in self.calls.items() if c.status == "succeeded"}
+        """Observations of the calls that succeeded, by call id (those compaction took out of
+        the plan view are read back from their recorded outcomes)."""
+        live = {k: c.observation for k, c in self.calls.items() if c.status == "succeeded"}
+        if not self.memory.retired:
+            return live
+        return {**self.memory.retired_results(), **live}
 
     def call_model(
         self,
@@ -215,8 +228,10 @@ class AgentContext:
         *,
         name: str = "model",
     ) -> ModelResponse:
-        """A recorded model call: budget checked first, secrets redacted before recording."""
-        return call_model(
+        """A recorded model call: budget checked first, secrets redacted before recording;
+        when ``messages`` is the context :meth:`conversation` just built, what it holds is
+        recorded with the call (``context_built``)."""
+        resp, sid = call_model_step(
             self.run,
             model,
             messages,
@@ -224,79 +239,69 @@ class AgentContext:
             name=name,
             before_call=self.check_budget,
             redact=self._redact_response,
+            facts=self.memory.facts_for(messages),
         )
+        self.memory.after_call(messages, tools, resp, sid)
+        self._last_response = resp
+        return resp
 
     def episodes(self) -> str:
         """The episodes section: lessons of earlier runs of this agent and task type in the
-        run's scope (:func:`torpor.episodes.section_for_run`). Recorded as a step the first
-        time (a resumed run is given the same text); ``""`` for a run not filed for episodes."""
-        if self._episodes is None:
-            store = self.run.journal.store
-            rid = self.run.run_id
-            if not isinstance(store, SQLStore) or EpisodeStore(store).filing(rid) is None:
-                self._episodes = ""
-            else:
-                goal = f"{self.agent.goal} {json.dumps(self.input, sort_keys=True, default=str)}"
-                rec = self.run.journal.record(
-                    "episodes",
-                    lambda sid: (
-                        section_for_run(
-                            store, self.run.run_id, goal=goal, token_budget=EPISODES_TOKENS
-                        ),
-                        [],
-                    ),
-                    purpose="lessons of earlier runs",
-                )
-                self._episodes = str(rec.result or "")
+        run's scope (:func:`torpor.episodes.section_for_run`). Recorded as the step
+        ``episodes`` at the run's start and read back by every later execution (also one
+        resumed from a checkpoint past it), so a run is given the same text throughout;
+        ``""`` for a run not filed for episodes."""
+        if self._episodes is not None:
+            return self._episodes
+        store = self.run.journal.store
+        rid = self.run.run_id
+        if not isinstance(store, SQLStore) or EpisodeStore(store).filing(rid) is None:
+            self._episodes = ""
+            return ""
+        journal = self.run.journal
+        comp = journal.recorded(EPISODES_STEP, Policy.READ)
+        if comp is not None:
+            self._episodes = str(journal.value(EPISODES_STEP, comp.result) or "")
+            return self._episodes
+        goal = f"{self.agent.goal} {json.dumps(self.input, sort_keys=True, default=str)}"
+        rec = journal.record(
+            EPISODES_STEP,
+            lambda sid: (
+                section_for_run(store, rid, goal=goal, token_budget=EPISODES_TOKENS),
+                [],
+            ),
+            purpose="lessons of earlier runs",
+        )
+        self._episodes = str(rec.result or "")
         return self._episodes
 
     def conversation(self, instructions: str = "") -> list[Message]:
-        """The ReAct conversation, rebuilt from the record: system (with the lessons of
-        earlier runs), the goal and input, then each model turn followed by one result per
-        tool call it made."""
-        sys_text = "\n\n".join(
-            x
-            for x in (
-                self.agent.instructions,
-                instructions,
-                "You are a durable agent. Use the tools to reach the goal; answer without a "
-                "tool call when you are done.",
-                self.episodes(),
-            )
-            if x
-        )
-        crit = ", ".join(self.agent.criteria) or "none declared"
-        msgs = [
-            Message.system(sys_text),
-            Message.user(
-                f"Goal: {self.agent.goal}\nCompletion criteria: {crit}\nInput (JSON): "
-                + json.dumps(self.input, sort_keys=True)
-            ),
-        ]
-        for turn in self.turns:
-            msgs.append(turn.message)
-            for cid, tc in zip(turn.call_ids, turn.message.tool_calls, strict=True):
-                c = self.calls.get(cid)
-                status = c.status if c else "superseded"
-                obs = c.observation if c else None
-                if status == "succeeded":
-                    text = clip(json.dumps(obs, sort_keys=True, default=str))
-                else:
-                    text = clip(json.dumps({"status": status, "detail": obs}, default=str))
-                msgs.append(Message.tool_result(tc.id, text, is_error=status != "succeeded"))
-        return msgs
+        """The messages for the next model turn: the context built from the working memory
+        within the agent's token budget (:func:`torpor.memory.working.next_context`) — system
+        text with the summary, plan and checkpoint, the lessons of earlier runs (the episodes
+        section, :meth:`episodes`), the goal and input, the recent turns."""
+        return self.memory.conversation(instructions)
+
+    def note(self, text: str, *, operator: bool = False) -> None:
+        """Add an operator message (``operator=True``: never compacted away while it is the
+        latest) or a note to the working buffer; the model sees it in its next context."""
+        self.memory.note(text, operator=operator)
 
     def call_id_for(self, model_call_id: str) -> str:
-        cid = model_call_id or f"call-{len(self.calls) + 1}"
+        retired = self.memory.retired_ids() if self.memory.retired else set()
+        cid = model_call_id or f"call-{len(self.calls) + len(retired) + 1}"
         n = 2
         base = cid
-        while cid in self.calls:
+        while cid in self.calls or cid in retired:
             cid = f"{base}~{n}"
             n += 1
         return cid
 
     def add_turn(self, message: Message, call_ids: list[str]) -> None:
-        self.turns.append(_Turn(message, call_ids))
+        resp = getattr(self, "_last_response", None)
+        reported = resp.usage.output_tokens if resp is not None else None
+        self.memory.add_model_turn(message, call_ids, reported)
+        self._from_model = True
 
     # ------------------------------------------------------------ budget
 
@@ -388,16 +393,22 @@ class AgentContext:
             boundary=boundary,
         )
         c.status, c.observation = rec["outcome"], rec["observation"]
+        self.memory.settled(
+            c.call_id, c.status, c.observation, executed_by or f"settle:{c.call_id}@v{c.version}"
+        )
         if new:
             faults.point("agent.tool.settled")
 
     # ------------------------------------------------------------ the loop
 
     def execute(self) -> Any:
-        self._init_budget()
-        self.episodes()
+        need_plan = self.memory.restore()
+        if need_plan is None:
+            self._init_budget()
+            need_plan = True
+        self.episodes()  # recorded at the first execution; read back by later ones
         try:
-            self._loop()
+            self._loop(need_plan)
             self._verify()
             if self.agent.lesson_model is not None:
                 phrase_lesson(self, self.agent.lesson_model)
@@ -435,11 +446,14 @@ class AgentContext:
         payloads: list[Payload] = [BudgetSet(**want, by="agent", reason="the agent's limits")]
         self._record("budget", payloads if want else [], want, "the agent's budget")
 
-    def _loop(self) -> None:
+    def _loop(self, need_plan: bool) -> None:
         planner = self.agent.planner
-        need_plan = True
+        moved = False  # something was recorded since the last boundary
         while True:
             if need_plan:
+                if moved:
+                    self._boundary()
+                    moved = False
                 if self.version >= self.agent.max_plan_versions:
                     raise PlannerError(
                         f"the planner revised the plan {self.version} times without finishing"
@@ -450,15 +464,22 @@ class AgentContext:
                     self._skip_pending("not run: the planner finished without it")
                     return
                 self._record_plan(proposal, planner.name)
-                need_plan = False
+                need_plan, moved = False, True
                 continue
             c = self._next_ready()
             if c is None:
                 need_plan = True
                 continue
             outcome = execute_call(self, c)
+            moved = True
             if outcome != "succeeded" and planner.replan_on_failure:
                 need_plan = True
+
+    def _boundary(self) -> None:
+        """The loop's boundary, before each new plan (a model turn for ReAct): compact the
+        buffer when it is due, then checkpoint (a resume replays at most one turn's steps)."""
+        self.memory.maybe_compact()
+        self.memory.save(True)
 
     def _next_ready(self) -> PlannedCall | None:
         for cid in self.order:
@@ -504,6 +525,7 @@ class AgentContext:
             if c.status == "pending":
                 c.status = "superseded"
         self.order = []
+        new_calls: list[PlannedCall] = []
         for st in steps:
             prev = self.calls.get(st.call_id)
             if prev is not None and prev.status == "succeeded":
@@ -512,7 +534,11 @@ class AgentContext:
             self.calls[st.call_id] = PlannedCall(
                 st.call_id, st.tool, st.args, st.args_hash, list(st.depends_on), st.why, v
             )
+            new_calls.append(self.calls[st.call_id])
             self.order.append(st.call_id)
+        self.memory.sync()
+        self.memory.add_plan(proposal.reason, new_calls, from_model=self._from_model)
+        self._from_model = False
 
     # ------------------------------------------------------------ verification
 

@@ -18,10 +18,10 @@ workflows are referenced by their registered name, their modules imported with `
 Layout: ``root.py`` holds the Typer ``app`` and the global options; the commands live in
 ``execute.py`` (start, resume, worker), ``read.py`` (ls, show, events), ``steer.py`` (approve,
 deny, revoke, signal, cancel, resolve, budget), ``keys.py`` (keys init/add/remove/list),
-``artifacts.py``, ``explore.py`` and ``console.py`` (the web console; its web framework is
-imported only when it serves), each
-adding its commands to the app in its ``register``; they open a Client or Runtime through
-``context.py``, print through ``render.py`` and stop with the codes in ``exits.py``.
+``artifacts.py``, ``explore.py``, ``memory.py`` (context) and ``console.py`` (the web
+console; its web framework is imported only when it serves), each adding its commands to the
+app in its ``register``; they open a Client or Runtime through ``context.py``, print through
+``render.py`` and stop with the codes in ``exits.py``.
 
 This module stays light: the app and its commands are loaded on first use (:func:`main`, or
 ``from torpor.cli import app``), so ``torpor --version`` answers from ``version.py`` without
@@ -51,12 +51,12 @@ def _load_app() -> typer.Typer:
     """The app with every command registered (once, on first use)."""
     global _app
     if _app is None:
-        from . import artifacts, console, episodes, execute, explore, keys, read, steer
+        from . import artifacts, console, episodes, execute, explore, keys, memory, read, steer
         from .root import app
 
         # Each command module adds its commands to the app; this order is the order
         # ``torpor --help`` lists them in.
-        for module in (execute, read, steer, keys, artifacts, explore, console, episodes):
+        for module in (execute, read, memory, steer, keys, artifacts, explore, console, episodes):
             module.register(app)
         _app = app
     return _app

@@ -23,6 +23,7 @@ from ..history import (
     RunStatus,
 )
 from ..keys import Trust
+from ..memory.view import context_view
 from ..store import RunRecord
 from . import views
 from .views import short, when
@@ -325,6 +326,7 @@ def run_page(client: Client, run_id: str, trust: Trust | None) -> dict[str, Any]
         "messages": views.message_rows(client.messages(run_id), inbox, state),
         "storage": storage,
         "is_agent": is_agent,
+        "context": context_view(state) if is_agent else None,
         "plan": sorted(state.plan.items(), key=lambda kv: (kv[1].version, kv[0])),
         "usage": u,
         "budget": b,

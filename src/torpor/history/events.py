@@ -22,7 +22,10 @@ SHA256_RE = re.compile(r"[0-9a-f]{64}")
 #: carry when they arrived (``signal_received.arrived_at_ms``, ``approval_decided.arrived_at_ms``)
 #: and the wait they answer (``signal_received.wait_id``); ``message_refused`` records a message
 #: that had no effect.
-EVENT_SCHEMA_VERSION = 3
+#: 4: an agent's working memory: ``context_compacted`` (the oldest turns folded into the running
+#: summary, one atomic transition) and ``context_built`` (what a model call was sent: its hash and
+#: per-section token counts). Histories of versions 1-3 read as they were.
+EVENT_SCHEMA_VERSION = 4
 
 
 class Policy(StrEnum):
@@ -403,6 +406,42 @@ class BudgetSet(Payload):
     reason: str = ""
 
 
+# --- an agent's working memory (issue 17): compaction and what each model call was sent
+
+
+class ContextCompacted(Payload):
+    """The oldest units of an agent's working buffer folded into its running summary: one
+    atomic transition (the new summary and the units it replaced are recorded together, or
+    nothing is). The raw events of those turns stay in the history; ``refs`` point back to them
+    (step ids). ``summarizer``: ``extractive`` or the model id; ``summary_step``: the recorded
+    model call that wrote the summary, when a model did."""
+
+    step_id: str
+    number: int = Field(ge=1)
+    turns: list[int] = Field(default_factory=list)
+    call_ids: list[str] = Field(default_factory=list)
+    refs: list[str] = Field(default_factory=list)
+    summarizer: str = "extractive"
+    summary_step: str | None = None
+    summary_hash: str
+    summary_tokens: int = Field(ge=0)
+    buffer_tokens_before: int = Field(ge=0)
+    buffer_tokens_after: int = Field(ge=0)
+
+
+class ContextBuilt(Payload):
+    """The context a model call was sent, recorded in that call's step: the sha256 of the
+    messages, the token count of each section (estimated, see :mod:`torpor.memory.tokens`),
+    the total and the budget it was built within; ``cut``: sections shortened or left out."""
+
+    step_id: str
+    context_hash: str
+    sections: dict[str, int] = Field(default_factory=dict)
+    total_tokens: int = Field(ge=0)
+    budget_tokens: int = Field(ge=0)
+    cut: list[str] = Field(default_factory=list)
+
+
 EVENT_TYPES: dict[str, type[Payload]] = {
     "run_started": RunStarted,
     "lease_acquired": LeaseAcquired,
@@ -435,6 +474,8 @@ EVENT_TYPES: dict[str, type[Payload]] = {
     "tool_call_settled": ToolCallSettled,
     "model_called": ModelCalled,
     "budget_set": BudgetSet,
+    "context_compacted": ContextCompacted,
+    "context_built": ContextBuilt,
 }
 _TYPE_OF: dict[type[Payload], str] = {v: k for k, v in EVENT_TYPES.items()}
 
@@ -485,6 +526,8 @@ __all__ = [
     "BudgetSet",
     "CancelRequested",
     "CheckpointSaved",
+    "ContextBuilt",
+    "ContextCompacted",
     "DecisionScheme",
     "EffectFailed",
     "EffectIntended",

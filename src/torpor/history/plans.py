@@ -14,6 +14,8 @@ from typing import Protocol
 from .events import (
     SHA256_RE,
     BudgetSet,
+    ContextBuilt,
+    ContextCompacted,
     Event,
     ModelCalled,
     PlannedStep,
@@ -138,3 +140,21 @@ def _budget_set(s: RunState, p: BudgetSet, e: Event, refuse: Refuse) -> None:
         raise refuse("a budget_set names no limit")
     for k, v in limits.items():
         setattr(s.budget, k, v)
+
+
+@rule(ContextCompacted)
+def _context_compacted(s: RunState, p: ContextCompacted, e: Event, refuse: Refuse) -> None:
+    open_step(s, p.step_id, refuse)
+    if p.number != s.context_compactions + 1:
+        raise refuse(f"compaction number must be {s.context_compactions + 1}")
+    if not SHA256_RE.fullmatch(p.summary_hash):
+        raise refuse("summary_hash must be 64 lowercase hex digits")
+    s.context_compactions = p.number
+
+
+@rule(ContextBuilt)
+def _context_built(s: RunState, p: ContextBuilt, e: Event, refuse: Refuse) -> None:
+    open_step(s, p.step_id, refuse)
+    if not SHA256_RE.fullmatch(p.context_hash):
+        raise refuse("context_hash must be 64 lowercase hex digits")
+    s.context_tokens = p.total_tokens

@@ -228,6 +228,10 @@ class RunState(BaseModel):
     started_at_ms: int = 0
     plan_version: int = 0
     plan: dict[str, PlanStepInfo] = Field(default_factory=dict)
+    #: An agent's working memory: how many compactions were recorded, and the estimated
+    #: tokens of the context its latest model call was sent (``context_built``).
+    context_compactions: int = 0
+    context_tokens: int = 0
     usage: Usage = Field(default_factory=Usage)
     budget: Budget = Field(default_factory=Budget)
     #: Why the run cannot proceed (:class:`~.events.AttentionNeeded`), until it proceeds.

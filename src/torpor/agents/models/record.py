@@ -31,6 +31,17 @@ def prompt_hash(model_id: str, messages: Sequence[Message], tools: Sequence[Tool
     )
 
 
+def context_hash(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> str:
+    """sha256 of the messages and tool definitions without the model id: a recorded call whose
+    prompt differs only by the model is replayed (the run resumed under another model)."""
+    return serde.hash_value(
+        {
+            "messages": [m.model_dump(mode="json") for m in messages],
+            "tools": [t.model_dump(mode="json") for t in tools],
+        }
+    )
+
+
 def call_model(
     run: Run,
     model: Model,
@@ -49,7 +60,34 @@ def call_model(
     redacted response too, so what it acts on is exactly what a replay will see. Raises
     NonDeterminismError when a replayed call's prompt differs from the recorded one.
     """
+    return call_model_step(
+        run,
+        model,
+        messages,
+        tools,
+        name=name,
+        purpose=purpose,
+        before_call=before_call,
+        redact=redact,
+    )[0]
+
+
+def call_model_step(
+    run: Run,
+    model: Model,
+    messages: Sequence[Message],
+    tools: Sequence[ToolSpec] = (),
+    *,
+    name: str = "model",
+    purpose: str = "",
+    before_call: Callable[[], None] | None = None,
+    redact: Callable[[ModelResponse], ModelResponse] | None = None,
+    facts: Callable[[str], list[Payload]] | None = None,
+) -> tuple[ModelResponse, str]:
+    """:func:`call_model`, giving back the step id too; ``facts(step_id)``: more events
+    recorded in the same step as the call (what context was sent: ``context_built``)."""
     ph = prompt_hash(model.model_id, messages, tools)
+    ch = context_hash(messages, tools)
 
     def work(sid: str) -> tuple[Any, list[Payload]]:
         if before_call is not None:
@@ -65,16 +103,18 @@ def call_model(
             output_tokens=max(0, resp.usage.output_tokens),
             cost_usd=resp.cost_usd,
         )
-        return {"prompt_hash": ph, "response": resp.model_dump(mode="json")}, [called]
+        more = facts(sid) if facts is not None else []
+        result = {"prompt_hash": ph, "context_hash": ch, "response": resp.model_dump(mode="json")}
+        return result, [called, *more]
 
     rec = run.journal.record(name, work, purpose=purpose or f"model call ({model.model_id})")
     result = rec.result or {}
     if rec.new:
         faults.point("model.recorded")
-    elif result.get("prompt_hash") != ph:
+    elif result.get("prompt_hash") != ph and result.get("context_hash") != ch:
         raise NonDeterminismError(
             f"run {run.run_id!r} step {rec.step_id!r}: the recorded model call had prompt hash "
             f"{str(result.get('prompt_hash'))[:12]}, the replay builds {ph[:12]}; the code "
             "that builds the prompt changed since the call was recorded"
         )
-    return ModelResponse.model_validate(result["response"])
+    return ModelResponse.model_validate(result["response"]), rec.step_id

@@ -1,20 +1,27 @@
 """A scripted model for tests: implements the protocol without any network.
 
 The response to a request is chosen by the *turn*: the number of assistant messages already in
-the conversation. So a process that crashed and resumed gets the same answer for the same
-turn, and a test can tell a repeated call (the same turn asked twice) from a new one. Every
-call is appended to ``calls`` and, with ``counter_file``, to a file (one JSON line, fsynced),
-so a test in another process can count calls made before a crash.
+the conversation — or, when the agent's working memory says how many model turns it has taken
+(``(Model turns so far: N.)`` in the system message, see :mod:`torpor.memory.working`), that
+number, whatever compaction or the budget left out of the context. So a process
+that crashed and resumed gets the same answer for the same turn, and a test can tell a
+repeated call (the same turn asked twice) from a new one. Every call is appended to ``calls``
+and, with ``counter_file``, to a file (one JSON line, fsynced), so a test in another process
+can count calls made before a crash.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .base import Message, ModelResponse, TokenUsage, ToolCall, ToolSpec
+
+#: How an agent's context says how many model turns it has taken.
+TURNS = re.compile(r"\(Model turns so far: (\d+)\.\)")
 
 Script = ModelResponse | Message | Callable[[Sequence[Message], Sequence[ToolSpec]], Any]
 
@@ -33,6 +40,17 @@ def use(*calls: tuple[str, dict[str, Any]] | ToolCall, text: str = "", turn: int
         else:
             out.append(ToolCall(id=f"call-{turn}-{i}", name=c[0], arguments=c[1]))
     return Message(role="assistant", content=text, tool_calls=out)
+
+
+def turn_of(messages: Sequence[Message]) -> int:
+    """The conversation's turn: the agent's count of its model turns when the context states
+    it, else the number of assistant messages."""
+    for m in messages:
+        if m.role == "system":
+            hit = TURNS.search(m.content)
+            if hit:
+                return int(hit.group(1))
+    return sum(1 for m in messages if m.role == "assistant")
 
 
 class ScriptedModel:
@@ -57,7 +75,7 @@ class ScriptedModel:
     def complete(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()
     ) -> ModelResponse:
-        turn = sum(1 for m in messages if m.role == "assistant")
+        turn = turn_of(messages)
         self.calls.append(list(messages))
         if self.counter_file is not None:
             with open(self.counter_file, "a") as f:

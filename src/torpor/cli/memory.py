@@ -1,0 +1,78 @@
+"""The ``context`` command: the context an agent's next model call would get, section by
+section with token counts (read from the run's latest checkpoint, built by the same function
+the agent uses: :func:`torpor.memory.view.context_view`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from ..errors import BadInputError
+from .context import open_client
+from .render import add_row, console, emit_json, new_table
+from .root import JsonFlag, RunId
+
+
+def show_context(
+    ctx: typer.Context,
+    run_id: RunId,
+    full: Annotated[
+        bool, typer.Option("--full", help="Print every section's text, not only its head.")
+    ] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Show the context an agent's next model call would get: each section (goal, summary,
+    plan, checkpoint, buffer, …) with its priority and tokens, what the budget cut, the total.
+
+    Example: torpor context triage-7 --full
+    """
+    from ..memory.view import context_view  # (the agents' code, only for this command)
+
+    with open_client(ctx) as client:
+        state = client.state(run_id)
+    view = context_view(state)
+    if view is None:
+        raise BadInputError(
+            f"run {run_id!r} has no agent checkpoint yet (not an agent run, or it has not "
+            "reached its first boundary)"
+        )
+    if json_out:
+        emit_json(
+            {
+                "run_id": view.run_id,
+                "total_tokens": view.total_tokens,
+                "budget_tokens": view.budget_tokens,
+                "context_hash": view.context_hash,
+                "model_turns": view.model_turns,
+                "compactions": view.compactions,
+                "checkpoint_seq": view.checkpoint_seq,
+                "sections": [vars(s) for s in view.sections],
+            }
+        )
+        return
+    out = console()
+    table = new_table("SECTION", "PRIORITY", "TOKENS", "CUT", title=f"next context of {run_id}")
+    for s in view.sections:
+        add_row(table, s.name, s.priority, s.tokens, "cut" if s.cut else "")
+    out.print(table)
+    out.print(
+        Text(
+            f"total {view.total_tokens} of {view.budget_tokens} tokens; {view.model_turns} model "
+            f"turns, "
+            f"{view.compactions} compactions; from the checkpoint at seq {view.checkpoint_seq}; "
+            f"sha256:{view.context_hash[:16]}"
+        )
+    )
+    for s in view.sections:
+        if not s.text:
+            continue
+        text = s.text if full or len(s.text) <= 600 else s.text[:600] + " [...] (--full)"
+        out.print(Text(f"\n── {s.name} ({s.tokens} tokens)", style="bold"))
+        out.print(Text(text))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``context`` to ``app``."""
+    app.command("context")(show_context)

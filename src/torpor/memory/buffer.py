@@ -1,0 +1,141 @@
+"""The working buffer: an agent's recent turns as recorded state of its run, each unit with a
+token count.
+
+A :class:`Unit` is what compaction moves as a whole: a model turn (its message and every tool
+call it made, each with its result), a plan a code planner proposed (its calls and their
+results), an operator message, or a note. A tool call and its result live in the same unit, so
+nothing can ever split them. The buffer is plain JSON data (pydantic): it is saved in the
+agent's checkpoint and read back on resume.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..agents.models.base import Message, ToolCall
+from .tokens import MESSAGE_OVERHEAD_TOKENS, estimate_message, estimate_text
+
+#: Longest tool result kept in the buffer, in characters (the raw observation stays in the
+#: history, ``tool_call_settled``; the buffer refers to it by the unit's ``refs``).
+RESULT_CHARS = 4000
+
+UnitKind = Literal["model", "plan", "operator", "note"]
+
+
+class CallItem(BaseModel):
+    """A tool call of a unit with its result. ``status`` is ``pending`` until it settles
+    (a call waiting for a person's approval is pending)."""
+
+    call_id: str
+    tool_call_id: str
+    tool: str
+    args: Any = None
+    status: str = "pending"
+    result: str = ""
+    step: str | None = None
+
+
+class Unit(BaseModel):
+    """One unit of the working buffer (see the module doc).
+
+    ``turn``: the agent's turn that made it (1, 2, …); ``text``: the model's message, the
+    plan's reason, the operator's message or the note; ``refs``: the recorded steps it came from
+    (``model#3``, ``settle:c1@v3``): raw events stay in the history, the unit points to them;
+    ``reported_tokens``: the output tokens a provider reported for the model's message, used
+    instead of the estimate for that message."""
+
+    turn: int
+    kind: UnitKind
+    text: str = ""
+    calls: list[CallItem] = Field(default_factory=list)
+    refs: list[str] = Field(default_factory=list)
+    reported_tokens: int | None = None
+
+    @property
+    def settled(self) -> bool:
+        """Every call of the unit has its outcome."""
+        return all(c.status != "pending" for c in self.calls)
+
+    def messages(self) -> list[Message]:
+        """The unit as conversation messages: a model turn (or plan) is an assistant message
+        with its tool calls followed by one result per call; an operator message or a note is a
+        user message."""
+        if self.kind == "operator":
+            return [Message.user(f"Operator: {self.text}")]
+        if self.kind == "note":
+            return [Message.user(f"Note: {self.text}")]
+        calls = [
+            ToolCall(
+                id=c.tool_call_id,
+                name=c.tool,
+                arguments=c.args if isinstance(c.args, dict) else {"value": c.args},
+            )
+            for c in self.calls
+        ]
+        out = [Message(role="assistant", content=self.text, tool_calls=calls)]
+        for c in self.calls:
+            text = c.result if c.status != "pending" else json.dumps({"status": "pending"})
+            out.append(
+                Message.tool_result(
+                    c.tool_call_id, text, is_error=c.status not in ("succeeded", "pending")
+                )
+            )
+        return out
+
+    def tokens(self) -> int:
+        """The unit's token count: the provider's figure for the model's message when one was
+        reported, the estimate (:mod:`.tokens`) for everything else."""
+        msgs = self.messages()
+        if self.kind == "model" and self.reported_tokens is not None:
+            head = MESSAGE_OVERHEAD_TOKENS + max(
+                self.reported_tokens, 0
+            )  # the provider's count of its own message
+            return head + sum(estimate_message(m) for m in msgs[1:])
+        return sum(estimate_message(m) for m in msgs)
+
+
+def result_text(status: str, observation: Any) -> str:
+    """A settled call's result as the buffer keeps it: the observation's JSON when it
+    succeeded, ``{"status", "detail"}`` otherwise, clipped to :data:`RESULT_CHARS`."""
+    if status == "succeeded":
+        text = json.dumps(observation, sort_keys=True, default=str)
+    else:
+        text = json.dumps({"status": status, "detail": observation}, sort_keys=True, default=str)
+    if len(text) > RESULT_CHARS:
+        text = text[: RESULT_CHARS - 40] + f"... [{len(text) - RESULT_CHARS + 40} chars clipped]"
+    return text
+
+
+class Buffer(BaseModel):
+    """The units in order, oldest first."""
+
+    units: list[Unit] = Field(default_factory=list)
+
+    def tokens(self) -> int:
+        return sum(u.tokens() for u in self.units)
+
+    def find_call(self, call_id: str) -> CallItem | None:
+        """The newest call item with ``call_id``."""
+        for u in reversed(self.units):
+            for c in u.calls:
+                if c.call_id == call_id:
+                    return c
+        return None
+
+    def pinned(self) -> set[int]:
+        """Indexes of units compaction must keep: any unit with a call not yet settled (a
+        pending approval among them) and the latest operator message."""
+        keep = {i for i, u in enumerate(self.units) if not u.settled}
+        for i in range(len(self.units) - 1, -1, -1):
+            if self.units[i].kind == "operator":
+                keep.add(i)
+                break
+        return keep
+
+
+def text_tokens(text: str) -> int:
+    """Tokens of a text section (a message's overhead included)."""
+    return MESSAGE_OVERHEAD_TOKENS + estimate_text(text)

@@ -1,0 +1,62 @@
+"""How an agent's working memory is sized: :class:`Memory`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..errors import BadInputError
+from .context import SectionProvider
+
+if TYPE_CHECKING:
+    from .compaction import Summarizer
+
+
+@dataclass(frozen=True)
+class Memory:
+    """An agent's working memory (``Agent(..., memory=Memory(...))``).
+
+    ``budget_tokens``: the whole context of a model call (messages and tool definitions), by
+    the estimate of :mod:`torpor.memory.tokens`; ``buffer_share``: the part of it the working
+    buffer may hold before compaction is due, once it passes ``compact_at`` of that part
+    (compaction then folds the oldest settled units into the summary until the buffer is under
+    ``compact_to`` of its part); ``summary_share``: the most the running summary may take (its
+    least valuable, oldest lines are dropped past it); ``summarizer``: ``None`` for the
+    deterministic extractive summarizer, or a :class:`~torpor.memory.ModelSummarizer`;
+    ``sections``: providers of extra sections (:data:`~torpor.memory.SectionProvider`, e.g.
+    episodes); ``artifact_chars``: longest excerpt of an artifact the next step needs.
+    """
+
+    budget_tokens: int = 16_000
+    buffer_share: float = 0.5
+    compact_at: float = 0.8
+    compact_to: float = 0.5
+    summary_share: float = 0.25
+    summarizer: Summarizer | None = None
+    sections: Sequence[SectionProvider] = field(default_factory=tuple)
+    artifact_chars: int = 2000
+
+    def __post_init__(self) -> None:
+        if self.budget_tokens < 256:
+            raise BadInputError(f"Memory(budget_tokens={self.budget_tokens}): at least 256")
+        for name in ("buffer_share", "compact_at", "compact_to", "summary_share"):
+            v = getattr(self, name)
+            if not 0 < v <= 1:
+                raise BadInputError(f"Memory({name}={v}): must be in (0, 1]")
+        if self.compact_to >= self.compact_at:
+            raise BadInputError(
+                f"Memory(compact_to={self.compact_to}) must be below compact_at={self.compact_at}"
+            )
+        if self.buffer_share + self.summary_share > 1:
+            raise BadInputError("Memory: buffer_share + summary_share must not exceed 1")
+
+    @property
+    def buffer_tokens(self) -> int:
+        """The working buffer's part of the budget."""
+        return int(self.budget_tokens * self.buffer_share)
+
+    @property
+    def summary_tokens(self) -> int:
+        """The most the running summary may take."""
+        return int(self.budget_tokens * self.summary_share)

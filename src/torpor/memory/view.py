@@ -1,0 +1,106 @@
+"""The next model call's context of an agent's run, read from its latest checkpoint: what
+``torpor context RUN`` and the console's run page show (the same function the agent builds
+its context with, :func:`~torpor.memory.working.next_context`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from .. import serde
+from ..agents.models.base import Message
+from ..history import RunState
+from .context import BuiltContext
+from .working import SNAPSHOT_VERSION, AgentSnapshot, model_turns, next_context, sections_of
+
+
+@dataclass(frozen=True)
+class SectionView:
+    """One section as shown: its name, priority, tokens sent, whether it was cut, its text
+    (the messages of the buffer, one per line, for ``buffer``)."""
+
+    name: str
+    priority: int
+    tokens: int
+    cut: bool
+    text: str
+
+
+@dataclass(frozen=True)
+class ContextView:
+    """The next context of a run: its sections in placement order, the total and budget
+    (tokens), the context's hash, the agent's model turns, its compactions and the seq of the
+    checkpoint it was read from."""
+
+    run_id: str
+    sections: list[SectionView]
+    total_tokens: int
+    budget_tokens: int
+    context_hash: str
+    model_turns: int
+    compactions: int
+    checkpoint_seq: int
+    built: BuiltContext
+
+
+def snapshot_of(state: RunState) -> AgentSnapshot | None:
+    """The agent snapshot saved by the run's latest checkpoint, or None (not an agent, or no
+    checkpoint yet, or one of another shape)."""
+    raw = state.user_state
+    if raw is None:
+        return None
+    try:
+        raw = serde.decode(raw)
+    except Exception:
+        return None
+    if not isinstance(raw, dict) or raw.get("v") != SNAPSHOT_VERSION or "goal_text" not in raw:
+        return None
+    try:
+        return AgentSnapshot.model_validate(raw)
+    except ValidationError:
+        return None
+
+
+def context_view(state: RunState) -> ContextView | None:
+    """The context the run's next model call would get (None when the run has no agent
+    checkpoint). Provider sections (``Memory(sections=...)``) are shown as they were last
+    built."""
+    snap = snapshot_of(state)
+    if snap is None:
+        return None
+    built = next_context(snap, instructions=snap.instructions, extra=snap.extra_sections())
+    out: list[SectionView] = []
+    for s in sections_of(snap, instructions=snap.instructions, extra=snap.extra_sections()):
+        if s.units:
+            start = int(bool(built.messages) and built.messages[0].role == "system")
+            start += int("goal" in built.texts)
+            text = "\n".join(_line(m) for m in built.messages[start:])
+        else:
+            text = built.texts.get(s.name, "")
+        out.append(
+            SectionView(
+                name=s.name,
+                priority=s.priority,
+                tokens=built.sections.get(s.name, 0),
+                cut=s.name in built.cut,
+                text=text,
+            )
+        )
+    return ContextView(
+        run_id=state.run_id,
+        sections=out,
+        total_tokens=built.total_tokens,
+        budget_tokens=built.budget_tokens,
+        context_hash=built.context_hash,
+        model_turns=model_turns(snap),
+        compactions=snap.compactions,
+        checkpoint_seq=state.user_checkpoint_seq,
+        built=built,
+    )
+
+
+def _line(m: Message) -> str:
+    calls = "".join(f" -> {c.name}({serde.dumps(c.arguments)})" for c in m.tool_calls)
+    text = m.content if len(m.content) <= 200 else m.content[:197] + "..."
+    return f"{m.role}: {text}{calls}".replace("\n", " ")

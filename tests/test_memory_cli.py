@@ -1,0 +1,134 @@
+"""``torpor context RUN`` and the console's run page show the context an agent's next model
+call would get, section by section, read from the run's latest checkpoint (both stores for the
+command; the console on its own store)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import torpor
+from torpor.cli import app
+from torpor.errors import BadInputError
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # the examples package lives at the repository root
+    sys.path.insert(0, str(ROOT))
+
+from examples.long_agent.agent import make_agent  # noqa: E402
+
+from console_kit import path_of, running_console  # noqa: E402
+from memory_kit import fresh, world  # noqa: E402
+from torpor.memory.view import context_view  # noqa: E402
+
+TURNS = 30
+
+
+def _stopped_midway(url: str, tmp_path: Path, rid: str) -> None:
+    """A long-agent run stopped after 20 model turns (its budget of steps reached: blocked)."""
+    world(tmp_path, TURNS)
+    agent = make_agent(fresh("cli"), budget_tokens=2500)
+    agent.budget = torpor.Budget(steps=40)
+    with torpor.Runtime(url) as rt:
+        res = rt.run(agent, {"turns": TURNS, "seed": 7}, run_id=rid)
+    assert res.outcome == "blocked", res
+
+
+def test_context_command_shows_sections_with_token_counts(store_url: str, tmp_path: Path) -> None:
+    _stopped_midway(store_url, tmp_path, "ctx")
+    out = CliRunner().invoke(app, ["--db", store_url, "context", "ctx", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    names = [s["name"] for s in data["sections"]]
+    assert names == ["system", "summary", "plan", "checkpoint", "artifacts", "goal", "buffer"]
+    by = {s["name"]: s for s in data["sections"]}
+    assert by["summary"]["tokens"] > 0 and "earlier turns summarized" in by["summary"]["text"]
+    assert by["buffer"]["tokens"] > 0 and "read_file" in by["buffer"]["text"]
+    assert data["total_tokens"] <= data["budget_tokens"] == 2500
+    assert data["model_turns"] == 20 and data["compactions"] >= 1
+    # What it shows is what the agent builds: the same function, the same hash.
+    with torpor.Client(store_url) as c:
+        view = context_view(c.state("ctx"))
+    assert view is not None and view.context_hash == data["context_hash"]
+    text = CliRunner().invoke(app, ["--db", store_url, "context", "ctx"])
+    assert text.exit_code == 0 and "── summary" in text.output and "total" in text.output
+    # A run that is not an agent: a clear one-line error.
+    with torpor.Runtime(store_url) as rt:
+        rt.run(torpor.workflow(name=fresh("plain"))(lambda run, x: x), 1, run_id="plain")
+    bad = CliRunner().invoke(app, ["--db", store_url, "context", "plain"])
+    assert isinstance(bad.exception, BadInputError)  # (main() prints it as one line, exit 2)
+    assert "run 'plain' has no agent checkpoint yet" in str(bad.exception)
+
+
+@pytest.mark.slow
+def test_console_run_page_shows_the_next_context(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from console_kit import Http
+
+    with running_console(tmp_path_factory.mktemp("console")) as env:
+        env.use(monkeypatch)
+        _stopped_midway(env.db_url, tmp_path, "ctx-page")
+        http = Http(env.url)
+        assert http.login() in (200, 303)
+        status, _, page = http.get(path_of("ctx-page"))
+    assert status == 200
+    assert "Context of the next model call" in page and 'id="context-sections"' in page
+    assert "earlier turns summarized" in page and "<td>summary</td>" in page
+
+
+def test_the_docs_snippet_runs_as_written(tmp_path: Path) -> None:
+    """docs/context.md's Python block and its ``torpor context`` commands, as written."""
+    import re
+    import subprocess
+
+    from conftest import run_python
+
+    doc = (ROOT / "docs" / "context.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", doc, re.S)[0]
+    proc = run_python(code, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("succeeded\n") and "## team-notes" in proc.stdout
+    assert "Deploys are frozen on Fridays." in proc.stdout
+    for line in re.findall(r"^(torpor --db .*?)\s+#", doc, re.M):
+        out = subprocess.run(
+            [sys.executable, "-m", "torpor.cli", *line.split()[1:]],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, (line, out.stderr)
+        assert "team-notes" in out.stdout
+
+
+@pytest.mark.slow
+def test_the_long_example_runs_as_its_readme_says(tmp_path: Path) -> None:
+    """The commands of docs/context.md's (and the README's) long example: killed at turn 150,
+    resumed to the end, then ``torpor context``."""
+    import re
+    import subprocess
+
+    doc = (ROOT / "docs" / "context.md").read_text()
+    block = re.findall(r"```bash\n(uv run python -m examples.long_agent.*?)```", doc, re.S)[0]
+    demo = tmp_path / "long-demo"
+    outs = []
+    for line in block.strip().splitlines():
+        args = line.replace("/tmp/long-demo", str(demo)).split()[2:]  # (after "uv run")
+        if args[0] == "python":
+            args = [sys.executable, *args[1:]]
+        else:
+            args = [sys.executable, "-m", "torpor.cli", *args[1:]]
+        outs.append(subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300))
+    killed, resumed, shown = outs
+    assert killed.returncode == -9 and "SIGKILL at turn 150" in killed.stdout, killed.stderr
+    assert resumed.returncode == 0 and "succeeded: 300 model calls" in resumed.stdout
+    first = resumed.stdout.splitlines()[0]
+    assert first.startswith("turn  150"), first  # continued where it died
+    sizes = [int(m) for m in re.findall(r"context\s+(\d+) tokens", resumed.stdout)]
+    assert max(sizes) <= 6000
+    assert shown.returncode == 0 and "summary" in shown.stdout
