@@ -457,6 +457,11 @@ def test_day_three_the_next_run_is_told_and_does_not_repeat_the_failure(
     # The section is recorded with the run: read back, not searched again, on resume.
     recorded = [e for e in rt.store.read_events("day3") if e.step_id == "episodes"]
     assert recorded and "approach_a" in str(recorded[-1].payload)
+    # It is a section of the context builder's (issue 17): charged to the budget, recorded
+    # with each model call it was sent with.
+    built = [e.payload for e in rt.store.read_events("day3") if e.type == "context_built"]
+    assert built and all(b.sections.get("episodes", 0) > 0 for b in built)  # type: ignore[attr-defined]
+    assert "## episodes" in section
 
     kit.WORLD["log"] = []
     assert rt.run(agent, {"target": "prod"}, run_id="other", scope="globex").outcome == "succeeded"
