@@ -57,7 +57,7 @@ sys.path.insert(0, {root!r})
 from examples.long_agent.agent import make_agent
 agent = make_agent({name!r}, budget_tokens={budget}, model_id={model!r})
 with torpor.Runtime({url!r}) as rt:
-    rt.run(agent, {{"turns": {turns}, "seed": 7}}, run_id={rid!r})
+    rt.run(agent, {{"turns": {turns}, "seed": 7}}, run_id={rid!r}, scope={rid!r})
 print("finished")
 """
 

@@ -96,8 +96,10 @@ COMMANDS = [
     "gc",
     "retention",
     "archive",
+    "memory",
 ]
 KEYS_COMMANDS = ["init", "add", "remove", "list"]
+MEMORY_COMMANDS = ["search", "show", "sync", "prune"]
 
 
 @pytest.fixture
@@ -340,6 +342,7 @@ def test_help_for_every_command(flows: Path) -> None:
         ["--help"],
         *([c, "--help"] for c in COMMANDS),
         *(["keys", c, "--help"] for c in KEYS_COMMANDS),
+        *(["memory", c, "--help"] for c in MEMORY_COMMANDS),
     ]
     proc = subprocess.run(
         [sys.executable, "-c", HELP_DRIVER, json.dumps(invocations)],

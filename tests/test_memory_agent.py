@@ -36,7 +36,9 @@ def _run(
     url: str, agent: torpor.Agent, rid: str, turns: int = TURNS, outcome: str = "succeeded"
 ) -> torpor.Client:
     with torpor.Runtime(url) as rt:
-        res = rt.run(agent, {"turns": turns, "seed": 7}, run_id=rid)
+        # Each run in a scope of its own: none is given another's lessons (episodes), so the
+        # contexts of two runs of one agent compare.
+        res = rt.run(agent, {"turns": turns, "seed": 7}, run_id=rid, scope=rid)
         assert res.outcome == outcome, res
     return torpor.Client(url)
 

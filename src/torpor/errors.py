@@ -25,6 +25,7 @@ involved are attributes (after procrastinate's and httpx's exception modules).
     │   │   ├── LeaseHeldError        another owner holds the run
     │   │   └── LeaseLostError        our epoch was fenced off
     │   ├── RunNotFoundError
+    │   ├── EpisodeNotFoundError      no episode with this id (torpor.episodes)
     │   ├── InboxPendingError         a guarded append found unapplied messages
     │   └── ConnectionBroken          (injected by a fault plan) the connection died here
     ├── TransitionError               an impossible event (G4)
@@ -136,6 +137,10 @@ class StoreFileChangedError(StoreError):
 
 class RunNotFoundError(StoreError):
     """No run with this id exists in the store."""
+
+
+class EpisodeNotFoundError(StoreError):
+    """No episode with this id exists in the store (it may have been pruned)."""
 
 
 class LeaseError(StoreError):

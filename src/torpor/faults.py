@@ -79,6 +79,9 @@ POINTS: dict[str, str] = {
     "append.absent": "a failed commit was read back and had not landed (retried)",
     "wake.posted": "an inbox message (signal, decision, revocation, cancel) committed "
     "(twice: delivered again with the same message id)",
+    # episodes (episodes/store.py)
+    "episodes.derived": "a run's episodes derived from its history, none written yet",
+    "episodes.written": "a run's episodes inserted, their transaction not yet committed",
 }
 
 #: Points reached in a deterministic order by the process executing a run: where the explorer

@@ -10,6 +10,7 @@ nothing.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 import uuid
@@ -26,9 +27,10 @@ from .errors import (
     LeaseHeldError,
     NotSerializable,
     PayloadError,
+    TorporError,
     VersionMismatchError,
 )
-from .history import Event, RunStarted, RunStatus
+from .history import Event, RunStarted, RunState, RunStatus
 from .keys import Trust
 from .owners import new_owner_id
 from .run import Run
@@ -38,6 +40,11 @@ from .workflows import get_workflow
 
 #: Longest run id accepted (it is part of every default idempotency key).
 MAX_RUN_ID_CHARS = 200
+
+#: Longest scope accepted (a user, a tenant, a team: what episodes are filed under).
+MAX_SCOPE_CHARS = 200
+
+log = logging.getLogger("torpor.runtime")
 
 
 def _check_run_id(run_id: object) -> None:
@@ -57,6 +64,15 @@ def _check_run_id(run_id: object) -> None:
         raise ConfigError(
             f"run_id {run_id!r} contains {bad!r}; run ids may not contain '/' (it separates "
             "run and step in default idempotency keys) or control characters"
+        )
+
+
+def _check_scope(scope: object) -> None:
+    if scope is None:
+        return
+    if not isinstance(scope, str) or len(scope) > MAX_SCOPE_CHARS:
+        raise ConfigError(
+            f"scope must be a string of at most {MAX_SCOPE_CHARS} characters, not {scope!r:.80}"
         )
 
 
@@ -150,6 +166,8 @@ class Runtime:
         key: str | None = None,
         priority: int = 0,
         start_at: datetime | float | None = None,
+        scope: str | None = None,
+        task_type: str | None = None,
     ) -> str:
         """Create a run (not executed yet). Idempotent: an existing ``run_id`` is returned
         as is (ConfigError if it belongs to another workflow), its queue and start time left
@@ -159,11 +177,23 @@ class Runtime:
         (:mod:`torpor.queues`); ``key``: its concurrency key within the queue (per-key limits);
         ``priority``: higher is claimed first (default 0); ``start_at``: not claimed before
         this time (an aware ``datetime``, or epoch seconds). BadInputError for a key without a
-        queue, a naive datetime, or a malformed queue name."""
+        queue, a naive datetime, or a malformed queue name.
+
+        ``scope``: whom the run works for (a user, a tenant, a team; at most
+        :data:`MAX_SCOPE_CHARS` characters): its episodes are filed under it, and the lessons
+        it is given come from it alone (:mod:`torpor.episodes`). ``task_type``: overrides the
+        task type its episodes are filed under (an agent's default: its name); ConfigError for
+        a workflow that declares none (its runs get no episodes)."""
         dispatch = queues.dispatch_for(queue, key, priority, start_at)
         wf = get_workflow(workflow)
         if run_id is not None:
             _check_run_id(run_id)
+        _check_scope(scope)
+        if task_type is not None and wf.task_type is None:
+            raise ConfigError(
+                f"task_type={task_type!r}: workflow {wf.name!r} declares no task type, so its "
+                "runs get no episodes; declare one (@workflow(task_type=...), or an Agent)"
+            )
         rid = run_id if run_id is not None else uuid.uuid4().hex[:16]
         try:
             data = serde.to_jsonable(input)
@@ -180,6 +210,8 @@ class Runtime:
                 module=getattr(wf.fn, "__module__", "") or "",
             ),
             dispatch,
+            scope=scope,
+            task_type=task_type or wf.task_type,
         )
         if created and (tel := telemetry.get()) is not None:
             tel.started(self.store, rid)  # the run's trace joins the caller's current span
@@ -209,22 +241,41 @@ class Runtime:
                 ex.note_attention(_version_mismatch(state.version, wf.version))
                 raise
             if state.status is RunStatus.FINISHED and not self.store.count_pending_inbox(run_id):
-                return ex.result()
-            tel = telemetry.get()
-            traced = None if tel is None else telemetry.trace_attempt(tel, self.store, lease, state)
-            if traced is None:
-                return ex.run()
-            ex.journal.observer = traced
-            try:
-                res = ex.run()
-            except BaseException as exc:
-                traced.close(None, None, exc)
-                raise
-            traced.close(res.status, res.outcome, None)
+                res = ex.result()
+            else:
+                res = self._run_traced(ex, lease, state)
+            if wf.task_type is not None:
+                self._capture_episodes(run_id)
             return res
         finally:
             with contextlib.suppress(Exception):
                 self.store.release_lease(lease)
+
+    def _run_traced(self, ex: Execution, lease: Lease, state: RunState) -> RunResult:
+        """``ex.run()``, as one attempt span of the run's trace when telemetry is on."""
+        tel = telemetry.get()
+        traced = None if tel is None else telemetry.trace_attempt(tel, self.store, lease, state)
+        if traced is None:
+            return ex.run()
+        ex.journal.observer = traced
+        try:
+            res = ex.run()
+        except BaseException as exc:
+            traced.close(None, None, exc)
+            raise
+        traced.close(res.status, res.outcome, None)
+        return res
+
+    def _capture_episodes(self, run_id: str) -> None:
+        """Write the episodes of the run's new boundaries (an end, a wait, a milestone). A
+        failure is logged, not raised: the run's own record is intact, and the next execution
+        or ``torpor memory sync`` writes what is missing (writes are idempotent)."""
+        from .episodes.store import EpisodeStore  # (only when used: a cold resume skips it)
+
+        try:
+            EpisodeStore(self.store).capture(run_id)
+        except TorporError as exc:
+            log.warning("run %s: episodes not captured yet: %s", run_id, exc)
 
     def note_unrunnable(self, run_id: str, version: str) -> bool:
         """Record on run ``run_id`` (recorded under ``version``, which this process's code for
@@ -251,13 +302,16 @@ class Runtime:
         input: Any = None,
         *,
         run_id: str | None = None,
+        scope: str | None = None,
+        task_type: str | None = None,
         follow_timers: bool = True,
         poll_s: float = 0.05,
     ) -> RunResult:
-        """Start (or rejoin) a run and execute it; see :meth:`resume` for ``follow_timers``.
-        An existing run started with a queue or a delayed start is only returned as it is (a
-        worker starts it, under its queue's limits): see :func:`torpor.queues.left_to_workers`."""
-        rid = self.start(workflow, input, run_id=run_id)
+        """Start (or rejoin) a run and execute it; see :meth:`start` for ``scope`` and
+        ``task_type``, :meth:`resume` for ``follow_timers``. An existing run started with a
+        queue or a delayed start is only returned as it is (a worker starts it, under its
+        queue's limits): see :func:`torpor.queues.left_to_workers`."""
+        rid = self.start(workflow, input, run_id=run_id, scope=scope, task_type=task_type)
         if queues.left_to_workers(self.store, rid):
             rec = self.store.get_run(rid)
             return RunResult(rid, rec.status, rec.outcome)

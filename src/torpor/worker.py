@@ -54,6 +54,8 @@ SCHEDULE_SCAN_S = 0.5
 #: How often a worker runs a garbage collection pass (:mod:`torpor.retention`) when it is idle
 #: (``TORPOR_GC_INTERVAL_S``; 0 turns it off).
 GC_INTERVAL_S = 3600.0
+#: How often an idle worker writes the episodes a dead process left unwritten (seconds).
+EPISODES_SWEEP_S = 60.0
 
 
 @dataclass
@@ -122,6 +124,7 @@ class Worker:
             tel.watch(self.store)  # torpor.runs by status, observed at each metrics collection
         self._next_schedule_scan = 0.0
         self._next_fire_ms: int | None = None
+        self._next_episodes_sweep = 0.0
 
     def stop(self) -> None:
         """Stop claiming; running executions release their run at the next boundary."""
@@ -328,6 +331,7 @@ class Worker:
                 self._slots.release()
                 self._note_unrunnable()
                 self._maybe_collect()
+                self._sweep_episodes()
                 if until_idle and not futures_running(futures):
                     nxt = self.store.next_wake_at_ms(accept=accepted_versions())
                     if nxt is None or nxt - self.store.now_ms() > self.poll_s * 1000:
@@ -354,6 +358,24 @@ class Worker:
                 "gc: %d runs deleted, %d chunks (%d bytes), %d artifacts (%d bytes) collected",
                 len(rep.runs), rep.chunks, rep.chunk_bytes, rep.artifacts, rep.artifact_bytes,
             )  # fmt: skip
+
+    def _sweep_episodes(self) -> None:
+        """When idle, at most every :data:`EPISODES_SWEEP_S`: write the episodes a process
+        that died between a run's boundary and their capture left unwritten (a finished run
+        is not executed again to capture them)."""
+        now = time.monotonic()
+        if now < self._next_episodes_sweep:
+            return
+        self._next_episodes_sweep = now + EPISODES_SWEEP_S
+        from .episodes.store import EpisodeStore  # imported when first used
+
+        try:
+            n = EpisodeStore(self.store).catch_up(limit=100)
+        except TorporError as exc:
+            log.warning("episodes sweep failed: %s", exc)
+            return
+        if n:
+            log.info("wrote %d episode(s) left unwritten by a process that died", n)
 
     def _idle_wait(self) -> None:
         """Block until a wakeup (NOTIFY / data_version), the next timer, the end of a back-off,

@@ -34,6 +34,9 @@ class WorkflowDef:
     #: Attempts of one step that killed their process after which a run is parked
     #: ``blocked`` (``torpor retry`` reopens it); 0: no limit.
     crash_limit: int = 5
+    #: The task type its runs' episodes are filed under (:mod:`torpor.episodes`); None: its
+    #: runs get no episodes. Agents declare one (their name by default).
+    task_type: str | None = None
 
     def accepts(self, recorded_version: str) -> bool:
         return recorded_version == self.version or recorded_version in self.compatible
@@ -63,6 +66,7 @@ def workflow(
     goal: str = "",
     reconcilers: Mapping[str, Callable[[Any], Any]] | None = None,
     crash_limit: int = 5,
+    task_type: str | None = None,
 ) -> Callable[[F], F]:
     """Register ``fn(run, input)`` (sync or async) as a workflow.
 
@@ -83,6 +87,7 @@ def workflow(
             goal=goal or (fn.__doc__ or "").strip().split("\n")[0],
             reconcilers=dict(reconcilers or {}),
             crash_limit=crash_limit,
+            task_type=task_type,
         )
         fn.__torpor_workflow__ = wname  # type: ignore[attr-defined]
         return fn

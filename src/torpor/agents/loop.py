@@ -38,12 +38,15 @@ ReAct model call gets a context within ``Agent(memory=Memory(...))``'s token bud
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import faults, serde
 from ..engine.execution import ENGINE_ERRORS
+from ..episodes.context import section_for_run
+from ..episodes.store import EpisodeStore
 from ..errors import (
     ApprovalError,
     Cancelled,
@@ -64,14 +67,22 @@ from ..history import (
 )
 from ..memory.config import Memory
 from ..run import Run
+from ..store.sqlstore import SQLStore
 from ..workflows import workflow
 from .calls import PlannedCall, execute_call
+from .lessons import phrase_lesson
 from .models.base import Message, Model, ModelResponse, ToolCall, ToolSpec
 from .models.record import call_model_step
 from .planners import Planner
 from .proposals import PlanView, Proposal, StepView
 from .tools import Tools, Vault
 from .verifiers import ModelJudge, Verifier
+
+#: Tokens the episodes section of the context may take (lessons of earlier runs); the context
+#: builder may cut it further (:data:`torpor.memory.PRIORITIES`).
+EPISODES_TOKENS = 800
+#: The step that records a run's episodes section.
+EPISODES_STEP = "episodes"
 
 # ------------------------------------------------------------------ the agent
 
@@ -84,6 +95,11 @@ class Agent:
     ``secrets``: secret values this process may be handed back in a redacted form (matched by
     their keyed hash after a restart). ``on_denied``: ``"block"`` (the run ends blocked when a
     person denies a tool call, DESIGN.md §1) or ``"replan"`` (the denial is an observation).
+    ``task_type``: what its runs' episodes are filed under (:mod:`torpor.episodes`; default
+    its name): a new run gets the lessons of earlier runs of the same agent and task type.
+    ``lesson_model``: a model that phrases the lesson of a run that had failures, in a
+    recorded step at its end (:mod:`torpor.agents.lessons`); without it the lesson is the
+    record's own lines.
     ``memory``: the working memory's budget, compaction and extra context sections
     (:class:`~torpor.memory.Memory`; the defaults when omitted).
     """
@@ -103,6 +119,8 @@ class Agent:
         secrets: Iterable[str] | Callable[[], Iterable[str]] = (),
         max_plan_versions: int = 50,
         on_denied: str = "block",
+        task_type: str | None = None,
+        lesson_model: Model | None = None,
         memory: Memory | None = None,
     ):
         if on_denied not in ("block", "replan"):
@@ -117,6 +135,8 @@ class Agent:
         self._secrets = secrets
         self.max_plan_versions = max_plan_versions
         self.on_denied = on_denied
+        self.task_type = task_type or name
+        self.lesson_model = lesson_model
         self.memory = memory or Memory()
 
         def agent_workflow(run: Run, input: Any) -> Any:
@@ -134,6 +154,7 @@ class Agent:
             criteria=list(self.criteria),
             goal=goal,
             reconcilers=reconcilers,
+            task_type=self.task_type,
         )(agent_workflow)
         self.__torpor_workflow__ = name
 
@@ -153,6 +174,7 @@ class AgentContext:
     calls: dict[str, PlannedCall] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
     final: str = ""
+    _episodes: str | None = None
 
     def __post_init__(self) -> None:
         self.vault = Vault(self.run.journal.host.signing_key, self.agent.known_secrets())
@@ -168,6 +190,7 @@ class AgentContext:
     def view(self) -> PlanView:
         return PlanView(
             goal=self.agent.goal,
+            episodes=self.episodes(),
             input=self.input,
             version=self.version,
             tools=self.agent.tools.names(),
@@ -222,10 +245,41 @@ class AgentContext:
         self._last_response = resp
         return resp
 
+    def episodes(self) -> str:
+        """The episodes section: lessons of earlier runs of this agent and task type in the
+        run's scope (:func:`torpor.episodes.section_for_run`). Recorded as the step
+        ``episodes`` at the run's start and read back by every later execution (also one
+        resumed from a checkpoint past it), so a run is given the same text throughout;
+        ``""`` for a run not filed for episodes."""
+        if self._episodes is not None:
+            return self._episodes
+        store = self.run.journal.store
+        rid = self.run.run_id
+        if not isinstance(store, SQLStore) or EpisodeStore(store).filing(rid) is None:
+            self._episodes = ""
+            return ""
+        journal = self.run.journal
+        comp = journal.recorded(EPISODES_STEP, Policy.READ)
+        if comp is not None:
+            self._episodes = str(journal.value(EPISODES_STEP, comp.result) or "")
+            return self._episodes
+        goal = f"{self.agent.goal} {json.dumps(self.input, sort_keys=True, default=str)}"
+        rec = journal.record(
+            EPISODES_STEP,
+            lambda sid: (
+                section_for_run(store, rid, goal=goal, token_budget=EPISODES_TOKENS),
+                [],
+            ),
+            purpose="lessons of earlier runs",
+        )
+        self._episodes = str(rec.result or "")
+        return self._episodes
+
     def conversation(self, instructions: str = "") -> list[Message]:
         """The messages for the next model turn: the context built from the working memory
         within the agent's token budget (:func:`torpor.memory.working.next_context`) — system
-        text with the summary, plan and checkpoint, the goal and input, the recent turns."""
+        text with the summary, plan and checkpoint, the lessons of earlier runs (the episodes
+        section, :meth:`episodes`), the goal and input, the recent turns."""
         return self.memory.conversation(instructions)
 
     def note(self, text: str, *, operator: bool = False) -> None:
@@ -351,9 +405,12 @@ class AgentContext:
         if need_plan is None:
             self._init_budget()
             need_plan = True
+        self.episodes()  # recorded at the first execution; read back by later ones
         try:
             self._loop(need_plan)
             self._verify()
+            if self.agent.lesson_model is not None:
+                phrase_lesson(self, self.agent.lesson_model)
         except Cancelled:
             self._skip_pending("not run: the run was cancelled")
             raise

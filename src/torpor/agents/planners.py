@@ -54,9 +54,10 @@ class CodePlanner(Planner):
                 step["args"] = ctx.redact_args(step["tool"], step["args"])
             return dict(ctx.vault.scrub(data))
 
-        data = ctx.run.compute(
-            "planner", plan, ctx.view().model_dump(mode="json"), purpose=f"{self.name} planner"
-        )
+        view = ctx.view().model_dump(mode="json")
+        if not view.get("episodes"):
+            del view["episodes"]  # the input hash of a run without lessons stays as it was
+        data = ctx.run.compute("planner", plan, view, purpose=f"{self.name} planner")
         return Proposal.model_validate(data)
 
 

@@ -66,6 +66,9 @@ class PlanView(BaseModel):
     version: int = 0
     tools: list[str] = Field(default_factory=list)
     steps: list[StepView] = Field(default_factory=list)
+    #: Lessons of earlier runs of this agent and task type in the run's scope (the episodes
+    #: section, :mod:`torpor.episodes`); ``""`` when there are none.
+    episodes: str = ""
 
     def get(self, call_id: str) -> StepView | None:
         return next((s for s in self.steps if s.call_id == call_id), None)

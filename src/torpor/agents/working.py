@@ -22,7 +22,7 @@ from ..history import (
 )
 from ..memory.buffer import CallItem, Unit, result_text
 from ..memory.compaction import ExtractiveSummarizer, Summary, choose, due
-from ..memory.context import BuiltContext, ContextSection, SectionRequest
+from ..memory.context import PRIORITIES, BuiltContext, ContextSection, SectionRequest
 from ..memory.tokens import Calibration, estimate_request
 from ..memory.working import (
     DURABLE_TEXT,
@@ -50,6 +50,10 @@ class LoopState(Context, Protocol):
     calls: dict[str, PlannedCall]
     order: list[str]
     final: str
+
+    def episodes(self) -> str:
+        """The episodes section recorded for the run (``""``: none)."""
+        ...
 
 
 class WorkingMemory:
@@ -377,8 +381,14 @@ class WorkingMemory:
         self.calibration.observe(estimate_request(messages, tools), resp.usage.input_tokens)
 
     def _extra_sections(self, snap: AgentSnapshot) -> list[ContextSection]:
+        out: list[ContextSection] = []
+        # The lessons of earlier runs of this agent and task type (issue 18), as the run
+        # recorded them at its start: the same text in every context of the run.
+        lessons = self.ctx.episodes()
+        if lessons:
+            out.append(ContextSection("episodes", PRIORITIES["episodes"], lessons))
         if not self.config.sections:
-            return []
+            return out
         ctx = self.ctx
         focus = self.buffer_units[-1].text if self.buffer_units else ""
         req = SectionRequest(
@@ -389,7 +399,6 @@ class WorkingMemory:
             focus=focus,
             budget_tokens=snap.budget_tokens,
         )
-        out = []
         for provider in self.config.sections:
             s = provider(req)
             if s is not None:

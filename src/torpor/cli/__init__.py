@@ -19,9 +19,9 @@ Layout: ``root.py`` holds the Typer ``app`` and the global options; the commands
 ``execute.py`` (start, resume, worker), ``read.py`` (ls, show, events), ``steer.py`` (approve,
 deny, revoke, signal, cancel, resolve, budget), ``keys.py`` (keys init/add/remove/list),
 ``artifacts.py``, ``storage.py`` (storage, gc, retention, archive), ``memory.py`` (context),
-``doctor.py`` (examine a store), ``schedule.py``
-(schedule add/ls/rm/pause/resume, queue set/ls/rm), ``explore.py`` and ``console.py`` (the web
-console; its web framework is imported only when it serves), each
+``episodes.py`` (memory search/show/sync/prune), ``schedule.py`` (schedule
+add/ls/rm/pause/resume, queue set/ls/rm), ``doctor.py`` (examine a store), ``explore.py`` and
+``console.py`` (the web console; its web framework is imported only when it serves), each
 adding its commands to the app in its ``register``; they open a Client or Runtime through
 ``context.py``, print through ``render.py`` and stop with the codes in ``exits.py``.
 
@@ -57,6 +57,7 @@ def _load_app() -> typer.Typer:
             artifacts,
             console,
             doctor,
+            episodes,
             execute,
             explore,
             keys,
@@ -74,6 +75,7 @@ def _load_app() -> typer.Typer:
             execute,
             read,
             memory,
+            episodes,
             steer,
             schedule,
             keys,

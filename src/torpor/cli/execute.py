@@ -141,6 +141,23 @@ def start(
     ] = None,
     follow: Follow = True,
     json_out: JsonFlag = False,
+    scope: Annotated[
+        str | None,
+        typer.Option(
+            "--scope",
+            metavar="SCOPE",
+            help="Whom the run works for (a user, a tenant, a team): its episodes are filed "
+            "under it and it recalls lessons from it alone.",
+        ),
+    ] = None,
+    task_type: Annotated[
+        str | None,
+        typer.Option(
+            "--task-type",
+            metavar="TYPE",
+            help="The task type its episodes are filed under (an agent's default: its name).",
+        ),
+    ] = None,
 ) -> None:
     """Start a run of WORKFLOW and execute it in this process until it finishes or waits.
 
@@ -153,7 +170,15 @@ def start(
     at = _start_at(start_at)
     with open_runtime(ctx, imports) as rt:
         rid = rt.start(
-            workflow, data, run_id=run_id, queue=queue, key=key, priority=priority, start_at=at
+            workflow,
+            data,
+            run_id=run_id,
+            queue=queue,
+            key=key,
+            priority=priority,
+            start_at=at,
+            scope=scope,
+            task_type=task_type,
         )
         # A run of a queue or with a start time (this start's, or an existing run's when
         # rejoined) is left to workers: they start it under its queue's limits, when due.

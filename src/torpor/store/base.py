@@ -263,7 +263,13 @@ class Store(Protocol):
 
     # runs
     def create_run(
-        self, run_id: str, started: RunStarted, dispatch: Dispatch | None = None
+        self,
+        run_id: str,
+        started: RunStarted,
+        dispatch: Dispatch | None = None,
+        *,
+        scope: str | None = None,
+        task_type: str | None = None,
     ) -> bool:
         """Create a run with its ``run_started`` event; False if it existed (idempotent)."""
         ...

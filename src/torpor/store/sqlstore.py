@@ -139,11 +139,19 @@ class SQLStore:
     # ----------------------------------------------------------------- runs
 
     def create_run(
-        self, run_id: str, started: RunStarted, dispatch: Dispatch | None = None
+        self,
+        run_id: str,
+        started: RunStarted,
+        dispatch: Dispatch | None = None,
+        *,
+        scope: str | None = None,
+        task_type: str | None = None,
     ) -> bool:
         """Create a run with its ``run_started`` event. Idempotent: False if it existed (its
         row, queue included, is left as it was). ``dispatch``: its queue, concurrency key,
-        priority and delayed start (:class:`~torpor.store.base.Dispatch`; None: no queue)."""
+        priority and delayed start (:class:`~torpor.store.base.Dispatch`; None: no queue).
+        ``scope`` and ``task_type`` go on the run row (what its episodes are filed under,
+        :mod:`torpor.episodes`)."""
         d = asdict(dispatch or Dispatch())
         now = self.now_ms()
         ev = Event(run_id=run_id, seq=1, type="run_started", payload=started, at_ms=now, epoch=0)
@@ -152,7 +160,14 @@ class SQLStore:
             n = self.driver.execute(
                 cur,
                 self.q["insert_run"],
-                self._p(run_id=run_id, workflow=started.workflow, version=started.version, **d),
+                self._p(
+                    run_id=run_id,
+                    workflow=started.workflow,
+                    version=started.version,
+                    scope=scope,
+                    task_type=task_type,
+                    **d,
+                ),
             )
             if n == 0:
                 return False

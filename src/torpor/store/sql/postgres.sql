@@ -9,10 +9,10 @@ SELECT version FROM torpor_schema ORDER BY version DESC LIMIT 1;
 
 -- name: insert_run
 INSERT INTO runs (run_id, workflow, version, status, created_at_ms, updated_at_ms, last_seq,
-                  queue, concurrency_key, priority, not_before_ms)
+                  queue, concurrency_key, priority, not_before_ms, scope, task_type)
 VALUES (:run_id, :workflow, :version, 'pending', torpor_now_ms(), torpor_now_ms(), 1,
         CAST(:queue AS text), CAST(:key AS text), :priority,
-        CAST(:not_before_ms AS bigint))
+        CAST(:not_before_ms AS bigint), CAST(:scope AS text), CAST(:task_type AS text))
 ON CONFLICT (run_id) DO NOTHING;
 
 -- name: insert_event

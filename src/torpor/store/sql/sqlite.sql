@@ -7,9 +7,9 @@ SELECT version FROM torpor_schema ORDER BY version DESC LIMIT 1;
 
 -- name: insert_run
 INSERT INTO runs (run_id, workflow, version, status, created_at_ms, updated_at_ms, last_seq,
-                  queue, concurrency_key, priority, not_before_ms)
+                  queue, concurrency_key, priority, not_before_ms, scope, task_type)
 VALUES (:run_id, :workflow, :version, 'pending', :now_ms, :now_ms, 1,
-        :queue, :key, :priority, :not_before_ms)
+        :queue, :key, :priority, :not_before_ms, :scope, :task_type)
 ON CONFLICT (run_id) DO NOTHING;
 
 -- name: insert_event

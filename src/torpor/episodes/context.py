@@ -1,0 +1,148 @@
+"""The episodes section of an agent's context: the lessons of earlier runs of the same agent and
+task type within the caller's scope, most relevant to the goal first, bounded by a token budget
+(DESIGN.md G9: the section never grows with the number of episodes stored)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ..store.sqlstore import SQLStore
+from .model import Episode
+from .store import EpisodeStore
+
+#: Characters per token assumed when no tokenizer is given (a conservative estimate for
+#: English prose; the budget is an upper bound, not a target).
+CHARS_PER_TOKEN = 4
+
+SECTION_TITLE = "Episodes: what earlier runs of this task did, what failed and why"
+
+
+def _when(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ms / 1000))
+
+
+def render_episode(ep: Episode) -> str:
+    """One episode as context text: a header line, the summary and the lesson lines."""
+    head = f"- run {ep.run_id}, {ep.kind} {ep.outcome}, {_when(ep.created_at_ms)}: {ep.summary}"
+    lesson = "\n".join("  " + ln for ln in ep.lesson.splitlines())
+    return head + ("\n" + lesson if lesson else "")
+
+
+def select_episodes(
+    episodes: EpisodeStore,
+    *,
+    scope: str,
+    agent: str | None,
+    task_type: str | None,
+    goal: str,
+    exclude_run: str | None = None,
+    until_ms: int | None = None,
+    limit: int = 5,
+) -> list[Episode]:
+    """The episodes a new run should see: the most relevant to ``goal`` of each earlier run
+    (one per run, the best ranked; when the goal matches nothing, the most recent), at most
+    ``limit``."""
+    want = max(limit * 4, 20)
+    hits: list[Episode] = []
+    for query in (goal, ""):  # the goal's words; if they match nothing, the most recent
+        hits = episodes.search(
+            query, scope=scope, agent=agent, task_type=task_type, until_ms=until_ms, limit=want
+        )
+        if hits:
+            break
+    out: list[Episode] = []
+    seen: set[str] = set()
+    for ep in hits:
+        if ep.run_id == exclude_run or ep.run_id in seen:
+            continue
+        seen.add(ep.run_id)
+        out.append(ep)
+        if len(out) == limit:
+            break
+    return out
+
+
+def episodes_section(
+    store: SQLStore,
+    *,
+    scope: str,
+    agent: str | None,
+    task_type: str | None,
+    goal: str,
+    token_budget: int,
+    exclude_run: str | None = None,
+    until_ms: int | None = None,
+    limit: int = 5,
+    count_tokens: Callable[[str], int] | None = None,
+) -> str:
+    """The episodes section text for a run of ``agent``/``task_type`` in ``scope`` pursuing
+    ``goal``, at most ``token_budget`` tokens (``count_tokens(text) -> int`` when given, else
+    characters / :data:`CHARS_PER_TOKEN`); ``""`` when there is nothing to say or no room.
+    ``exclude_run``: the run the context is for (its own episodes are not lessons of earlier
+    runs); ``until_ms``: only episodes created by then (epoch ms)."""
+    if token_budget <= 0:
+        return ""
+    count = count_tokens or (lambda s: -(-len(s) // CHARS_PER_TOKEN))
+    chosen = select_episodes(
+        EpisodeStore(store),
+        scope=scope,
+        agent=agent,
+        task_type=task_type,
+        goal=goal,
+        exclude_run=exclude_run,
+        until_ms=until_ms,
+        limit=limit,
+    )
+    if not chosen:
+        return ""
+    text = SECTION_TITLE + "\n"
+    if count(text) > token_budget:
+        return ""
+    for ep in chosen:
+        block = render_episode(ep) + "\n"
+        if count(text + block) > token_budget:
+            break
+        text += block
+    return text.rstrip("\n") if text != SECTION_TITLE + "\n" else ""
+
+
+def section_for_run(
+    store: SQLStore,
+    run_id: str,
+    *,
+    goal: str,
+    token_budget: int,
+    count_tokens: Callable[[str], int] | None = None,
+) -> str:
+    """The episodes section for run ``run_id`` (filed under its scope, agent and task type):
+    the lessons of *earlier* runs — episodes created before this run was, so a resumed run is
+    given the same section its first execution was (episodes written meanwhile are not
+    seen). ``""`` for a run not filed for episodes."""
+    episodes = EpisodeStore(store)
+    found = episodes.filing(run_id)
+    if found is None:
+        return ""
+    filing, _ = found
+    created = store.get_run(run_id).created_at_ms
+    return episodes_section(
+        store,
+        scope=filing.scope,
+        agent=filing.agent,
+        task_type=filing.task_type,
+        goal=goal,
+        token_budget=token_budget,
+        exclude_run=run_id,
+        until_ms=created - 1,
+        count_tokens=count_tokens,
+    )
+
+
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "SECTION_TITLE",
+    "episodes_section",
+    "render_episode",
+    "section_for_run",
+    "select_episodes",
+]

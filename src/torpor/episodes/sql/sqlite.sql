@@ -1,0 +1,58 @@
+-- Episodic memory queries (SQLite); the same names as postgres.sql. Columns of an episode, in
+-- the order torpor.episodes.store reads them: episode_id, run_id, boundary, scope, agent,
+-- task_type, kind, outcome, summary, lesson, at_seq, created_at_ms, conditions, refs, claims,
+-- superseded_by, then the score.
+
+-- name: run_filing
+SELECT workflow, scope, task_type, episodes_seq FROM runs WHERE run_id = :run_id;
+
+-- name: runs_behind
+-- Runs filed for episodes whose history has boundaries not yet turned into episodes.
+SELECT run_id FROM runs
+WHERE task_type IS NOT NULL AND status IN ('waiting', 'finished')
+  AND episodes_seq < (SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id)
+ORDER BY created_at_ms LIMIT :limit;
+
+-- name: insert_episode
+INSERT INTO episodes (episode_id, run_id, boundary, scope, agent, task_type, kind, outcome,
+                      summary, lesson, conditions, refs, claims, tags, at_seq, created_at_ms)
+VALUES (:episode_id, :run_id, :boundary, :scope, :agent, :task_type, :kind, :outcome,
+        :summary, :lesson, :conditions, :refs, :claims, :tags, :at_seq, :created_at_ms)
+ON CONFLICT DO NOTHING
+RETURNING id;
+
+-- name: index_episode
+INSERT INTO episodes_fts (rowid, summary, lesson, tags) VALUES (:id, :summary, :lesson, :tags);
+
+-- name: unindex_episode
+INSERT INTO episodes_fts (episodes_fts, rowid, summary, lesson, tags)
+VALUES ('delete', :id, :summary, :lesson, :tags);
+
+-- name: mark_captured
+UPDATE runs SET episodes_seq = :seq WHERE run_id = :run_id AND episodes_seq < :seq;
+
+-- name: live_claims
+-- The latest live episodes a new one of this scope and task type may contradict.
+SELECT episode_id, claims FROM episodes
+WHERE scope = :scope AND task_type = :task_type AND superseded_by IS NULL
+  AND episode_id <> :episode_id
+ORDER BY created_at_ms DESC LIMIT :limit;
+
+-- name: supersede
+UPDATE episodes SET superseded_by = :by WHERE episode_id = :episode_id AND superseded_by IS NULL;
+
+-- name: get_episode
+SELECT episode_id, run_id, boundary, scope, agent, task_type, kind, outcome, summary, lesson,
+       at_seq, created_at_ms, conditions, refs, claims, superseded_by, 0.0
+FROM episodes WHERE episode_id = :episode_id;
+
+-- name: prunable
+SELECT id, episode_id, summary, lesson, tags FROM episodes
+WHERE created_at_ms < :before_ms AND (:superseded_only = 0 OR superseded_by IS NOT NULL)
+ORDER BY created_at_ms LIMIT :limit;
+
+-- name: delete_episode
+DELETE FROM episodes WHERE id = :id;
+
+-- name: count_episodes
+SELECT count(*) FROM episodes;

@@ -1,0 +1,306 @@
+"""Episodes in the run store: written idempotently at run boundaries, searched by relevance
+within a scope, superseded when contradicted, pruned by their own retention policy.
+
+Both backends answer the filters inside the full-text index: SQLite FTS5 (an external-content
+index over the ``episodes`` table) and PostgreSQL full text (a ``tsvector`` with a GIN index,
+and per-lexeme counters kept in the writing transaction). The filters — scope, agent, task
+type, outcome — are tokens indexed with each episode (:func:`~.model.tag`), so the index
+intersects them with the query's words; the exact columns are compared too, so an episode of
+another scope is never returned, whatever the text. Ranking: :mod:`.search`.
+
+The queries are whole in ``sql/<dialect>.sql`` by name; a few exist in one dialect only (the
+FTS5 index rows on SQLite, the lexeme counters on PostgreSQL).
+
+Writing is keyed by ``(run_id, boundary)`` (``INSERT … ON CONFLICT DO NOTHING``) in one
+transaction with the run row's ``episodes_seq``: a process killed at any point leaves each
+episode written once or not at all, and the next :meth:`EpisodeStore.capture` of the run (every
+execution of a run ends with one; :meth:`EpisodeStore.catch_up` sweeps the rest) writes what is
+missing.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import faults
+from ..errors import ConfigError, EpisodeNotFoundError
+from ..store.sqlstore import SQLStore
+from .derive import RunFiling, derive
+from .model import Episode, tags_for, terms
+from .search import Filters, Searcher
+
+_NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
+
+#: How many of the latest live episodes of a scope and task type a new one is checked
+#: against for contradiction.
+SUPERSEDE_WINDOW = 200
+
+#: A re-ranking hook: given the query text and the hits (best first), returns them re-ordered
+#: (an embedding model's similarity, say). Optional; nothing in torpor needs a model for search.
+Rerank = Callable[[str, list[Episode]], list[Episode]]
+
+
+@functools.cache
+def load_episode_queries(dialect: str) -> dict[str, str]:
+    """``{name: sql}`` from ``sql/<dialect>.sql`` beside this module."""
+    text = (Path(__file__).parent / "sql" / f"{dialect}.sql").read_text()
+    parts = _NAME_RE.split(text)
+    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
+
+
+def _row(r: tuple[Any, ...]) -> Episode:
+    return Episode(
+        episode_id=r[0],
+        run_id=r[1],
+        boundary=r[2],
+        scope=r[3],
+        agent=r[4],
+        task_type=r[5],
+        kind=r[6],
+        outcome=r[7],
+        summary=r[8],
+        lesson=r[9],
+        at_seq=int(r[10]),
+        created_at_ms=int(r[11]),
+        conditions=json.loads(r[12]),
+        refs=json.loads(r[13]),
+        claims=json.loads(r[14]),
+        superseded_by=r[15],
+        score=float(r[16] or 0.0),
+    )
+
+
+def contradicts(new: dict[str, str], old: dict[str, str]) -> bool:
+    """Whether claims ``new`` contradict ``old``: some tool (or step) one says failed and the
+    other says succeeded."""
+    return any(old.get(k) not in (None, v) for k, v in new.items())
+
+
+class EpisodeStore:
+    """Episodes in ``store`` (an open :class:`~torpor.store.SQLStore`; this object does not
+    close it). Thread-safe as the store is."""
+
+    def __init__(self, store: SQLStore):
+        self.store = store
+        self.driver = store.driver
+        self.dialect = store.driver.dialect
+        self.q = load_episode_queries(self.dialect)
+
+    # ------------------------------------------------------------ writing
+
+    def filing(self, run_id: str) -> tuple[RunFiling, int] | None:
+        """Where run ``run_id``'s episodes are filed and the seq captured so far; None for a
+        run not filed for episodes (no task type). RunNotFoundError for an unknown run."""
+        with self.driver.read() as cur:
+            row = self.driver.fetchone(cur, self.q["run_filing"], {"run_id": run_id})
+        if row is None:
+            self.store.get_run(run_id)  # raises RunNotFoundError
+            return None
+        workflow, scope, task_type, seq = row
+        if task_type is None:
+            return None
+        return RunFiling(run_id, scope or "", workflow, task_type), int(seq)
+
+    def capture(self, run_id: str) -> list[Episode]:
+        """Write the episodes of run ``run_id``'s boundaries not yet captured (reading its
+        history); return those newly written. Idempotent, and safe to run concurrently (a
+        boundary's episode is written once). A run without a task type gets none."""
+        found = self.filing(run_id)
+        if found is None:
+            return []
+        filing, after = found
+        events = list(self.store.iter_events(run_id))
+        if not events or events[-1].seq <= after:
+            return []
+        drafts = derive(events, filing, after_seq=after)
+        faults.point("episodes.derived")
+        return self.write(drafts, captured=(run_id, events[-1].seq))
+
+    def write(
+        self, episodes: Sequence[Episode], *, captured: tuple[str, int] | None = None
+    ) -> list[Episode]:
+        """Write ``episodes`` in one transaction (each one once: an episode whose
+        ``(run_id, boundary)`` exists is left as it is), superseding the live episodes of their
+        scope and task type whose claims they contradict. ``captured``: ``(run_id, seq)`` to
+        record on the run row as captured. Returns the episodes newly written."""
+        written: list[Episode] = []
+        with self.driver.transaction() as cur:
+            for ep in episodes:
+                if self._insert(cur, ep):
+                    written.append(ep)
+                    self._supersede_contradicted(cur, ep)
+            if captured is not None:
+                self.driver.execute(
+                    cur, self.q["mark_captured"], {"run_id": captured[0], "seq": captured[1]}
+                )
+            faults.point("episodes.written")
+        return written
+
+    def _insert(self, cur: Any, ep: Episode) -> bool:
+        tags = " ".join(tags_for(ep.scope, ep.agent, ep.task_type, ep.outcome))
+        params = {
+            "episode_id": ep.episode_id,
+            "run_id": ep.run_id,
+            "boundary": ep.boundary,
+            "scope": ep.scope,
+            "agent": ep.agent,
+            "task_type": ep.task_type,
+            "kind": ep.kind,
+            "outcome": ep.outcome,
+            "summary": ep.summary,
+            "lesson": ep.lesson,
+            "conditions": json.dumps(ep.conditions, sort_keys=True),
+            "refs": json.dumps(ep.refs, sort_keys=True),
+            "claims": json.dumps(ep.claims, sort_keys=True),
+            "tags": tags,
+            "at_seq": ep.at_seq,
+            "created_at_ms": ep.created_at_ms,
+        }
+        row = self.driver.fetchone(cur, self.q["insert_episode"], params)
+        if row is None:
+            return False
+        if self.dialect == "sqlite":
+            self.driver.execute(
+                cur,
+                self.q["index_episode"],
+                {"id": row[0], "summary": ep.summary, "lesson": ep.lesson, "tags": tags},
+            )
+        else:
+            self.driver.execute(cur, self.q["count_lexemes"], {"id": row[0]})
+        return True
+
+    def _supersede_contradicted(self, cur: Any, ep: Episode) -> None:
+        if not ep.claims:
+            return
+        rows = self.driver.fetchall(
+            cur,
+            self.q["live_claims"],
+            {
+                "scope": ep.scope,
+                "task_type": ep.task_type,
+                "episode_id": ep.episode_id,
+                "limit": SUPERSEDE_WINDOW,
+            },
+        )
+        for old_id, old_claims in rows:
+            if contradicts(ep.claims, json.loads(old_claims)):
+                self.driver.execute(
+                    cur, self.q["supersede"], {"episode_id": old_id, "by": ep.episode_id}
+                )
+
+    def supersede(self, old_id: str, new_id: str) -> bool:
+        """Mark episode ``old_id`` superseded by ``new_id`` (a person's or a model's judgement
+        that the newer lesson contradicts it); False when it already was superseded.
+        EpisodeNotFoundError for an unknown id."""
+        self.get(old_id)
+        self.get(new_id)
+        with self.driver.transaction() as cur:
+            n = self.driver.execute(cur, self.q["supersede"], {"episode_id": old_id, "by": new_id})
+        return n == 1
+
+    def catch_up(self, limit: int = 1000) -> int:
+        """Capture the episodes of every run (at most ``limit``) waiting or finished with
+        boundaries not yet captured — those whose process died between a boundary and its
+        capture. Returns how many episodes were written."""
+        with self.driver.read() as cur:
+            rows = self.driver.fetchall(cur, self.q["runs_behind"], {"limit": limit})
+        return sum(len(self.capture(r[0])) for r in rows)
+
+    # ------------------------------------------------------------ reading
+
+    def get(self, episode_id: str) -> Episode:
+        """The episode ``episode_id`` (``RUN:KIND@SEQ``), superseded or not.
+        EpisodeNotFoundError."""
+        with self.driver.read() as cur:
+            row = self.driver.fetchone(cur, self.q["get_episode"], {"episode_id": episode_id})
+        if row is None:
+            raise EpisodeNotFoundError(f"no episode {episode_id!r} in {self.store.url}")
+        return _row(row)
+
+    def search(
+        self,
+        query: str,
+        *,
+        scope: str = "",
+        agent: str | None = None,
+        task_type: str | None = None,
+        outcome: str | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        limit: int = 10,
+        include_superseded: bool = False,
+        rerank: Rerank | None = None,
+    ) -> list[Episode]:
+        """The ``limit`` episodes of ``scope`` most relevant to ``query`` (BM25 on SQLite,
+        ``ts_rank`` on PostgreSQL; ties and a query without words: the most recent first),
+        among those of ``agent``/``task_type``/``outcome`` when given, created at or after
+        ``since_ms`` and at or before ``until_ms`` (epoch ms). ``query`` is plain text: its
+        words are matched (any of them, stemmed); quotes, ``*``, ``-``, parentheses and
+        operator words are never syntax. Superseded episodes are left out unless
+        ``include_superseded``. ``rerank`` may re-order the hits (see :data:`Rerank`).
+        ConfigError for ``limit`` < 1."""
+        if limit < 1:
+            raise ConfigError(f"episode search limit must be at least 1, not {limit}")
+        if not isinstance(scope, str):
+            raise ConfigError(f"episode scope must be a string, not {type(scope).__name__}")
+        f = Filters(
+            scope=scope,
+            agent=agent,
+            task_type=task_type,
+            outcome=outcome,
+            live=not include_superseded,
+            since_ms=since_ms if since_ms is not None else -(2**62),
+            until_ms=until_ms if until_ms is not None else 2**62,
+        )
+        with self.driver.read() as cur:
+            found = Searcher(self.driver, self.q).search(cur, f, terms(query), limit)
+        hits = [_row((*r, score)) for r, score in found]
+        return rerank(query, hits) if rerank is not None else hits
+
+    def count(self) -> int:
+        """How many episodes the store holds (all scopes)."""
+        with self.driver.read() as cur:
+            row = self.driver.fetchone(cur, self.q["count_episodes"], {})
+        return int(row[0]) if row else 0
+
+    # ------------------------------------------------------------ retention
+
+    def prune(self, *, before_ms: int, superseded_only: bool = False, batch: int = 500) -> int:
+        """Delete episodes created before ``before_ms`` (epoch ms) — only superseded ones when
+        ``superseded_only`` — and return how many. Episodes have their own retention: they
+        outlive the runs they came from, and pruning them never touches a run."""
+        total = 0
+        while True:
+            with self.driver.transaction() as cur:
+                rows = self.driver.fetchall(
+                    cur,
+                    self.q["prunable"],
+                    {"before_ms": before_ms, "superseded_only": superseded_only, "limit": batch},
+                )
+                for id_, _eid, summary, lesson, tags in rows:
+                    if self.dialect == "sqlite":
+                        self.driver.execute(
+                            cur,
+                            self.q["unindex_episode"],
+                            {"id": id_, "summary": summary, "lesson": lesson, "tags": tags},
+                        )
+                    else:
+                        self.driver.execute(cur, self.q["uncount_lexemes"], {"id": id_})
+                    self.driver.execute(cur, self.q["delete_episode"], {"id": id_})
+            total += len(rows)
+            if len(rows) < batch:
+                return total
+
+
+__all__ = [
+    "SUPERSEDE_WINDOW",
+    "EpisodeStore",
+    "Rerank",
+    "contradicts",
+    "load_episode_queries",
+]
