@@ -113,6 +113,8 @@ class Worker:
         self._backoff: dict[str, tuple[float, float]] = {}
         self._next_dead_scan = 0.0
         self._next_version_scan = 0.0
+        #: Damaged run rows already logged: (run id, 'column=value').
+        self._damaged: set[tuple[str, str]] = set()
         tel = telemetry.get()
         if tel is not None:
             tel.watch(self.store)  # torpor.runs by status, observed at each metrics collection
@@ -209,6 +211,18 @@ class Worker:
                 self.runtime.note_unrunnable(run_id, version)
         except TorporError as exc:
             log.warning("noting runs of unrunnable versions failed: %s", exc)
+        try:  # damaged run rows are never claimed (G10): named once each, others served
+            for run_id, damage in self.store.damaged_runs():
+                if (run_id, damage) not in self._damaged:
+                    self._damaged.add((run_id, damage))
+                    column, _, value = damage.partition("=")
+                    log.error(
+                        "run %s: column %s of its row holds %s, not a number: the row is "
+                        "damaged; skipped until it is set right (torpor doctor)",
+                        run_id, column, value,
+                    )  # fmt: skip
+        except TorporError as exc:
+            log.warning("looking for damaged run rows failed: %s", exc)
 
     def _fire_schedules(self) -> None:
         """Start the runs of due schedules whose workflow this worker has (one run per slot
