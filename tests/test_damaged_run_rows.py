@@ -84,6 +84,21 @@ def test_a_worker_logs_a_damaged_run_once_and_serves_the_others(
         assert [r[0] for r in done] == ["r1", "r3"]
 
 
+def test_a_damaged_checkpoint_seq_never_ends_the_run_failed(db_url: str) -> None:
+    """The append's fenced update returns the row's checkpoint_seq: text there is a
+    CorruptRecordError (the append rolled back, the run left pending and backed off), not a
+    ValueError that the engine would record as the run's failure."""
+    _three_runs(db_url)
+    with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+        conn.execute("UPDATE runs SET checkpoint_seq = 'zz' WHERE run_id = 'r2'")
+    with torpor.Runtime(db_url) as rt:
+        stats = Worker(rt, poll_s=0.05).run(until_idle=True, max_seconds=20)
+    assert stats.finished == 2 and stats.errors >= 1
+    with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+        rows = dict(conn.execute("SELECT run_id, status FROM runs").fetchall())
+    assert rows == {"r1": "finished", "r2": "pending", "r3": "finished"}
+
+
 def test_postgresql_columns_cannot_be_damaged_so(pg_url: str) -> None:
     import psycopg
 

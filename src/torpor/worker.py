@@ -218,7 +218,7 @@ class Worker:
                     column, _, value = damage.partition("=")
                     log.error(
                         "run %s: column %s of its row holds %s, not a number: the row is "
-                        "damaged; skipped until it is set right (torpor doctor)",
+                        "damaged (ls and show refuse it until it is set right; torpor doctor)",
                         run_id, column, value,
                     )  # fmt: skip
         except TorporError as exc:

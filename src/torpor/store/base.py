@@ -113,13 +113,19 @@ def run_record(row: Sequence[Any]) -> RunRecord:
     *cols, damage = row
     if damage is not None:
         column, _, value = str(damage).partition("=")
-        raise CorruptRecordError(
-            f"run {cols[0]!r}: column {column} of its row holds {value}, not a number: the row "
-            "is damaged (edited by hand?); set it right or delete the run (torpor doctor lists "
-            "such rows)",
-            run_id=str(cols[0]),
-        )
+        raise damaged_column(str(cols[0]), column, value)
     return RunRecord(*cols)
+
+
+def damaged_column(run_id: str, column: str, value: str) -> CorruptRecordError:
+    """The one-line error for run ``run_id``'s row holding ``value`` (as SQL quotes it) in
+    its number column ``column``."""
+    return CorruptRecordError(
+        f"run {run_id!r}: column {column} of its row holds {value}, not a number: the row is "
+        "damaged (edited by hand?); set it right or delete the run (torpor doctor lists such "
+        "rows)",
+        run_id=run_id,
+    )
 
 
 @dataclass(frozen=True)
