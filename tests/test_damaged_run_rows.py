@@ -52,11 +52,14 @@ def test_ls_show_and_doctor_name_the_run_and_column(
     _three_runs(db_url)
     with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
         conn.execute(f"UPDATE runs SET {column} = ? WHERE run_id = 'r2'", (value,))
-    for cmd in (["ls"], ["show", "r2"], ["doctor"]):
+    for cmd in (["ls"], ["show", "r2"]):
         code, out, err = _cli(capsys, "--db", db_url, *cmd)
         assert code == 1, (cmd, out, err)
         assert "Traceback" not in err
         assert f"run 'r2': column {column} of its row holds '{value}', not a number" in out + err
+    code, out, err = _cli(capsys, "--db", db_url, "doctor")
+    assert f"run r2: column {column} holds '{value}', not a number" in out, out
+    assert code == 1 and "1 damaged run rows" in out
     code, out, err = _cli(capsys, "--db", db_url, "show", "r1")
     assert code == 0 and "r1" in out, err
 
