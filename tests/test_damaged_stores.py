@@ -192,7 +192,8 @@ def test_read_only_commands_never_create_a_store_or_a_key(
 ) -> None:
     monkeypatch.delenv("TORPOR_SIGNING_KEY")
     missing = tmp_path / "typo" / "torpor.db"
-    for cmd in (["ls"], ["show", "r1"], ["events", "r1"], ["artifacts", "r1"], ["doctor"]):
+    read_only = (["ls"], ["show", "r1"], ["events", "r1"], ["artifacts", "r1"], ["doctor"])
+    for cmd in (*read_only, ["context", "r1"]):
         code, out, err = _cli(capsys, "--db", f"sqlite:///{missing}", *cmd)
         assert code == 1, (cmd, out, err)
         assert str(missing) in out + err, (cmd, out, err)
@@ -272,7 +273,7 @@ def test_read_only_commands_create_nothing_in_postgresql(
     """The same rule on PostgreSQL: an empty schema stays empty."""
     import psycopg
 
-    for cmd in (["ls"], ["show", "r1"], ["events", "r1"], ["doctor"]):
+    for cmd in (["ls"], ["show", "r1"], ["events", "r1"], ["doctor"], ["context", "r1"]):
         code, out, err = _cli(capsys, "--db", pg_url, *cmd)
         assert code == 1 and "no torpor store in" in out + err, (cmd, out, err)
         assert "nothing was created" in out + err

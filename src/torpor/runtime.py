@@ -111,6 +111,7 @@ class Runtime:
         on_event: Callable[[Event], None] | None = None,
         clock: Callable[[], float] | None = None,
     ):
+        telemetry.get()  # a bad OTEL_* value stops here, before a store is opened or created
         self.settings = settings or Settings.from_env(
             store if isinstance(store, str) else None,
             artifacts if isinstance(artifacts, str) else None,
@@ -199,6 +200,7 @@ class Runtime:
             data = serde.to_jsonable(input)
         except NotSerializable as exc:
             raise PayloadError(rid, None, f"run input is not serializable: {exc}") from None
+        tel = telemetry.get()  # resolved (a ConfigError raised) before the run is created
         created = self.store.create_run(
             rid,
             RunStarted(
@@ -213,7 +215,7 @@ class Runtime:
             scope=scope,
             task_type=task_type or wf.task_type,
         )
-        if created and (tel := telemetry.get()) is not None:
+        if created and tel is not None:
             tel.started(self.store, rid)  # the run's trace joins the caller's current span
         if not created:
             rec = self.store.get_run(rid)

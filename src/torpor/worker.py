@@ -119,6 +119,8 @@ class Worker:
         self._next_version_scan = 0.0
         self._next_damage_scan = 0.0
         self._damaged_logged: set[tuple[str, str]] = set()
+        #: Damaged run rows already logged: (run id, 'column=value').
+        self._damaged: set[tuple[str, str]] = set()
         tel = telemetry.get()
         if tel is not None:
             tel.watch(self.store)  # torpor.runs by status, observed at each metrics collection
@@ -219,22 +221,34 @@ class Worker:
         self._note_damaged()
 
     def _note_damaged(self) -> None:
-        """Log, once each, pending runs whose queue columns and schedules whose rows were
-        damaged (edited by hand): no claim takes such a run, no worker fires such a schedule,
-        and ``ls``/``show``/``schedule ls``/``doctor`` name them (checked every
+        """Log, once each, damaged run rows (a number column holding text), pending runs whose
+        queue columns and schedules whose rows were damaged (edited by hand): no claim takes
+        such a run, no worker fires such a schedule, others are served (G10), and
+        ``ls``/``show``/``schedule ls``/``doctor`` name them (checked every
         :data:`DAMAGE_SCAN_S`)."""
         now = time.monotonic()
         if now < self._next_damage_scan:
             return
         self._next_damage_scan = now + DAMAGE_SCAN_S
         try:
+            rows = self.store.damaged_runs()
+            for run_id, damage in rows:
+                if (run_id, damage) not in self._damaged:
+                    self._damaged.add((run_id, damage))
+                    column, _, value = damage.partition("=")
+                    log.error(
+                        "run %r is damaged: column %s of its row holds %s, not a number (ls "
+                        "and show refuse it until it is set right; torpor doctor)",
+                        run_id, column, value,
+                    )  # fmt: skip
             note_damaged(self.store)  # (schedules: logged once by torpor.schedules)
             damaged = queues.damaged_pending(self.store)
         except TorporError as exc:
             log.warning("looking for damaged rows failed: %s", exc)
             return
+        named = {run_id for run_id, _ in rows}
         for row, why in damaged:
-            if (row, why) not in self._damaged_logged:
+            if row not in named and (row, why) not in self._damaged_logged:
                 self._damaged_logged.add((row, why))
                 log.error("%s; skipped (torpor doctor lists such rows)", why)
 

@@ -30,7 +30,7 @@ def show_context(
     """
     from ..memory.view import context_view, no_context_reason  # (only for this command)
 
-    with open_client(ctx) as client:
+    with open_client(ctx, read_only=True) as client:  # never creates or migrates a store
         state = client.state(run_id)
     view = context_view(state)
     if view is None:

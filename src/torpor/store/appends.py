@@ -20,7 +20,7 @@ from ..errors import (
 )
 from ..history import EffectIntended, Event, RunState, starts_step
 from . import codec
-from .base import CHECKPOINT_EVENTS, Driver, Lease
+from .base import CHECKPOINT_EVENTS, Driver, Lease, damaged_column
 from .chunkio import ChunkIO
 
 #: What the store remembers of its latest append to a run under a lease, so the next append can
@@ -309,6 +309,8 @@ class Appends:
             if isinstance(e.payload, EffectIntended):
                 self._refuse_performed(cur, e, e.payload.key)
             self.driver.execute(cur, self.q["insert_event"], r)
+        if not isinstance(row[0], int):  # text in SQLite's number column: never a ValueError
+            raise damaged_column(lease.run_id, "checkpoint_seq", repr(row[0])[:40])
         return int(row[0])
 
     def _apply_inbox(

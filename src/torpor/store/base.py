@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import SchemaVersionError
+from ..errors import CorruptRecordError, SchemaVersionError
 from ..history import Event, RunStarted, RunState
 from ..urls import display_url
 
@@ -102,6 +102,30 @@ class RunRecord:
     attention: str | None = None
     #: Appends the store retried or read back after losing its connection around a commit.
     infra_retries: int = 0
+
+
+def run_record(row: Sequence[Any]) -> RunRecord:
+    """The :class:`RunRecord` of a ``get_run``/``list_runs`` row, whose last column names a
+    number column of the run row holding something else (``'column=value'``; SQLite stores any
+    value in any column, so a hand edit such as ``not_before_ms = 'soon'`` is possible) or is
+    NULL. CorruptRecordError (one line naming the run and the column) for a damaged row (G10:
+    a damaged row is named, never a TypeError far from it)."""
+    *cols, damage = row
+    if damage is not None:
+        column, _, value = str(damage).partition("=")
+        raise damaged_column(str(cols[0]), column, value)
+    return RunRecord(*cols)
+
+
+def damaged_column(run_id: str, column: str, value: str) -> CorruptRecordError:
+    """The one-line error for run ``run_id``'s row holding ``value`` (as SQL quotes it) in
+    its number column ``column``."""
+    return CorruptRecordError(
+        f"run {run_id!r}: column {column} of its row holds {value}, not a number: the row is "
+        "damaged (edited by hand?); set it right or delete the run (torpor doctor lists such "
+        "rows)",
+        run_id=run_id,
+    )
 
 
 @dataclass(frozen=True)
@@ -293,6 +317,11 @@ class Store(Protocol):
     ) -> list[RunRecord]: ...
 
     def count_runs(self, *, workflow: str | None = None) -> list[RunCount]: ...
+
+    def damaged_runs(self, *, limit: int = 100) -> list[tuple[str, str]]:
+        """Up to ``limit`` runs whose row has a number column holding something else, as
+        ``(run id, 'column=value')`` (always none on PostgreSQL, whose columns are typed)."""
+        ...
 
     def run_storage(self, run_id: str) -> RunStorage: ...
 

@@ -49,6 +49,22 @@ def examine(url: str, *, max_runs: int = 100_000) -> list[Finding]:
         with store.driver.read() as cur:
             row = store.driver.fetchone(cur, "SELECT max(version) FROM torpor_schema", {})
         out.append(Finding(True, "schema version", str(row[0] if row else None)))
+        damaged = store.damaged_runs(limit=max_runs)  # text in a number column (SQLite)
+        for run_id, damage in damaged:
+            column, _, value = damage.partition("=")
+            out.append(
+                Finding(False, f"run {run_id}", f"column {column} holds {value}, not a number")
+            )
+        if damaged:
+            return [
+                *out,
+                Finding(
+                    False,
+                    "runs",
+                    f"{len(damaged)} damaged run rows: set them right (or delete those runs) "
+                    "and run doctor again to check the other runs",
+                ),
+            ]
         runs = store.list_runs(limit=max_runs)
         bad = 0
         for rec in runs:

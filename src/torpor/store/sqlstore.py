@@ -50,6 +50,7 @@ from .base import (
     RunRecord,
     RunStorage,
     load_queries,
+    run_record,
 )
 from .chunkio import ChunkIO
 from .chunks import Fetch
@@ -181,7 +182,7 @@ class SQLStore:
             row = self.driver.fetchone(cur, self.q["get_run"], {"run_id": run_id})
         if row is None:
             raise RunNotFoundError(f"no run {run_id!r} in {display_url(self.url)}")
-        return RunRecord(*row)
+        return run_record(row)
 
     def list_runs(
         self,
@@ -203,7 +204,14 @@ class SQLStore:
         }
         with self.driver.read() as cur:
             rows = self.driver.fetchall(cur, self.q["list_runs"], params)
-        return [RunRecord(*r) for r in rows]
+        return [run_record(r) for r in rows]
+
+    def damaged_runs(self, *, limit: int = 100) -> list[tuple[str, str]]:
+        """Up to ``limit`` runs whose row has a number column holding something else:
+        ``(run id, 'column=value')`` (SQLite only: PostgreSQL's columns are typed)."""
+        with self.driver.read() as cur:
+            rows = self.driver.fetchall(cur, self.q["damaged_runs"], {"limit": limit})
+        return [(str(r[0]), str(r[1])) for r in rows]
 
     def count_runs(self, *, workflow: str | None = None) -> list[RunCount]:
         """How many runs there are per status, outcome and needs-attention flag."""

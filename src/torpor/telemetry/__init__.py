@@ -27,6 +27,24 @@ store of a worker).
 
 from __future__ import annotations
 
-from .setup import configure, enabled_by_env, get, reset, trace_attempt, trace_id_of
+from .setup import (
+    SHUTDOWN_DEADLINE_S,
+    bounded_shutdown,
+    configure,
+    enabled_by_env,
+    get,
+    reset,
+    trace_attempt,
+    trace_id_of,
+)
 
-__all__ = ["configure", "enabled_by_env", "get", "reset", "trace_attempt", "trace_id_of"]
+__all__ = [
+    "SHUTDOWN_DEADLINE_S",
+    "bounded_shutdown",
+    "configure",
+    "enabled_by_env",
+    "get",
+    "reset",
+    "trace_attempt",
+    "trace_id_of",
+]

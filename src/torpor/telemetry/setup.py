@@ -6,6 +6,8 @@ the environment alone, once per process.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
 import sys
@@ -14,6 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from .envcheck import check_env
 
 if TYPE_CHECKING:
     from ..history import RunState
@@ -30,6 +33,10 @@ EXPORTER_VARS = (
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
     "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
 )
+
+#: The longest a process waits at exit for its last spans and metrics to be exported (seconds):
+#: an unreachable collector delays a command or a stopping worker by at most this much.
+SHUTDOWN_DEADLINE_S = 1.5
 
 log = logging.getLogger("torpor.telemetry")
 
@@ -50,14 +57,17 @@ def enabled_by_env(env: Mapping[str, str] | None = None) -> bool:
 
 def get() -> Telemetry | None:
     """This process's telemetry, or None when it is off (resolved from the environment on the
-    first call; ConfigError when it is asked for and the ``otel`` extra is not installed, or an
-    exporter is unknown)."""
+    first call). ConfigError (one line naming the variable) when it is asked for and the
+    ``otel`` extra is not installed, an exporter is unknown, or an ``OTEL_*`` value is one the
+    SDK rejects (:mod:`torpor.telemetry.envcheck`): a bad value stops the command before it
+    creates anything, it never silently turns tracing off. Call it before creating what should
+    not outlive that error (:meth:`Runtime.start <torpor.Runtime.start>` does)."""
     global _resolved, _current
     if _resolved:
         return _current
     with _lock:
         if not _resolved:
-            _current = _from_env() if enabled_by_env() else None
+            _current = _checked_from_env() if enabled_by_env() else None
             _resolved = True
     return _current
 
@@ -112,8 +122,22 @@ def reset() -> None:
         _current = None
 
 
+def _checked_from_env() -> Telemetry:
+    """:func:`_from_env` after :func:`~torpor.telemetry.envcheck.check_env`; whatever else
+    the SDK refuses as a value (``ValueError``, ``TypeError``) is a ConfigError too."""
+    check_env(os.environ)
+    try:
+        return _from_env()
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(
+            f"the OTEL_* variables are not valid for OpenTelemetry: {exc}; fix them, or unset "
+            "them (or set OTEL_SDK_DISABLED=true)"
+        ) from None
+
+
 def _from_env() -> Telemetry:
-    """Providers built from the ``OTEL_*`` variables, exporting in batches."""
+    """Providers built from the ``OTEL_*`` variables, exporting in batches, shut down at exit
+    within :data:`SHUTDOWN_DEADLINE_S` (:func:`bounded_shutdown`)."""
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -130,7 +154,7 @@ def _from_env() -> Telemetry:
     ):
         attrs["service.name"] = "torpor"
     resource = Resource.create(attrs)
-    tracer_provider = TracerProvider(resource=resource)
+    tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     for exporter in _span_exporters():
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
@@ -140,8 +164,41 @@ def _from_env() -> Telemetry:
     if readers:
         from opentelemetry.sdk.metrics import MeterProvider
 
-        meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+        meter_provider = MeterProvider(
+            resource=resource, metric_readers=readers, shutdown_on_exit=False
+        )
+    atexit.register(bounded_shutdown, tracer_provider, meter_provider)
     return Telemetry(tracer_provider, meter_provider)
+
+
+def bounded_shutdown(
+    tracer_provider: Any, meter_provider: Any, deadline_s: float | None = None
+) -> bool:
+    """Shut the providers down (their last spans and metrics exported), waiting at most
+    ``deadline_s`` seconds (default :data:`SHUTDOWN_DEADLINE_S`): an unreachable collector,
+    whose exporter retries for up to its timeout, never holds a command or a stopping worker
+    longer than that. What is not exported by then is dropped (logged on ``torpor.telemetry``).
+    True when the shutdown finished in time. Registered at exit for the environment's
+    providers."""
+    deadline_s = SHUTDOWN_DEADLINE_S if deadline_s is None else deadline_s
+
+    def shut() -> None:
+        for provider in (tracer_provider, meter_provider):
+            if provider is not None:
+                with contextlib.suppress(Exception):
+                    provider.shutdown()
+
+    t = threading.Thread(target=shut, name="torpor-telemetry-shutdown", daemon=True)
+    t.start()
+    t.join(deadline_s)
+    if t.is_alive():
+        log.warning(
+            "torpor telemetry: export not finished within %.1fs at exit (collector "
+            "unreachable?); the rest is dropped",
+            deadline_s,
+        )
+        return False
+    return True
 
 
 def _names(var: str) -> list[str]:

@@ -113,7 +113,8 @@ SELECT run_id, workflow, version, status, outcome, created_at_ms,
                                 ORDER BY seq DESC LIMIT 1)),
        wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
        (SELECT seq FROM events e WHERE e.run_id = runs.run_id ORDER BY seq DESC LIMIT 1),
-       checkpoint_seq, attention, infra_retries
+       checkpoint_seq, attention, infra_retries,
+       NULL  -- damage: PostgreSQL's typed columns hold numbers only (SQLite's can be damaged)
 FROM runs WHERE run_id = :run_id;
 
 -- name: lock_run
@@ -295,7 +296,8 @@ SELECT run_id, workflow, version, status, outcome, created_at_ms,
                                 ORDER BY seq DESC LIMIT 1)),
        wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
        (SELECT seq FROM events e WHERE e.run_id = runs.run_id ORDER BY seq DESC LIMIT 1),
-       checkpoint_seq, attention, infra_retries
+       checkpoint_seq, attention, infra_retries,
+       NULL  -- damage: PostgreSQL's typed columns hold numbers only (SQLite's can be damaged)
 FROM runs
 WHERE (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))
   AND (CAST(:outcome AS text) IS NULL OR outcome = CAST(:outcome AS text))
@@ -380,6 +382,10 @@ WHERE ((status = 'waiting' AND wake_at_ms IS NOT NULL)
        SELECT 1 FROM jsonb_each(CAST(:accept AS jsonb)) AS w(name, versions),
                      jsonb_array_elements_text(w.versions) AS v(version)
        WHERE w.name = runs.workflow AND v.version = runs.version));
+
+-- name: damaged_runs
+-- None: a typed column cannot hold anything but its type (see the SQLite query).
+SELECT NULL, NULL WHERE CAST(:limit AS bigint) < 0;
 
 -- name: unrunnable_versions
 -- Runnable runs of the workflows in :accept ({workflow: [versions]}) recorded under a version

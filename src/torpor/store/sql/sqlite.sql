@@ -71,7 +71,23 @@ SELECT run_id, workflow, version, status, outcome, created_at_ms,
                            ORDER BY seq DESC LIMIT 1)),
        wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
        (SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id),
-       checkpoint_seq, attention, infra_retries
+       checkpoint_seq, attention, infra_retries,
+       -- a number column that holds something else (a hand-edited row): 'column=value', or NULL
+       CASE
+         WHEN typeof(created_at_ms) <> 'integer' THEN 'created_at_ms=' || substr(quote(created_at_ms), 1, 40)
+         WHEN typeof(updated_at_ms) <> 'integer' THEN 'updated_at_ms=' || substr(quote(updated_at_ms), 1, 40)
+         WHEN typeof(wake_at_ms) NOT IN ('integer', 'null') THEN 'wake_at_ms=' || substr(quote(wake_at_ms), 1, 40)
+         WHEN typeof(lease_epoch) <> 'integer' THEN 'lease_epoch=' || substr(quote(lease_epoch), 1, 40)
+         WHEN typeof(lease_expires_at_ms) <> 'integer'
+              THEN 'lease_expires_at_ms=' || substr(quote(lease_expires_at_ms), 1, 40)
+         WHEN typeof(checkpoint_seq) <> 'integer' THEN 'checkpoint_seq=' || substr(quote(checkpoint_seq), 1, 40)
+         WHEN typeof(infra_retries) <> 'integer' THEN 'infra_retries=' || substr(quote(infra_retries), 1, 40)
+         WHEN typeof(priority) <> 'integer' THEN 'priority=' || substr(quote(priority), 1, 40)
+         WHEN typeof(not_before_ms) NOT IN ('integer', 'null')
+              THEN 'not_before_ms=' || substr(quote(not_before_ms), 1, 40)
+         WHEN typeof(started_at_ms) NOT IN ('integer', 'null')
+              THEN 'started_at_ms=' || substr(quote(started_at_ms), 1, 40)
+       END
 FROM runs WHERE run_id = :run_id;
 
 -- name: get_checkpoint
@@ -130,7 +146,22 @@ SELECT run_id, workflow, version, status, outcome, created_at_ms,
                            ORDER BY seq DESC LIMIT 1)),
        wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
        (SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id),
-       checkpoint_seq, attention, infra_retries
+       checkpoint_seq, attention, infra_retries,
+       CASE
+         WHEN typeof(created_at_ms) <> 'integer' THEN 'created_at_ms=' || substr(quote(created_at_ms), 1, 40)
+         WHEN typeof(updated_at_ms) <> 'integer' THEN 'updated_at_ms=' || substr(quote(updated_at_ms), 1, 40)
+         WHEN typeof(wake_at_ms) NOT IN ('integer', 'null') THEN 'wake_at_ms=' || substr(quote(wake_at_ms), 1, 40)
+         WHEN typeof(lease_epoch) <> 'integer' THEN 'lease_epoch=' || substr(quote(lease_epoch), 1, 40)
+         WHEN typeof(lease_expires_at_ms) <> 'integer'
+              THEN 'lease_expires_at_ms=' || substr(quote(lease_expires_at_ms), 1, 40)
+         WHEN typeof(checkpoint_seq) <> 'integer' THEN 'checkpoint_seq=' || substr(quote(checkpoint_seq), 1, 40)
+         WHEN typeof(infra_retries) <> 'integer' THEN 'infra_retries=' || substr(quote(infra_retries), 1, 40)
+         WHEN typeof(priority) <> 'integer' THEN 'priority=' || substr(quote(priority), 1, 40)
+         WHEN typeof(not_before_ms) NOT IN ('integer', 'null')
+              THEN 'not_before_ms=' || substr(quote(not_before_ms), 1, 40)
+         WHEN typeof(started_at_ms) NOT IN ('integer', 'null')
+              THEN 'started_at_ms=' || substr(quote(started_at_ms), 1, 40)
+       END
 FROM runs
 WHERE (:status IS NULL OR status = :status) AND (:outcome IS NULL OR outcome = :outcome)
   AND (:workflow IS NULL OR workflow = :workflow)
@@ -270,12 +301,31 @@ SELECT :run_id;
 -- The earliest timer of a waiting run, or delayed start of a pending one.
 -- (A hand-damaged value that is not a number is left to `ls` and `doctor` to name.)
 SELECT min(CASE WHEN status = 'pending' THEN not_before_ms ELSE wake_at_ms END) FROM runs
-WHERE ((status = 'waiting' AND wake_at_ms IS NOT NULL)
-       OR (status = 'pending' AND not_before_ms > :now_ms
-           AND typeof(not_before_ms) = 'integer'))
+WHERE ((status = 'waiting' AND typeof(wake_at_ms) = 'integer')
+       OR (status = 'pending' AND typeof(not_before_ms) = 'integer' AND not_before_ms > :now_ms))
   AND (:accept IS NULL OR EXISTS (
        SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
        WHERE w.key = runs.workflow AND v.value = runs.version));
+
+-- name: damaged_runs
+-- Run rows with a number column that holds something else (SQLite stores any value in any
+-- column: a hand edit such as not_before_ms = 'soon'): (run id, 'column=value').
+SELECT run_id, damage FROM (SELECT run_id, CASE
+         WHEN typeof(created_at_ms) <> 'integer' THEN 'created_at_ms=' || substr(quote(created_at_ms), 1, 40)
+         WHEN typeof(updated_at_ms) <> 'integer' THEN 'updated_at_ms=' || substr(quote(updated_at_ms), 1, 40)
+         WHEN typeof(wake_at_ms) NOT IN ('integer', 'null') THEN 'wake_at_ms=' || substr(quote(wake_at_ms), 1, 40)
+         WHEN typeof(lease_epoch) <> 'integer' THEN 'lease_epoch=' || substr(quote(lease_epoch), 1, 40)
+         WHEN typeof(lease_expires_at_ms) <> 'integer'
+              THEN 'lease_expires_at_ms=' || substr(quote(lease_expires_at_ms), 1, 40)
+         WHEN typeof(checkpoint_seq) <> 'integer' THEN 'checkpoint_seq=' || substr(quote(checkpoint_seq), 1, 40)
+         WHEN typeof(infra_retries) <> 'integer' THEN 'infra_retries=' || substr(quote(infra_retries), 1, 40)
+         WHEN typeof(priority) <> 'integer' THEN 'priority=' || substr(quote(priority), 1, 40)
+         WHEN typeof(not_before_ms) NOT IN ('integer', 'null')
+              THEN 'not_before_ms=' || substr(quote(not_before_ms), 1, 40)
+         WHEN typeof(started_at_ms) NOT IN ('integer', 'null')
+              THEN 'started_at_ms=' || substr(quote(started_at_ms), 1, 40)
+       END AS damage FROM runs)
+WHERE damage IS NOT NULL ORDER BY run_id LIMIT :limit;
 
 -- name: unrunnable_versions
 -- Runnable runs of the workflows in :accept ({workflow: [versions]}) recorded under a version
