@@ -7,17 +7,20 @@ collects it."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 import torpor
 from torpor import retention
 from torpor.cli import app
 from torpor.episodes import EpisodeStore
+from torpor.errors import ConfigError
 
 
 @torpor.workflow(name="epgc.report", version="1", task_type="report")
@@ -46,6 +49,10 @@ def test_an_artifact_an_episode_names_outlives_its_run(store_url: str) -> None:
         assert es.write([ended]) == []
         assert es.capture("r1") == []
         assert len(_episode_refs(rt.store)) == 1
+        bad = dataclasses.replace(ended, boundary="other", refs={"artifacts": ["report.txt"]})
+        with pytest.raises(ConfigError, match=r"refs\['artifacts'\] holds 'report.txt'"):
+            es.write([bad])
+        assert es.count() == 1
 
         retention.set_policy(rt.store, "epgc.report", keep_last=0)
         dry = retention.collect(rt.store, rt.artifacts, dry_run=True, grace_s=0)
