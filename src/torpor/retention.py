@@ -8,8 +8,9 @@ One pass (:func:`collect`):
    policy names an archive URL (:func:`archive_run`: the history as JSON Lines, which
    :func:`restore_archive` brings back) and then deleted. A pending, running or waiting run is
    never deleted, nor a finished one a person can still reopen (``unresolved``, ``blocked``).
-2. **Other owners.** Collectors registered with :func:`register_collector` run next: episodes
-   (issue 18) follow their own policy there, deleting their own ``blob_refs`` rows.
+2. **Other owners.** Collectors registered with :func:`register_collector` run next. Episodes
+   keep the artifacts they name (``blob_refs`` rows owned by ``episode:<id>``, written and
+   pruned with the episode); their collector drops the rows of episodes deleted another way.
 3. **Chunks** no run refers to, unused for the grace period, are deleted.
 4. **Artifacts** (files in the artifact store) no run refers to — nor any pending inbox message
    — and older than the grace period are deleted, with temporary files left by a crash. An
@@ -56,6 +57,15 @@ def register_collector(fn: Callable[[SQLStore, bool], str]) -> Callable[[SQLStor
     if fn not in COLLECTORS:
         COLLECTORS.append(fn)
     return fn
+
+
+@register_collector
+def _episodes(store: SQLStore, dry_run: bool) -> str:
+    """The episodes' references (:func:`torpor.episodes.gc.collect`), imported only when a pass
+    runs: a worker's cold resume never loads episodes."""
+    from .episodes.gc import collect as collect_episodes
+
+    return collect_episodes(store, dry_run)
 
 
 @dataclass

@@ -111,12 +111,24 @@ def tags_for(scope: str, agent: str, task_type: str, outcome: str) -> list[str]:
     ]
 
 
+#: The ``blob_refs`` owner ids of episodes (the artifacts they keep from garbage collection,
+#: :mod:`.gc`) start with this; no run id does.
+OWNER_PREFIX = "episode:"
+
+
+def owner_of(episode_id: str) -> str:
+    """The ``blob_refs`` owner id of episode ``episode_id``: ``episode:<episode id>``."""
+    return OWNER_PREFIX + episode_id
+
+
 __all__ = [
     "KINDS",
     "MAX_QUERY_TERMS",
+    "OWNER_PREFIX",
     "Episode",
     "EpisodeKind",
     "episode_id_for",
+    "owner_of",
     "pair_tag",
     "tag",
     "tags_for",

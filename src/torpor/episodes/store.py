@@ -16,6 +16,10 @@ transaction with the run row's ``episodes_seq``: a process killed at any point l
 episode written once or not at all, and the next :meth:`EpisodeStore.capture` of the run (every
 execution of a run ends with one; :meth:`EpisodeStore.catch_up` sweeps the rest) writes what is
 missing.
+
+An episode keeps the artifacts it names (``refs["artifacts"]``) from garbage collection after its
+run is deleted: the transaction that writes it records them in ``blob_refs`` under the owner
+``episode:<episode id>``, and the one that prunes it deletes those rows (:mod:`.gc`).
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ from typing import Any
 
 from .. import faults
 from ..errors import ConfigError, EpisodeNotFoundError
+from ..history.events import SHA256_RE
 from ..store.sqlstore import SQLStore
 from .derive import RunFiling, derive
-from .model import Episode, tags_for, terms
+from .model import Episode, owner_of, tags_for, terms
 from .search import Filters, Searcher
 
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
@@ -127,7 +132,15 @@ class EpisodeStore:
         """Write ``episodes`` in one transaction (each one once: an episode whose
         ``(run_id, boundary)`` exists is left as it is), superseding the live episodes of their
         scope and task type whose claims they contradict. ``captured``: ``(run_id, seq)`` to
-        record on the run row as captured. Returns the episodes newly written."""
+        record on the run row as captured. Returns the episodes newly written. ConfigError for
+        an episode whose ``refs["artifacts"]`` holds anything but sha256 hex digests."""
+        for ep in episodes:
+            bad = [a for a in ep.refs.get("artifacts", []) if not SHA256_RE.fullmatch(str(a))]
+            if bad:
+                raise ConfigError(
+                    f"episode {ep.episode_id!r}: refs['artifacts'] holds {bad[0]!r}, "
+                    "not a sha256 (64 lowercase hex digits)"
+                )
         written: list[Episode] = []
         with self.driver.transaction() as cur:
             for ep in episodes:
@@ -172,6 +185,10 @@ class EpisodeStore:
             )
         else:
             self.driver.execute(cur, self.q["count_lexemes"], {"id": row[0]})
+        owner = owner_of(ep.episode_id)
+        for sha in ep.refs.get("artifacts", []):
+            params = {"hash": sha, "owner": owner, "run_id": ep.run_id}
+            self.driver.execute(cur, self.q["insert_episode_ref"], params)
         return True
 
     def _supersede_contradicted(self, cur: Any, ep: Episode) -> None:
@@ -273,7 +290,9 @@ class EpisodeStore:
     def prune(self, *, before_ms: int, superseded_only: bool = False, batch: int = 500) -> int:
         """Delete episodes created before ``before_ms`` (epoch ms) — only superseded ones when
         ``superseded_only`` — and return how many. Episodes have their own retention: they
-        outlive the runs they came from, and pruning them never touches a run."""
+        outlive the runs they came from, and pruning them never touches a run. The artifacts
+        an episode named lose its reference in the same transaction (the next ``torpor gc``
+        collects those nothing else names)."""
         total = 0
         while True:
             with self.driver.transaction() as cur:
@@ -282,7 +301,7 @@ class EpisodeStore:
                     self.q["prunable"],
                     {"before_ms": before_ms, "superseded_only": superseded_only, "limit": batch},
                 )
-                for id_, _eid, summary, lesson, tags in rows:
+                for id_, eid, summary, lesson, tags in rows:
                     if self.dialect == "sqlite":
                         self.driver.execute(
                             cur,
@@ -292,6 +311,8 @@ class EpisodeStore:
                     else:
                         self.driver.execute(cur, self.q["uncount_lexemes"], {"id": id_})
                     self.driver.execute(cur, self.q["delete_episode"], {"id": id_})
+                    owner = {"owner": owner_of(eid)}
+                    self.driver.execute(cur, self.q["delete_episode_refs"], owner)
             total += len(rows)
             if len(rows) < batch:
                 return total

@@ -56,3 +56,33 @@ DELETE FROM episodes WHERE id = :id;
 
 -- name: count_episodes
 SELECT count(*) FROM episodes;
+
+-- name: insert_episode_ref
+-- An artifact an episode names, kept from garbage collection under the owner
+-- `episode:<episode id>` (its size from the run's own reference, when there is one).
+INSERT INTO blob_refs (hash, run_id, kind, size)
+VALUES (:hash, :owner, 'artifact',
+        COALESCE((SELECT size FROM blob_refs
+                  WHERE run_id = :run_id AND kind = 'artifact' AND hash = :hash), 0))
+ON CONFLICT DO NOTHING;
+
+-- name: delete_episode_refs
+DELETE FROM blob_refs WHERE run_id = :owner;
+
+-- name: episode_refs
+-- (episodes that name artifacts, distinct artifacts they name)
+SELECT count(DISTINCT run_id), count(DISTINCT hash) FROM blob_refs
+WHERE run_id >= 'episode:' AND run_id < 'episode;' AND kind = 'artifact';
+
+-- name: orphan_episode_refs
+-- References of episodes deleted some other way (never a run's: a run id may start so too).
+SELECT count(*) FROM blob_refs
+WHERE run_id >= 'episode:' AND run_id < 'episode;'
+  AND NOT EXISTS (SELECT 1 FROM episodes e WHERE e.episode_id = substr(blob_refs.run_id, 9))
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = blob_refs.run_id);
+
+-- name: drop_orphan_episode_refs
+DELETE FROM blob_refs
+WHERE run_id >= 'episode:' AND run_id < 'episode;'
+  AND NOT EXISTS (SELECT 1 FROM episodes e WHERE e.episode_id = substr(blob_refs.run_id, 9))
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = blob_refs.run_id);
