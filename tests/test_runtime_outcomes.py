@@ -161,6 +161,7 @@ def test_a_result_that_cannot_be_recorded_fails_the_run_either_way(
         ("a/b", "'/'"),
         ("tab\there", "control"),
         ("x" * 201, "over 200"),
+        ("episode:r1:ended@5", "episode:"),
     ],
 )
 def test_a_bad_run_id_is_refused_before_anything_is_recorded(

@@ -52,7 +52,8 @@ def _check_run_id(run_id: object) -> None:
     blank, not a string, over :data:`MAX_RUN_ID_CHARS`, control characters, or ``/`` — the
     default idempotency key is ``<run_id>/<step_id>``, so a ``/`` in a run id could give two
     runs' effects the same key (run ``a`` step ``b/c`` and run ``a/b`` step ``c``), and the
-    outside world would take one for the other."""
+    outside world would take one for the other — or the prefix ``episode:`` (owner ids of
+    episodes' artifact references, :mod:`torpor.episodes.gc`)."""
     if not isinstance(run_id, str):
         raise ConfigError(f"run_id must be a string, not {type(run_id).__name__}")
     if not run_id.strip():
@@ -64,6 +65,11 @@ def _check_run_id(run_id: object) -> None:
         raise ConfigError(
             f"run_id {run_id!r} contains {bad!r}; run ids may not contain '/' (it separates "
             "run and step in default idempotency keys) or control characters"
+        )
+    if run_id.startswith("episode:"):
+        raise ConfigError(
+            f"run_id {run_id!r} starts with 'episode:', which names episodes' references to "
+            "stored artifacts (garbage collection would take one for the other)"
         )
 
 
