@@ -686,3 +686,47 @@ def test_a_worker_with_many_threads_keeps_its_connections_bounded(pg_url: str) -
     finally:
         drv.close()
         admin.close()
+
+
+def test_a_read_whose_pooled_connection_was_terminated_is_tried_again(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's liveness probe looks for a termination notice already on the socket; one
+    still in flight (seen in CI under the commit-dropping proxy: a worker's read failed with
+    "terminating connection due to administrator command" and the run was retried) is missed.
+    Reads change nothing, so the store tries them once more on a fresh connection. The race is
+    made certain here by a probe that misses the first notice."""
+    import torpor.store.postgres as pg_store
+
+    app = f"torpor-read-retry-{uuid.uuid4().hex[:8]}"
+    url = pg_url + ("&" if "?" in pg_url else "?") + f"application_name={app}"
+    rt = torpor.Runtime(url)
+    try:
+
+        @torpor.workflow(name="retry.read", version="1")
+        def flow(run: torpor.Run, _: Any) -> int:
+            return run.step("one", lambda: 1)
+
+        assert rt.run(flow, None, run_id="r1").outcome == "succeeded"
+        real_probe, missed = pg_store._is_dead, []
+
+        def probe(conn: Any) -> bool:  # misses the first notice, as the race does
+            if not missed:
+                missed.append(conn)
+                return bool(conn.closed or conn.broken)
+            return real_probe(conn)
+
+        monkeypatch.setattr(pg_store, "_is_dead", probe)
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (app,),
+            ).fetchone()
+        assert killed is not None and killed[0] >= 1
+        time.sleep(0.2)  # the notices arrive; the patched probe does not look
+        assert rt.store.get_run("r1").outcome == "succeeded"
+        assert rt.store.load("r1").outcome == "succeeded"
+        assert [r.run_id for r in rt.store.list_runs()] == ["r1"]
+    finally:
+        rt.close()

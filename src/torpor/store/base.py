@@ -29,9 +29,9 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol, TypeVar
 
-from ..errors import CorruptRecordError, SchemaVersionError
+from ..errors import CorruptRecordError, SchemaVersionError, StoreError
 from ..history import Event, RunStarted, RunState
 from ..urls import display_url
 
@@ -53,6 +53,31 @@ def check_schema(found: int | None, known: int, url: str) -> None:
             f"torpor's {known}; "
             "upgrade torpor to open it (nothing was changed)"
         )
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def read_retried(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A read of the store, tried once more when the connection failed under it: a plain
+    :class:`~torpor.errors.StoreError` is the driver's wrapping of a lost connection — e.g. a
+    PostgreSQL backend terminated while its connection sat idle in the pool, whose termination
+    notice was still in flight when the pool's liveness probe looked (the next checkout takes a
+    fresh connection). Reads change nothing, so trying again is safe; a second failure, and
+    every more specific error (a run not found, a corrupt row), is raised as it is."""
+
+    def read(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return fn(*args, **kwargs)
+        except StoreError as exc:
+            if type(exc) is not StoreError:
+                raise
+            return fn(*args, **kwargs)
+
+    read.__name__, read.__qualname__, read.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    read.__wrapped__ = fn  # type: ignore[attr-defined]
+    return read
 
 
 # --------------------------------------------------------------------------- records

@@ -18,7 +18,7 @@ from ..errors import CorruptRecordError, RunNotFoundError, TransitionError
 from ..history import CheckpointSaved, Event, RunState, apply
 from ..urls import display_url
 from . import codec
-from .base import Completion, Driver
+from .base import Completion, Driver, read_retried
 from .chunkio import ChunkIO
 from .chunks import Fetch
 
@@ -33,6 +33,7 @@ class HistoryReads:
     q: dict[str, str]
     chunkio: ChunkIO
 
+    @read_retried
     def read_events(self, run_id: str, after_seq: int = 0, limit: int = 1_000_000) -> list[Event]:
         """Events with ``seq > after_seq`` in order. Raises CorruptRecordError on a bad row, and
         on a history with a hole in it: seqs are dense, and reach at least the seq the run row
@@ -75,6 +76,7 @@ class HistoryReads:
                 return
             after = batch[-1].seq
 
+    @read_retried
     def load(self, run_id: str) -> RunState:
         """The run's state: latest engine checkpoint + the events after it (G8).
 
@@ -129,6 +131,7 @@ class HistoryReads:
 
         return fetch, user_state
 
+    @read_retried
     def checkpoint_problem(self, run_id: str) -> str | None:
         """Why the run's stored engine checkpoint cannot be trusted (edited, damaged, a chunk
         missing), or None when it can or there is none (``torpor doctor``)."""
@@ -156,6 +159,7 @@ class HistoryReads:
             )
         return state
 
+    @read_retried
     def completions_after(self, run_id: str, after_seq: int) -> dict[str, Completion]:
         """Latest completion per step among events after ``after_seq`` (the replay cache)."""
         with self.driver.read() as cur:
@@ -169,6 +173,7 @@ class HistoryReads:
                 for sid, payload, seq in rows
             }
 
+    @read_retried
     def step_completion(self, run_id: str, step_id: str) -> Completion | None:
         """The latest completion of one step (indexed lookup), or None."""
         with self.driver.read() as cur:
@@ -180,6 +185,7 @@ class HistoryReads:
             fetch = self.chunkio.fetcher(cur, run_id, row[1])
             return codec.completion(run_id, step_id, row[0], int(row[1]), fetch)
 
+    @read_retried
     def step_events(self, run_id: str, step_id: str) -> list[Event]:
         """Every event recorded for one step."""
         with self.driver.read() as cur:

@@ -48,6 +48,7 @@ from .base import (
     RunRecord,
     RunStorage,
     load_queries,
+    read_retried,
     run_record,
 )
 from .chunkio import ChunkIO
@@ -174,6 +175,7 @@ class SQLStore(HistoryReads):
             self.driver.fetchone(cur, self.q["notify_wake"], {"run_id": run_id})
         return True
 
+    @read_retried
     def get_run(self, run_id: str) -> RunRecord:
         """The run row. Raises RunNotFoundError."""
         with self.driver.read() as cur:
@@ -182,6 +184,7 @@ class SQLStore(HistoryReads):
             raise RunNotFoundError(f"no run {run_id!r} in {display_url(self.url)}")
         return run_record(row)
 
+    @read_retried
     def list_runs(
         self,
         *,
@@ -501,6 +504,7 @@ class SQLStore(HistoryReads):
             self.post_inbox(run_id, kind, body, message_id)
         return True
 
+    @read_retried
     def pending_inbox(self, run_id: str) -> list[InboxMessage]:
         """Messages not yet moved into the history, oldest first."""
         with self.driver.read() as cur:
@@ -510,6 +514,7 @@ class SQLStore(HistoryReads):
             for mid, kind, body, at_ms in rows
         ]
 
+    @read_retried
     def count_pending_inbox(self, run_id: str) -> int:
         """How many inbox messages wait to be moved into the history."""
         with self.driver.read() as cur:
