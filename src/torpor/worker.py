@@ -118,8 +118,7 @@ class Worker:
         self._next_dead_scan = 0.0
         self._next_version_scan = 0.0
         self._next_damage_scan = 0.0
-        self._damaged_logged: set[tuple[str, str]] = set()
-        #: Damaged run rows already logged: (run id, 'column=value').
+        #: Damaged rows already logged: (run id, what is wrong).
         self._damaged: set[tuple[str, str]] = set()
         tel = telemetry.get()
         if tel is not None:
@@ -248,8 +247,8 @@ class Worker:
             return
         named = {run_id for run_id, _ in rows}
         for row, why in damaged:
-            if row not in named and (row, why) not in self._damaged_logged:
-                self._damaged_logged.add((row, why))
+            if row not in named and (row, why) not in self._damaged:
+                self._damaged.add((row, why))
                 log.error("%s; skipped (torpor doctor lists such rows)", why)
 
     def _fire_schedules(self) -> None:

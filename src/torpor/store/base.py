@@ -38,11 +38,16 @@ from ..urls import display_url
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
 
 
+_INCLUDE_RE = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+
+
 def load_queries(dialect: str) -> dict[str, str]:
-    """Parse ``sql/<dialect>.sql`` into ``{name: sql}``."""
+    """Parse ``sql/<dialect>.sql`` into ``{name: sql}``. A block may name a fragment that
+    others include as ``{{ name }}`` (an expression several queries share, written once)."""
     text = (Path(__file__).parent / "sql" / f"{dialect}.sql").read_text()
     parts = _NAME_RE.split(text)
-    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
+    blocks = {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
+    return {n: _INCLUDE_RE.sub(lambda m: blocks[m.group(1)], sql) for n, sql in blocks.items()}
 
 
 def check_schema(found: int | None, known: int, url: str) -> None:

@@ -341,15 +341,16 @@ def _check_existing(driver: PostgresDriver, url: str) -> None:
                 f"no torpor store in {display_url(url)} (no torpor_schema table on the "
                 "connection's search path); nothing was created"
             )
-        found = conn.execute("SELECT max(version), count(*) FROM torpor_schema").fetchone()
-    version, count = (found[0], found[1]) if found else (None, 0)
+        applied = {int(r[0]) for r in conn.execute("SELECT version FROM torpor_schema")}
+    version = max(applied, default=None)
     check_schema(version, SCHEMA_VERSION, url)
     # Migration numbers are assigned per change and merged in any order: a store is current
     # only when every known migration is recorded, not just the newest.
-    if version is None or version < SCHEMA_VERSION or count < len(_migrations()):
+    missing = sorted({v for v, _ in _migrations()} - applied)
+    if missing:
         raise StoreError(
-            f"{display_url(url)} has schema version {version}, older than this torpor's "
-            f"{SCHEMA_VERSION}, and a command that only reads does not migrate it: run one that "
+            f"{display_url(url)} lacks migrations {missing} of this torpor (schema version "
+            f"{version}), and a command that only reads does not migrate it: run one that "
             "writes (e.g. torpor worker) once"
         )
 

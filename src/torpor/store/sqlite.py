@@ -322,12 +322,10 @@ def migrate(driver: SQLiteDriver, url: str) -> int:
     connections switch the file to WAL, which rewrites its header): a database from a newer
     schema, or an SQLite database that is not a torpor store, is refused before any write.
     """
-    found, _count = _inspect(driver, url)
+    found, applied = _inspect(driver, url)
     check_schema(found, SCHEMA_VERSION, url)
-    conn = driver.conn()  # now configure the file (WAL) for use
-    # Migrations are numbered by the change that made them, not merged in order: a database may
-    # be at the newest version yet miss an older-numbered one, which is then applied too.
-    if found == SCHEMA_VERSION and _applied(conn) >= {v for v, _ in _migrations()}:
+    driver.conn()  # now configure the file (WAL) for use
+    if _current(applied):
         return SCHEMA_VERSION
     with driver.transaction() as cur:
         # Re-check under the write lock: another process may have migrated meanwhile.
@@ -354,8 +352,15 @@ def _applied(conn: Any) -> set[int]:
     return {int(r[0]) for r in conn.execute("SELECT version FROM torpor_schema").fetchall()}
 
 
-def _inspect(driver: SQLiteDriver, url: str) -> tuple[int | None, int]:
-    """The schema version of the file (None when it is empty) and how many migrations it
+def _current(applied: set[int]) -> bool:
+    """Whether every known migration is recorded. Migrations are numbered by the change that
+    made them, not merged in order: a database may be at the newest version yet miss an
+    older-numbered one (which migrating then applies)."""
+    return applied >= {v for v, _ in _migrations()}
+
+
+def _inspect(driver: SQLiteDriver, url: str) -> tuple[int | None, set[int]]:
+    """The schema version of the file (None when it is empty) and the migrations it
     recorded, read without writing.
 
     Raises StoreError for an SQLite database that has tables but is not a torpor store, and
@@ -366,14 +371,14 @@ def _inspect(driver: SQLiteDriver, url: str) -> tuple[int | None, int]:
         c.execute(f"PRAGMA busy_timeout = {driver.busy_timeout_ms}")
         tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not tables:
-            return None, 0
+            return None, set()
         if "torpor_schema" not in tables:
             raise StoreError(
                 f"{url}: this SQLite database is not a torpor store (it has tables "
                 f"{sorted(tables)[:5]} and no torpor_schema); refusing to modify it"
             )
-        row = c.execute("SELECT max(version), count(*) FROM torpor_schema").fetchone()
-        return (row[0], row[1]) if row else (None, 0)
+        versions = _applied(c)
+        return (max(versions, default=None), versions)
     finally:
         c.close()
 
@@ -457,7 +462,7 @@ def _open_read_only(
             "processes make while this command reads are not seen"
         )
     try:
-        found, count = _inspect(driver, url)
+        found, applied = _inspect(driver, url)
         _remember_file(driver)
     except sqlite3.DatabaseError as exc:
         driver.close()
@@ -468,11 +473,12 @@ def _open_read_only(
     if found is None:
         raise StoreMissingError(f"{path} ({url}) is an empty database, not a torpor store")
     check_schema(found, SCHEMA_VERSION, url)
-    if found < SCHEMA_VERSION or count < len(_migrations()):
+    if not _current(applied):
         if folder_writable and os.access(path, os.W_OK):
             return open_sqlite(url, clock=clock)  # an older store: migrated as any open does
+        missing = sorted({v for v, _ in _migrations()} - applied)
         raise StoreError(
-            f"{url} has schema version {found}, older than this torpor's {SCHEMA_VERSION}, and "
+            f"{url} lacks migrations {missing} of this torpor (schema version {found}), and "
             "cannot be migrated read-only: run a command that writes with write access once"
         )
     return SQLiteStore(driver, url, clock=clock)

@@ -64,6 +64,26 @@ WHERE run_id = :run_id;
 SELECT seq FROM events INDEXED BY events_effect_key
 WHERE run_id = :run_id AND effect_key = :key;
 
+-- name: run_damage
+-- A fragment, included by name in double braces: the first number column of a run row that holds
+-- something else (SQLite stores any value in any column: a hand edit such as
+-- not_before_ms = 'soon'), as 'column=value', or NULL for a sound row.
+CASE
+  WHEN typeof(created_at_ms) <> 'integer' THEN 'created_at_ms=' || substr(quote(created_at_ms), 1, 40)
+  WHEN typeof(updated_at_ms) <> 'integer' THEN 'updated_at_ms=' || substr(quote(updated_at_ms), 1, 40)
+  WHEN typeof(wake_at_ms) NOT IN ('integer', 'null') THEN 'wake_at_ms=' || substr(quote(wake_at_ms), 1, 40)
+  WHEN typeof(lease_epoch) <> 'integer' THEN 'lease_epoch=' || substr(quote(lease_epoch), 1, 40)
+  WHEN typeof(lease_expires_at_ms) <> 'integer'
+       THEN 'lease_expires_at_ms=' || substr(quote(lease_expires_at_ms), 1, 40)
+  WHEN typeof(checkpoint_seq) <> 'integer' THEN 'checkpoint_seq=' || substr(quote(checkpoint_seq), 1, 40)
+  WHEN typeof(infra_retries) <> 'integer' THEN 'infra_retries=' || substr(quote(infra_retries), 1, 40)
+  WHEN typeof(priority) <> 'integer' THEN 'priority=' || substr(quote(priority), 1, 40)
+  WHEN typeof(not_before_ms) NOT IN ('integer', 'null')
+       THEN 'not_before_ms=' || substr(quote(not_before_ms), 1, 40)
+  WHEN typeof(started_at_ms) NOT IN ('integer', 'null')
+       THEN 'started_at_ms=' || substr(quote(started_at_ms), 1, 40)
+END
+
 -- name: get_run
 -- last_seq and updated_at_ms are those of the latest event: plain appends leave the row alone.
 SELECT run_id, workflow, version, status, outcome, created_at_ms,
@@ -73,21 +93,7 @@ SELECT run_id, workflow, version, status, outcome, created_at_ms,
        (SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id),
        checkpoint_seq, attention, infra_retries,
        -- a number column that holds something else (a hand-edited row): 'column=value', or NULL
-       CASE
-         WHEN typeof(created_at_ms) <> 'integer' THEN 'created_at_ms=' || substr(quote(created_at_ms), 1, 40)
-         WHEN typeof(updated_at_ms) <> 'integer' THEN 'updated_at_ms=' || substr(quote(updated_at_ms), 1, 40)
-         WHEN typeof(wake_at_ms) NOT IN ('integer', 'null') THEN 'wake_at_ms=' || substr(quote(wake_at_ms), 1, 40)
-         WHEN typeof(lease_epoch) <> 'integer' THEN 'lease_epoch=' || substr(quote(lease_epoch), 1, 40)
-         WHEN typeof(lease_expires_at_ms) <> 'integer'
-              THEN 'lease_expires_at_ms=' || substr(quote(lease_expires_at_ms), 1, 40)
-         WHEN typeof(checkpoint_seq) <> 'integer' THEN 'checkpoint_seq=' || substr(quote(checkpoint_seq), 1, 40)
-         WHEN typeof(infra_retries) <> 'integer' THEN 'infra_retries=' || substr(quote(infra_retries), 1, 40)
-         WHEN typeof(priority) <> 'integer' THEN 'priority=' || substr(quote(priority), 1, 40)
-         WHEN typeof(not_before_ms) NOT IN ('integer', 'null')
-              THEN 'not_before_ms=' || substr(quote(not_before_ms), 1, 40)
-         WHEN typeof(started_at_ms) NOT IN ('integer', 'null')
-              THEN 'started_at_ms=' || substr(quote(started_at_ms), 1, 40)
-       END
+       {{ run_damage }}
 FROM runs WHERE run_id = :run_id;
 
 -- name: get_checkpoint
@@ -147,21 +153,7 @@ SELECT run_id, workflow, version, status, outcome, created_at_ms,
        wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
        (SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id),
        checkpoint_seq, attention, infra_retries,
-       CASE
-         WHEN typeof(created_at_ms) <> 'integer' THEN 'created_at_ms=' || substr(quote(created_at_ms), 1, 40)
-         WHEN typeof(updated_at_ms) <> 'integer' THEN 'updated_at_ms=' || substr(quote(updated_at_ms), 1, 40)
-         WHEN typeof(wake_at_ms) NOT IN ('integer', 'null') THEN 'wake_at_ms=' || substr(quote(wake_at_ms), 1, 40)
-         WHEN typeof(lease_epoch) <> 'integer' THEN 'lease_epoch=' || substr(quote(lease_epoch), 1, 40)
-         WHEN typeof(lease_expires_at_ms) <> 'integer'
-              THEN 'lease_expires_at_ms=' || substr(quote(lease_expires_at_ms), 1, 40)
-         WHEN typeof(checkpoint_seq) <> 'integer' THEN 'checkpoint_seq=' || substr(quote(checkpoint_seq), 1, 40)
-         WHEN typeof(infra_retries) <> 'integer' THEN 'infra_retries=' || substr(quote(infra_retries), 1, 40)
-         WHEN typeof(priority) <> 'integer' THEN 'priority=' || substr(quote(priority), 1, 40)
-         WHEN typeof(not_before_ms) NOT IN ('integer', 'null')
-              THEN 'not_before_ms=' || substr(quote(not_before_ms), 1, 40)
-         WHEN typeof(started_at_ms) NOT IN ('integer', 'null')
-              THEN 'started_at_ms=' || substr(quote(started_at_ms), 1, 40)
-       END
+       {{ run_damage }}
 FROM runs
 WHERE (:status IS NULL OR status = :status) AND (:outcome IS NULL OR outcome = :outcome)
   AND (:workflow IS NULL OR workflow = :workflow)
@@ -310,21 +302,7 @@ WHERE ((status = 'waiting' AND typeof(wake_at_ms) = 'integer')
 -- name: damaged_runs
 -- Run rows with a number column that holds something else (SQLite stores any value in any
 -- column: a hand edit such as not_before_ms = 'soon'): (run id, 'column=value').
-SELECT run_id, damage FROM (SELECT run_id, CASE
-         WHEN typeof(created_at_ms) <> 'integer' THEN 'created_at_ms=' || substr(quote(created_at_ms), 1, 40)
-         WHEN typeof(updated_at_ms) <> 'integer' THEN 'updated_at_ms=' || substr(quote(updated_at_ms), 1, 40)
-         WHEN typeof(wake_at_ms) NOT IN ('integer', 'null') THEN 'wake_at_ms=' || substr(quote(wake_at_ms), 1, 40)
-         WHEN typeof(lease_epoch) <> 'integer' THEN 'lease_epoch=' || substr(quote(lease_epoch), 1, 40)
-         WHEN typeof(lease_expires_at_ms) <> 'integer'
-              THEN 'lease_expires_at_ms=' || substr(quote(lease_expires_at_ms), 1, 40)
-         WHEN typeof(checkpoint_seq) <> 'integer' THEN 'checkpoint_seq=' || substr(quote(checkpoint_seq), 1, 40)
-         WHEN typeof(infra_retries) <> 'integer' THEN 'infra_retries=' || substr(quote(infra_retries), 1, 40)
-         WHEN typeof(priority) <> 'integer' THEN 'priority=' || substr(quote(priority), 1, 40)
-         WHEN typeof(not_before_ms) NOT IN ('integer', 'null')
-              THEN 'not_before_ms=' || substr(quote(not_before_ms), 1, 40)
-         WHEN typeof(started_at_ms) NOT IN ('integer', 'null')
-              THEN 'started_at_ms=' || substr(quote(started_at_ms), 1, 40)
-       END AS damage FROM runs)
+SELECT run_id, damage FROM (SELECT run_id, {{ run_damage }} AS damage FROM runs)
 WHERE damage IS NOT NULL ORDER BY run_id LIMIT :limit;
 
 -- name: unrunnable_versions
