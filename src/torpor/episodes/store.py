@@ -128,11 +128,11 @@ class EpisodeStore:
                     "not a sha256 (64 lowercase hex digits)"
                 )
         records = [_record(ep) for ep in episodes]
-        by_id = {ep.episode_id: ep for ep in episodes}
+        of = {id(r): ep for r, ep in zip(records, episodes, strict=True)}  # (the same objects)
         written = self.store.write_episodes(
             records, captured=captured, contradicts=contradicts, window=SUPERSEDE_WINDOW
         )
-        return [by_id[r.episode_id] for r in written]
+        return [of[id(r)] for r in written]
 
     def supersede(self, old_id: str, new_id: str) -> bool:
         """Mark episode ``old_id`` superseded by ``new_id`` (a person's or a model's judgement

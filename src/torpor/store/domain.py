@@ -340,7 +340,7 @@ class EpisodeRows(Protocol):
         left as it is), each new one superseding the live episodes of its scope and task type
         (the latest ``window``) whose claims it ``contradicts(new, old)``; the artifacts in
         ``refs["artifacts"]`` recorded in ``blob_refs``. ``captured``: ``(run id, seq)`` to
-        record as captured. Returns the records newly written."""
+        record as captured. Returns the records newly written (the objects given, in order)."""
         ...
 
     def supersede_episode(self, old_id: str, new_id: str) -> bool:
