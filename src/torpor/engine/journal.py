@@ -175,6 +175,9 @@ class Journal:
         self.crash_limit = DEFAULT_CRASH_LIMIT
         #: Told of every boundary and append (telemetry); None when nothing watches.
         self.observer: Observer | None = None
+        #: Events folded into the state but not yet written (:meth:`defer`): an effect's plain
+        #: observation, which rides on the next append (:meth:`flush` at the latest).
+        self.pending: list[Event] = []
 
     # ------------------------------------------------------------------ the seam
 
@@ -253,6 +256,45 @@ class Journal:
         events = self._fold(batch)
         if self.state.status is RunStatus.WAITING and wake_at_ms is None and self.state.wait:
             wake_at_ms = self.state.wait.deadline_ms
+        self._write([*self.pending, *events], wake_at_ms, consumes, if_inbox_empty)
+        if first is not None:
+            self.replay.passed()
+        if record_lease:
+            self.lease_recorded = True
+            faults.point("lease.acquired")
+        return events
+
+    def defer(self, *payloads: Payload) -> list[Event]:
+        """Fold ``payloads`` into the state now and write them with the next append, in its
+        statement and transaction (an effect's plain observation: so an effect costs one
+        durable append, its intent, with its observation riding on the next one). At the
+        latest they are written by :meth:`flush`, which the execution calls before it ends
+        (a return, a wait, a release, an error). Until then they exist only in this process:
+        a process killed meanwhile leaves the effect intended but not observed, reconciled
+        on recovery (README, "When things go wrong")."""
+        if self.lost is not None:
+            raise self.lost
+        events = self._fold(list(payloads))
+        self.pending.extend(events)
+        faults.point("append.deferred")
+        return events
+
+    def flush(self) -> None:
+        """Write the deferred events (:meth:`defer`) now, if any: one plain append."""
+        if not self.pending:
+            return
+        if self.lost is not None:
+            raise self.lost
+        self._write(list(self.pending), None, None, False)
+
+    def _write(
+        self,
+        events: list[Event],
+        wake_at_ms: int | None,
+        consumes: list[tuple[str, int]] | None,
+        if_inbox_empty: bool,
+    ) -> None:
+        """Append ``events`` (the deferred ones first), folded into the state already."""
         faults.point("append.before")
         try:
             self.store.append(
@@ -265,14 +307,11 @@ class Journal:
                 new_steps=self.replay.proven_new(events),
             )
         except BaseException:
-            self.state = self.store.load(self.run_id) if self.lost is None else self.state
+            if self.lost is None:
+                self._reload()
             raise
+        self.pending = []
         faults.point("append.after")
-        if first is not None:
-            self.replay.passed()
-        if record_lease:
-            self.lease_recorded = True
-            faults.point("lease.acquired")
         self.replay.appended(events)
         if self.observer is not None:
             self.observer.appended(events, self.state)
@@ -280,7 +319,14 @@ class Journal:
         if on_event is not None:
             for ev in events:
                 on_event(ev)
-        return events
+
+    def _reload(self) -> None:
+        """The state as recorded, with the deferred events folded again (nothing was written:
+        they are still to be written)."""
+        state = self.store.load(self.run_id)
+        for ev in self.pending:
+            apply(state, ev)
+        self.state = state
 
     def _fold(self, payloads: list[Payload]) -> list[Event]:
         """The events of ``payloads``, folded into the state; on a refused one the state is
@@ -301,7 +347,7 @@ class Journal:
                 apply(state, ev)
                 events.append(ev)
         except TransitionError:
-            self.state = self.store.load(self.run_id)  # undo the partial application
+            self._reload()  # undo the partial application
             raise
         return events
 
