@@ -6,12 +6,14 @@ the effect intended but not observed: reconciled on recovery (``applied`` settle
 
 from __future__ import annotations
 
+import signal
+import time
 from pathlib import Path
 
 import pytest
 
 import torpor
-from runtime_kit import Lab, event_types
+from runtime_kit import Lab, event_types, wait_for_file
 
 EFFECTS = """
 @torpor.workflow(name="one.effects", version="1")
@@ -138,3 +140,38 @@ def test_a_released_execution_writes_the_deferred_observation(store_url: str) ->
         assert types[-2:] == ["effect_observed", "step_completed"], types
     finally:
         rt.close()
+
+
+BUSY = """
+@torpor.workflow(name="one.busy", version="1")
+def busy(run, n):
+    sent = run.effect("e", send, "then long work")  # no reconcile
+    open(MARK, "w").close()
+    _time.sleep(120)  # long work that records nothing: the heartbeat writes the observation
+    return sent
+"""
+
+
+def test_the_heartbeat_writes_an_observation_left_behind_long_work(lab: Lab) -> None:
+    """Work that records nothing after an effect does not keep its observation in the process:
+    the next heartbeat writes it. Killed after that, the run resumes as known (no reconcile
+    needed, none asked), where a lost observation would leave it unresolved."""
+    mark = lab.tmp / "mark"
+    mod = lab.module("busywf", f"MARK = {str(mark)!r}\n" + BUSY)
+    proc = lab.spawn(
+        mod, "b", workflow="one.busy", input=0, runtime={"lease_ttl_s": 3, "heartbeat_s": 0.2}
+    )
+    try:
+        wait_for_file(mark, timeout=60)
+        for _ in range(600):  # causality, not a budget: the heartbeat's write shows up
+            if "effect_observed" in event_types(lab.events("b")):
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"no observation written: {event_types(lab.events('b'))}")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    assert len(lab.ledger("effect", key="b/e")) == 1
+    killed = lab.state("b")
+    assert "b/e" not in killed.effects and killed.effects_applied == 1, killed.effects

@@ -178,6 +178,9 @@ class Journal:
         #: Events folded into the state but not yet written (:meth:`defer`): an effect's plain
         #: observation, which rides on the next append (:meth:`flush` at the latest).
         self.pending: list[Event] = []
+        #: Held while events are folded and written: the heartbeat thread writes deferred
+        #: events of an execution busy elsewhere (:meth:`flush_idle`).
+        self.writing = threading.RLock()
 
     # ------------------------------------------------------------------ the seam
 
@@ -230,6 +233,18 @@ class Journal:
         outcome) passes the replay gate first: after a replay, the code must have caught up
         with the history, and the first such write carries the version change. ``lease=False``:
         a note that does not take the run (why it cannot proceed) records no lease."""
+        with self.writing:
+            return self._append(payloads, wake_at_ms, if_inbox_empty, consumes, by_code, lease)
+
+    def _append(
+        self,
+        payloads: tuple[Payload, ...],
+        wake_at_ms: int | None,
+        if_inbox_empty: bool,
+        consumes: list[tuple[str, int]] | None,
+        by_code: bool,
+        lease: bool,
+    ) -> list[Event]:
         if self.lost is not None:
             raise self.lost
         first = self.replay.before_write(self.asked) if by_code else None
@@ -274,8 +289,9 @@ class Journal:
         on recovery (README, "When things go wrong")."""
         if self.lost is not None:
             raise self.lost
-        events = self._fold(list(payloads))
-        self.pending.extend(events)
+        with self.writing:
+            events = self._fold(list(payloads))
+            self.pending.extend(events)
         faults.point("append.deferred")
         return events
 
@@ -285,7 +301,22 @@ class Journal:
             return
         if self.lost is not None:
             raise self.lost
-        self._write(list(self.pending), None, None, False)
+        with self.writing:
+            if self.pending:
+                self._write(list(self.pending), None, None, False)
+
+    def flush_idle(self) -> None:
+        """From the heartbeat thread: write the deferred events when the execution is not
+        writing at that moment (it would carry them itself), so work that records nothing
+        after an effect leaves its observation in this process for at most one heartbeat.
+        Reaches no fault point: those count the executing thread's writes, in order."""
+        if not self.pending or self.lost is not None or not self.writing.acquire(blocking=False):
+            return
+        try:
+            if self.pending:
+                self._write(list(self.pending), None, None, False, points=False)
+        finally:
+            self.writing.release()
 
     def _write(
         self,
@@ -293,9 +324,11 @@ class Journal:
         wake_at_ms: int | None,
         consumes: list[tuple[str, int]] | None,
         if_inbox_empty: bool,
+        points: bool = True,
     ) -> None:
         """Append ``events`` (the deferred ones first), folded into the state already."""
-        faults.point("append.before")
+        if points:
+            faults.point("append.before")
         try:
             self.store.append(
                 self.lease,
@@ -311,7 +344,8 @@ class Journal:
                 self._reload()
             raise
         self.pending = []
-        faults.point("append.after")
+        if points:
+            faults.point("append.after")
         self.replay.appended(events)
         if self.observer is not None:
             self.observer.appended(events, self.state)
