@@ -47,6 +47,7 @@ def _trace(path: Path) -> list[str]:
     return path.read_text().split()
 
 
+@pytest.mark.slow
 def test_an_effect_is_one_append_its_observation_riding_on_the_next(lab: Lab) -> None:
     mod = lab.module("onewf", EFFECTS)
     trace = lab.tmp / "trace.txt"
@@ -75,6 +76,7 @@ def test_an_effect_is_one_append_its_observation_riding_on_the_next(lab: Lab) ->
     assert types[-3:] == ["effect_observed", "step_completed", "run_finished"], types
 
 
+@pytest.mark.slow
 def test_the_observation_is_written_before_a_wait(lab: Lab) -> None:
     mod = lab.module("onewf", EFFECTS)
     p = lab.drive(mod, "w", workflow="one.then_sleep", input=0, follow_timers=False)
@@ -86,6 +88,7 @@ def test_the_observation_is_written_before_a_wait(lab: Lab) -> None:
     assert lab.state("w").effects_applied == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 2])
 def test_sigkill_before_the_observation_lands_reconciles(lab: Lab, n: int) -> None:
     """Killed right after the call returned (its observation folded, not yet written): the
@@ -105,6 +108,7 @@ def test_sigkill_before_the_observation_lands_reconciles(lab: Lab, n: int) -> No
     assert types.count("effect_reconciled") == 1, types
 
 
+@pytest.mark.slow
 def test_sigkill_before_the_observation_lands_without_reconcile_is_unresolved(lab: Lab) -> None:
     """The honesty window (README, "When things go wrong"): an effect without a reconcile
     whose observation died with the process is not guessed at — the run is unresolved, and
@@ -152,6 +156,7 @@ def busy(run, n):
 """
 
 
+@pytest.mark.slow
 def test_the_heartbeat_writes_an_observation_left_behind_long_work(lab: Lab) -> None:
     """Work that records nothing after an effect does not keep its observation in the process:
     the next heartbeat writes it. Killed after that, the run resumes as known (no reconcile
