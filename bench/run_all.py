@@ -890,7 +890,8 @@ def report(res: dict[str, Any]) -> str:
         L.append("## Effect overhead (intent + observation vs a plain step)\n")
         L.append(
             "Runs of n effects (`run.effect`: the intent committed before the call, the "
-            "observation after: two durable appends) against runs of n plain steps (one append), "
+            "observation written with the next append — since issue 28 one durable append per "
+            "effect) against runs of n plain steps (one append), "
             "at n = 10, 100 and 1,000 per run. Each sample covers 1,000 effects or steps (100 runs "
             "of 10, 10 of 100, one of 1,000, executed back to back in one process), on a fresh "
             "database; a run's own events (claim, completion) are part of the figures, shared "

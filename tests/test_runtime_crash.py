@@ -65,6 +65,7 @@ POINTS = (
     "append.after",
     "effect.intended",
     "effect.called",
+    "append.deferred",
     "artifact.stored",
     "wait.started",
     "lease.acquired",

@@ -51,6 +51,8 @@ POINTS: dict[str, str] = {
     # engine (runtime.py)
     "append.before": "events folded and checked, not yet written (a crash loses only them)",
     "append.after": "an append committed (events, engine checkpoint, consumed inbox)",
+    "append.deferred": "an effect's observation folded, to be written with the next append "
+    "(a crash loses it: the effect is intended, not observed, and reconciled on recovery)",
     "lease.acquired": "the first write of an execution recorded its lease",
     "lease.renewing": "the heartbeat is about to renew the lease (delay: renewal late)",
     "lease.renewed": "a lease renewal committed",
@@ -91,6 +93,7 @@ POINTS: dict[str, str] = {
 CRASH_POINTS: tuple[str, ...] = (
     "append.before",
     "append.after",
+    "append.deferred",
     "lease.acquired",
     "effect.intended",
     "effect.called",

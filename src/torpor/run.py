@@ -179,6 +179,14 @@ class Run:
         duplicate the effect: reconcile (or EffectNotApplied) says absent, or ``fn`` takes the
         ``idempotency_key``. Each attempt's intent is recorded.
 
+        Cost and window: the intent is a durable append before the call; the observation is
+        written with the run's next append (the next effect's intent, a step, a wait, the
+        outcome), at the latest when the execution ends or at the next lease heartbeat if the
+        workflow records nothing meanwhile. A process killed after the call returned and before
+        that write leaves the effect intended, not observed: on recovery ``reconcile`` settles
+        it (an effect without one leaves the run ``unresolved``), as for a crash during the
+        call (README, "When things go wrong").
+
         Returns the recorded result (as it went in: see :mod:`torpor.serde`). Raises StepError
         when the effect failed and reconcile confirmed it absent; the run ends ``unresolved``
         when the outcome cannot be known. ``crash_limit`` as for :meth:`step` (a call that

@@ -3,6 +3,7 @@ arguments (``idempotency_key``, ``fencing_token``) passed only to functions that
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -11,7 +12,15 @@ from ..errors import AsyncMisuseError
 
 
 def accepts_kw(fn: Callable[..., Any], name: str) -> bool:
-    """Whether ``fn`` takes a keyword argument ``name`` (or any, with ``**kwargs``)."""
+    """Whether ``fn`` takes a keyword argument ``name`` (or any, with ``**kwargs``). Asked three
+    times per effect: remembered per function (``inspect.signature`` costs microseconds)."""
+    try:
+        return _accepts_kw(fn, name)
+    except TypeError:  # an unhashable callable: asked afresh
+        return _signature_accepts(fn, name)
+
+
+def _signature_accepts(fn: Callable[..., Any], name: str) -> bool:
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -19,6 +28,9 @@ def accepts_kw(fn: Callable[..., Any], name: str) -> bool:
     return name in sig.parameters or any(
         p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()
     )
+
+
+_accepts_kw = functools.lru_cache(maxsize=512)(_signature_accepts)
 
 
 def in_loop() -> bool:

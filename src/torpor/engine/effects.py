@@ -6,7 +6,10 @@ The life of an effect:
 - **intent** before the call: the step's start, the approval it consumes (G6), and
   ``effect_intended`` with its key and operation, in one append (:func:`perform`);
 - **call** (an *attempt*, under the effect's timeout: :mod:`torpor.engine.attempts`), then
-  **observation** (``effect_observed`` + the step's completion), or, when the call raised, a
+  **observation** (``effect_observed`` + the step's completion: folded at once, written with
+  the run's next append — :meth:`~torpor.engine.journal.Journal.defer` — so an effect costs one
+  durable append; a process killed before that write leaves the effect intended, reconciled
+  on recovery like a crash during the call), or, when the call raised, a
   **reconcile on error**: the world is asked what happened (``applied`` settles it, ``absent``
   records the failure — or, under a retry policy, a new intent and another attempt —
   ``unknown`` leaves the run ``unresolved``);

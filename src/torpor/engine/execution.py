@@ -17,6 +17,7 @@ loaded the state (latest checkpoint + the events after it):
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,7 @@ from ..errors import (
     RunStopped,
     StoreError,
     Suspended,
+    TorporError,
     TransitionError,
     UnknownWorkflowError,
     VersionMismatchError,
@@ -48,6 +50,8 @@ from .journal import Host, Journal
 from .lease import Heartbeat
 from .replay import Replay
 from .waits import GUARD_RETRIES
+
+log = logging.getLogger("torpor.engine")
 
 if TYPE_CHECKING:
     from ..workflows import WorkflowDef
@@ -115,7 +119,27 @@ class Execution:
         return self.journal.state
 
     def run(self) -> RunResult:
-        """Execute until the run finishes or waits (see the module docstring)."""
+        """Execute until the run finishes or waits (see the module docstring). An effect's
+        observation still deferred when the execution ends (it rides on the next append:
+        :meth:`Journal.defer`) is written before it returns or raises."""
+        try:
+            return self._run()
+        finally:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Write the deferred observations, if any, while the lease is held. A failure is
+        logged, not raised over the execution's own result or error: the effect then stays
+        intended-not-observed in the record, and the next execution reconciles it."""
+        j = self.journal
+        if not j.pending or j.lost is not None:
+            return
+        try:
+            j.flush()
+        except TorporError as exc:
+            log.warning("run %s: an effect's observation was not recorded: %s", j.run_id, exc)
+
+    def _run(self) -> RunResult:
         j = self.journal
         if j.state.status is RunStatus.FINISHED:
             # A finished run accepts nothing but a person's resolution, which reopens it; that

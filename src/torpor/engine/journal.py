@@ -175,6 +175,12 @@ class Journal:
         self.crash_limit = DEFAULT_CRASH_LIMIT
         #: Told of every boundary and append (telemetry); None when nothing watches.
         self.observer: Observer | None = None
+        #: Events folded into the state but not yet written (:meth:`defer`): an effect's plain
+        #: observation, which rides on the next append (:meth:`flush` at the latest).
+        self.pending: list[Event] = []
+        #: Held while events are folded and written: the heartbeat thread writes deferred
+        #: events of an execution busy elsewhere (:meth:`flush_idle`).
+        self.writing = threading.RLock()
 
     # ------------------------------------------------------------------ the seam
 
@@ -227,6 +233,18 @@ class Journal:
         outcome) passes the replay gate first: after a replay, the code must have caught up
         with the history, and the first such write carries the version change. ``lease=False``:
         a note that does not take the run (why it cannot proceed) records no lease."""
+        with self.writing:
+            return self._append(payloads, wake_at_ms, if_inbox_empty, consumes, by_code, lease)
+
+    def _append(
+        self,
+        payloads: tuple[Payload, ...],
+        wake_at_ms: int | None,
+        if_inbox_empty: bool,
+        consumes: list[tuple[str, int]] | None,
+        by_code: bool,
+        lease: bool,
+    ) -> list[Event]:
         if self.lost is not None:
             raise self.lost
         first = self.replay.before_write(self.asked) if by_code else None
@@ -253,7 +271,64 @@ class Journal:
         events = self._fold(batch)
         if self.state.status is RunStatus.WAITING and wake_at_ms is None and self.state.wait:
             wake_at_ms = self.state.wait.deadline_ms
-        faults.point("append.before")
+        self._write([*self.pending, *events], wake_at_ms, consumes, if_inbox_empty)
+        if first is not None:
+            self.replay.passed()
+        if record_lease:
+            self.lease_recorded = True
+            faults.point("lease.acquired")
+        return events
+
+    def defer(self, *payloads: Payload) -> list[Event]:
+        """Fold ``payloads`` into the state now and write them with the next append, in its
+        statement and transaction (an effect's plain observation: so an effect costs one
+        durable append, its intent, with its observation riding on the next one). At the
+        latest they are written by :meth:`flush`, which the execution calls before it ends
+        (a return, a wait, a release, an error). Until then they exist only in this process:
+        a process killed meanwhile leaves the effect intended but not observed, reconciled
+        on recovery (README, "When things go wrong")."""
+        if self.lost is not None:
+            raise self.lost
+        with self.writing:
+            events = self._fold(list(payloads))
+            self.pending.extend(events)
+        faults.point("append.deferred")
+        return events
+
+    def flush(self) -> None:
+        """Write the deferred events (:meth:`defer`) now, if any: one plain append."""
+        if not self.pending:
+            return
+        if self.lost is not None:
+            raise self.lost
+        with self.writing:
+            if self.pending:
+                self._write(list(self.pending), None, None, False)
+
+    def flush_idle(self) -> None:
+        """From the heartbeat thread: write the deferred events when the execution is not
+        writing at that moment (it would carry them itself), so work that records nothing
+        after an effect leaves its observation in this process for at most one heartbeat.
+        Reaches no fault point: those count the executing thread's writes, in order."""
+        if not self.pending or self.lost is not None or not self.writing.acquire(blocking=False):
+            return
+        try:
+            if self.pending:
+                self._write(list(self.pending), None, None, False, points=False)
+        finally:
+            self.writing.release()
+
+    def _write(
+        self,
+        events: list[Event],
+        wake_at_ms: int | None,
+        consumes: list[tuple[str, int]] | None,
+        if_inbox_empty: bool,
+        points: bool = True,
+    ) -> None:
+        """Append ``events`` (the deferred ones first), folded into the state already."""
+        if points:
+            faults.point("append.before")
         try:
             self.store.append(
                 self.lease,
@@ -265,14 +340,12 @@ class Journal:
                 new_steps=self.replay.proven_new(events),
             )
         except BaseException:
-            self.state = self.store.load(self.run_id) if self.lost is None else self.state
+            if self.lost is None:
+                self._reload()
             raise
-        faults.point("append.after")
-        if first is not None:
-            self.replay.passed()
-        if record_lease:
-            self.lease_recorded = True
-            faults.point("lease.acquired")
+        self.pending = []
+        if points:
+            faults.point("append.after")
         self.replay.appended(events)
         if self.observer is not None:
             self.observer.appended(events, self.state)
@@ -280,7 +353,14 @@ class Journal:
         if on_event is not None:
             for ev in events:
                 on_event(ev)
-        return events
+
+    def _reload(self) -> None:
+        """The state as recorded, with the deferred events folded again (nothing was written:
+        they are still to be written)."""
+        state = self.store.load(self.run_id)
+        for ev in self.pending:
+            apply(state, ev)
+        self.state = state
 
     def _fold(self, payloads: list[Payload]) -> list[Event]:
         """The events of ``payloads``, folded into the state; on a refused one the state is
@@ -301,7 +381,7 @@ class Journal:
                 apply(state, ev)
                 events.append(ev)
         except TransitionError:
-            self.state = self.store.load(self.run_id)  # undo the partial application
+            self._reload()  # undo the partial application
             raise
         return events
 

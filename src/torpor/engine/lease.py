@@ -96,6 +96,7 @@ class Heartbeat:
                 faults.point("lease.renewed")
                 if j.store.count_pending_inbox(j.run_id):
                     j.inbox_dirty = True
+                j.flush_idle()  # an effect's observation still in this process: write it
             except (LeaseLostError, StoreFileChangedError) as exc:
                 j.lost = exc
                 return

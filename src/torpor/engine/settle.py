@@ -193,7 +193,9 @@ def observe(j: Journal, sid: str, call: EffectCall, value: Any) -> Any:
             StepFailed(step_id=sid, error=str(exc)),
         )
         raise
-    j.append(
+    # The observation rides on the next append (Journal.defer): the effect costs one durable
+    # append, its intent. Written at the latest when the execution ends.
+    j.defer(
         EffectObserved(key=key, result=data),
         StepCompleted(step_id=sid, result=data, policy=Policy.EFFECT),
     )
