@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torpor
-from conftest import ROOT, run_python
+from conftest import HANG_S, ROOT, run_python
 
 #: Prepended to every generated workflow module: the ledger helpers.
 PRELUDE = '''
@@ -220,7 +220,7 @@ class Lab:
         follow_timers: bool = True,
         runtime: dict[str, Any] | None = None,
         env: dict[str, str] | None = None,
-        timeout: float = 60,
+        timeout: float = HANG_S,
     ) -> Proc:
         """Start (or resume) a run in a fresh process; SIGKILLed at ``crash_at`` if given."""
         code = self.driver_code(
@@ -294,7 +294,7 @@ class Lab:
             cases=cases,
             rt_kw=runtime or {},
         )
-        cp = run_python(code, cwd=self.tmp, timeout=180)
+        cp = run_python(code, cwd=self.tmp, timeout=HANG_S)
         assert cp.returncode == 0, cp.stderr
         farm = [json.loads(line) for line in cp.stdout.splitlines() if line.startswith("{")]
         assert [f["rid"] for f in farm] == [rid for rid, _ in cases], cp.stdout
@@ -310,13 +310,13 @@ class Lab:
         code = RESUME_ALL.format(
             module=module, db=self.db_url, run_ids=run_ids, rt_kw=runtime or {}
         )
-        cp = run_python(code, cwd=self.tmp, timeout=180)
+        cp = run_python(code, cwd=self.tmp, timeout=HANG_S)
         p = parse(cp.returncode, cp.stdout, cp.stderr)
         assert p.rc == 0 and p.result is not None and p.pid is not None, p.describe()
         self.pids.append(p.pid)
         return p.result
 
-    def collect(self, proc: subprocess.Popen[str], timeout: float = 60) -> Proc:
+    def collect(self, proc: subprocess.Popen[str], timeout: float = HANG_S) -> Proc:
         out, err = proc.communicate(timeout=timeout)
         p = parse(proc.returncode, out, err)
         assert p.pid in (None, proc.pid), (p.pid, proc.pid)
@@ -407,7 +407,7 @@ class Lab:
         return counts
 
 
-def wait_for_file(path: Path, timeout: float = 30) -> None:
+def wait_for_file(path: Path, timeout: float = HANG_S) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         if time.monotonic() > deadline:

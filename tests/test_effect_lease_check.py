@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import HANG_S, ROOT
 from torpor.store import open_store
 
 pytestmark = pytest.mark.slow
@@ -98,7 +98,7 @@ def test_a_holder_paused_past_its_lease_makes_no_call(store_url: str, tmp_path: 
             assert taken.epoch >= 2
         finally:
             os.kill(holder.pid, signal.SIGCONT)
-        out, err = holder.communicate(timeout=60)
+        out, err = holder.communicate(timeout=HANG_S)
         assert _calls(ledger) == [], (out, err)
         assert "error LeaseLostError" in out, (out, err)
         assert "renewal refused" in out, out
@@ -112,6 +112,6 @@ def test_a_short_pause_renews_and_calls_once(store_url: str, tmp_path: Path) -> 
     holder, ledger = _holder(store_url, tmp_path)
     time.sleep(0.8)  # most of the lease gone, not all of it; nobody takes the run
     os.kill(holder.pid, signal.SIGCONT)
-    out, err = holder.communicate(timeout=60)
+    out, err = holder.communicate(timeout=HANG_S)
     assert "result succeeded" in out, (out, err)
     assert [c["key"] for c in _calls(ledger)] == ["r1/send"]

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 import torpor
-from conftest import ROOT
+from conftest import HANG_S, ROOT
 from runtime_kit import Lab, wait_for_file
 
 pytestmark = pytest.mark.slow
@@ -94,7 +94,7 @@ def cli(lab: Lab, *args: str) -> subprocess.CompletedProcess[str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
 
 
@@ -112,7 +112,7 @@ def refused(lab: Lab, *args: str) -> str:
     return p.stderr
 
 
-def until(pred: Any, what: str, timeout: float = 30) -> Any:
+def until(pred: Any, what: str, timeout: float = HANG_S) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = pred()

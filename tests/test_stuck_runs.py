@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import torpor
-from conftest import ROOT
+from conftest import HANG_S, ROOT
 
 FLOWS = """
 import os, signal
@@ -97,7 +97,7 @@ def _worker(url: str, tmp: Path, env: dict[str, str], secs: float = 20) -> str:
         env=full,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     return cp.stdout + cp.stderr
 
@@ -154,7 +154,7 @@ def _resume_in_a_process(url: str, tmp: Path, run_id: str) -> subprocess.Complet
         env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
 
 
@@ -193,7 +193,7 @@ def test_a_step_that_kills_its_process_every_time_is_parked(
             env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=HANG_S,
         )
         assert cli.returncode == 0, cli.stdout + cli.stderr
         assert "torpor resume poison" in cli.stdout
@@ -245,7 +245,9 @@ def _module(tmp: Path, name: str, version: str, extra_step: bool = False) -> Non
     (tmp / f"{name}.py").write_text("\n".join(lines) + "\n")
 
 
-def _cli(url: str, tmp: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def _cli(
+    url: str, tmp: Path, *args: str, timeout: float = HANG_S
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "torpor.cli", "--db", url, *args],
         cwd=tmp,
@@ -301,7 +303,7 @@ def test_blockers_are_named_where_people_look(store_url: str, tmp_path: Path) ->
         env=full,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert worker.returncode == 0, worker.stdout + worker.stderr
     try:
