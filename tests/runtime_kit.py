@@ -87,8 +87,9 @@ import torpor
 importlib.import_module({module!r})
 rt = torpor.Runtime({db!r}, **{rt_kw!r})
 _barrier = os.environ.get("RT_BARRIER")
-if _barrier:  # start together with other processes: wait for the barrier file
+if _barrier:  # start together with other processes: say so, then wait for the barrier file
     import time
+    open(_barrier + ".ready." + str(os.getpid()), "w").close()
     while not os.path.exists(_barrier):
         time.sleep(0.002)
 try:
@@ -405,6 +406,14 @@ class Lab:
             same = [e for e in mine if e["name"] == name and order[e["pid"]] == proc]
             assert len(same) <= 1, f"step {name} executed {len(same)} times in process #{proc}"
         return counts
+
+
+def wait_for_file_count(folder: Path, pattern: str, n: int, timeout: float = HANG_S) -> None:
+    """Wait until ``n`` files in ``folder`` match ``pattern`` (a hang guard, not a budget)."""
+    deadline = time.monotonic() + timeout
+    while len(list(folder.glob(pattern))) < n:
+        assert time.monotonic() < deadline, f"{n} files {pattern} never appeared in {folder}"
+        time.sleep(0.01)
 
 
 def wait_for_file(path: Path, timeout: float = HANG_S) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import runtime_kit as kit
 import torpor
 from runtime_kit import Lab
 
@@ -44,7 +45,8 @@ def test_two_processes_resuming_at_once(lab: Lab) -> None:
     barrier = lab.tmp / "go"
     env = {"RT_BARRIER": str(barrier)}
     procs = [lab.spawn("lwf", "same", workflow="l.slow", env=env) for _ in range(2)]
-    time.sleep(0.9)  # both interpreters up and waiting at the barrier
+    # Both interpreters up and waiting at the barrier (each says so), however long that takes.
+    kit.wait_for_file_count(lab.tmp, "go.ready.*", 2)
     barrier.touch()
     results = [lab.collect(p) for p in procs]
     winners = [r for r in results if r.result is not None]

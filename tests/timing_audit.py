@@ -17,7 +17,7 @@ A line may opt out with the comment ``# timing-audit: <why>`` — a product time
 that fires whatever the load (its work outlasts it by construction), or a bound that is a
 calibration. ``tests/test_timing_audit.py`` runs it over every test module (and proves it
 flags each pattern). What it cannot see (a product timeout that must *not* fire, a sleep used
-as a handshake) was audited by hand; the list is in ``docs/testing.md`` ("The suite's clock").
+as a handshake) was audited by hand; the list is in ``tests/README.md`` ("The suite's clock").
 """
 
 from __future__ import annotations
