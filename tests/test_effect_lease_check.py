@@ -22,7 +22,8 @@ import pytest
 from conftest import HANG_S, ROOT
 from torpor.store import open_store
 
-pytestmark = pytest.mark.slow
+#: Real processes: the default tier on SQLite, PostgreSQL in the slow one.
+pytestmark = pytest.mark.proc
 
 FLOW = """
 import json, os, sys

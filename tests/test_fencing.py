@@ -26,7 +26,8 @@ from torpor.errors import LeaseLostError
 from torpor.history import Event, LeaseAcquired, RunStarted, WarningRecorded, apply, type_of
 from torpor.store import open_store
 
-pytestmark = pytest.mark.slow
+#: Real processes: the default tier on SQLite, PostgreSQL in the slow one.
+pytestmark = pytest.mark.proc
 
 HOLDER = r"""
 import dataclasses, json, sys

@@ -16,8 +16,8 @@ import pytest
 from conftest import HANG_S, run_python
 from runtime_kit import Lab
 
-#: Real processes killed and resumed: the full suite runs these; the fast tier skips them.
-pytestmark = pytest.mark.slow
+#: Real processes killed and resumed: the default tier (SQLite; PostgreSQL in the slow tier).
+pytestmark = pytest.mark.proc
 
 FLOWS = """
 import os

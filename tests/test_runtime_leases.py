@@ -40,7 +40,7 @@ def lab(tmp_path: Path, db_url: str) -> Lab:
     return lab
 
 
-@pytest.mark.slow
+@pytest.mark.proc
 def test_two_processes_resuming_at_once(lab: Lab) -> None:
     barrier = lab.tmp / "go"
     env = {"RT_BARRIER": str(barrier)}
@@ -65,7 +65,7 @@ def test_two_processes_resuming_at_once(lab: Lab) -> None:
     assert len(leases) == 1
 
 
-@pytest.mark.slow
+@pytest.mark.proc
 def test_paused_holder_is_fenced_off_after_takeover(lab: Lab) -> None:
     rt = {"lease_ttl_s": 1.0, "heartbeat_s": 0.25}
     a = lab.spawn("lwf", "fence", workflow="l.slow", runtime=rt, env={"RT_SLOW_S": "2.5"})

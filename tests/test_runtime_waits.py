@@ -46,7 +46,7 @@ def lab(tmp_path: Path, db_url: str) -> Lab:
     return lab
 
 
-@pytest.mark.slow
+@pytest.mark.proc
 def test_timer_straddling_a_sigkill_fires_once_at_the_original_deadline(lab: Lab) -> None:
     a = lab.spawn("wwf", "t1", workflow="w.sleepy")
     # Wait until A has recorded the sleep (status waiting), then kill it mid-sleep.
