@@ -295,7 +295,8 @@ class Lab:
             cases=cases,
             rt_kw=runtime or {},
         )
-        cp = run_python(code, cwd=self.tmp, timeout=HANG_S)
+        # Dozens of processes, one after another: twice a single process's hang guard.
+        cp = run_python(code, cwd=self.tmp, timeout=2 * HANG_S)
         assert cp.returncode == 0, cp.stderr
         farm = [json.loads(line) for line in cp.stdout.splitlines() if line.startswith("{")]
         assert [f["rid"] for f in farm] == [rid for rid, _ in cases], cp.stdout
@@ -311,7 +312,8 @@ class Lab:
         code = RESUME_ALL.format(
             module=module, db=self.db_url, run_ids=run_ids, rt_kw=runtime or {}
         )
-        cp = run_python(code, cwd=self.tmp, timeout=HANG_S)
+        # Many runs in one process: twice a single process's hang guard.
+        cp = run_python(code, cwd=self.tmp, timeout=2 * HANG_S)
         p = parse(cp.returncode, cp.stdout, cp.stderr)
         assert p.rc == 0 and p.result is not None and p.pid is not None, p.describe()
         self.pids.append(p.pid)
