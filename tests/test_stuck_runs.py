@@ -356,7 +356,9 @@ def test_an_expired_lease_is_resumable_and_resume_can_wait_for_a_live_one(
     c = torpor.Client(store_url)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT / "src")]))
     try:
+        slowest_cli_s = 0.0  # calibration: how long a CLI command takes on this machine now
         for rid in ("held", "dead", "gone"):
+            t0 = time.monotonic()
             assert (
                 _cli(
                     store_url,
@@ -372,12 +374,16 @@ def test_an_expired_lease_is_resumable_and_resume_can_wait_for_a_live_one(
                 ).returncode
                 == 0
             )
-        # A live holder with an 8 s lease that it never renews (a paused process, say).
+            slowest_cli_s = max(slowest_cli_s, time.monotonic() - t0)
+        # A live holder with a lease that it never renews (a paused process, say): 8 s, or
+        # three CLI commands' time where the machine is slow, so the refusal below comes while
+        # it is still held (at load 20 a CLI took longer than 8 s to start).
+        ttl = max(8.0, 3 * slowest_cli_s)
         holder = subprocess.Popen(
             [
                 sys.executable,
                 "-c",
-                HOLDER.format(tmp=str(tmp_path), url=store_url, ttl=8.0, hold=30),
+                HOLDER.format(tmp=str(tmp_path), url=store_url, ttl=ttl, hold=ttl + 30),
             ],
             env=env,
             stdout=subprocess.PIPE,
