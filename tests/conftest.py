@@ -15,6 +15,9 @@ import pytest
 
 import torpor
 
+#: The tiers (fast / default / slow) and the check that a fast-tier test starts no process.
+pytest_plugins = ("tiers",)
+
 ROOT = Path(__file__).resolve().parents[1]
 # Tables printed by CLI subprocesses are read by the tests: one width everywhere (pytest-xdist
 # workers inherit COLUMNS=80, a single process none).
@@ -81,8 +84,15 @@ def client(runtime: torpor.Runtime) -> torpor.Client:
     return torpor.Client(runtime.store)
 
 
+#: The hang guard for one subprocess or wait in a test, in seconds: not a budget. Generous, so
+#: a machine loaded far beyond its cores never trips it (interpreters have been seen to take
+#: 7 s to start there); a real hang still fails with the process's output, below the per-test
+#: timeout (pyproject.toml).
+HANG_S = 300.0
+
+
 def run_python(
-    code: str, *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60
+    code: str, *, cwd: Path, env: dict[str, str] | None = None, timeout: float = HANG_S
 ) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter (real process; may be SIGKILLed by a fault point)."""
     full_env = dict(os.environ)

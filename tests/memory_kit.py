@@ -14,7 +14,7 @@ from typing import Any
 from examples.long_agent import agent as long_agent
 from examples.long_agent.script import make_script, write_world
 
-from conftest import ROOT, run_python
+from conftest import HANG_S, ROOT, run_python
 from torpor.agents.models import Message
 
 _n = 0
@@ -78,7 +78,7 @@ def killed_child(
         root=str(ROOT), name=name, budget=budget, model=model, url=url, turns=turns, rid=rid
     )
     env = {"TORPOR_FAULTS": f"crash:{crash_at}", "LONG_AGENT_WORLD": os.environ["LONG_AGENT_WORLD"]}
-    proc = run_python(code, cwd=tmp_path, env=env, timeout=120)
+    proc = run_python(code, cwd=tmp_path, env=env, timeout=HANG_S)
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr[-2000:])
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torpor
-from conftest import ROOT, run_python
+from conftest import HANG_S, ROOT, run_python
 
 #: Prepended to every generated workflow module: the ledger helpers.
 PRELUDE = '''
@@ -87,8 +87,9 @@ import torpor
 importlib.import_module({module!r})
 rt = torpor.Runtime({db!r}, **{rt_kw!r})
 _barrier = os.environ.get("RT_BARRIER")
-if _barrier:  # start together with other processes: wait for the barrier file
+if _barrier:  # start together with other processes: say so, then wait for the barrier file
     import time
+    open(_barrier + ".ready." + str(os.getpid()), "w").close()
     while not os.path.exists(_barrier):
         time.sleep(0.002)
 try:
@@ -220,7 +221,7 @@ class Lab:
         follow_timers: bool = True,
         runtime: dict[str, Any] | None = None,
         env: dict[str, str] | None = None,
-        timeout: float = 60,
+        timeout: float = HANG_S,
     ) -> Proc:
         """Start (or resume) a run in a fresh process; SIGKILLed at ``crash_at`` if given."""
         code = self.driver_code(
@@ -294,7 +295,8 @@ class Lab:
             cases=cases,
             rt_kw=runtime or {},
         )
-        cp = run_python(code, cwd=self.tmp, timeout=180)
+        # Dozens of processes, one after another: twice a single process's hang guard.
+        cp = run_python(code, cwd=self.tmp, timeout=2 * HANG_S)
         assert cp.returncode == 0, cp.stderr
         farm = [json.loads(line) for line in cp.stdout.splitlines() if line.startswith("{")]
         assert [f["rid"] for f in farm] == [rid for rid, _ in cases], cp.stdout
@@ -310,13 +312,14 @@ class Lab:
         code = RESUME_ALL.format(
             module=module, db=self.db_url, run_ids=run_ids, rt_kw=runtime or {}
         )
-        cp = run_python(code, cwd=self.tmp, timeout=180)
+        # Many runs in one process: twice a single process's hang guard.
+        cp = run_python(code, cwd=self.tmp, timeout=2 * HANG_S)
         p = parse(cp.returncode, cp.stdout, cp.stderr)
         assert p.rc == 0 and p.result is not None and p.pid is not None, p.describe()
         self.pids.append(p.pid)
         return p.result
 
-    def collect(self, proc: subprocess.Popen[str], timeout: float = 60) -> Proc:
+    def collect(self, proc: subprocess.Popen[str], timeout: float = HANG_S) -> Proc:
         out, err = proc.communicate(timeout=timeout)
         p = parse(proc.returncode, out, err)
         assert p.pid in (None, proc.pid), (p.pid, proc.pid)
@@ -407,7 +410,15 @@ class Lab:
         return counts
 
 
-def wait_for_file(path: Path, timeout: float = 30) -> None:
+def wait_for_file_count(folder: Path, pattern: str, n: int, timeout: float = HANG_S) -> None:
+    """Wait until ``n`` files in ``folder`` match ``pattern`` (a hang guard, not a budget)."""
+    deadline = time.monotonic() + timeout
+    while len(list(folder.glob(pattern))) < n:
+        assert time.monotonic() < deadline, f"{n} files {pattern} never appeared in {folder}"
+        time.sleep(0.01)
+
+
+def wait_for_file(path: Path, timeout: float = HANG_S) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         if time.monotonic() > deadline:

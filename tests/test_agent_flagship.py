@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from agent_kit import loopback, openai_reply
+from conftest import HANG_S
 
 #: Real processes killed and resumed: the full suite runs these; the fast tier skips them.
 pytestmark = pytest.mark.slow
@@ -73,11 +74,16 @@ def test_flagship_with_a_model_plans_and_writes_the_commit_message(tmp_path: Pat
             env={**env, "TORPOR_CRASH_AT": "effect.called@1"},  # the push happened, unrecorded
             capture_output=True,
             text=True,
-            timeout=240,
+            timeout=HANG_S,
         )
         assert first.returncode == -signal.SIGKILL, first.stdout + first.stderr
         second = subprocess.run(
-            [*base, "--resume", rid], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
+            [*base, "--resume", rid],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=HANG_S,
         )
     assert second.returncode == 0, second.stdout + second.stderr
     data = json.loads(second.stdout)

@@ -23,7 +23,7 @@ import pytest
 
 import runtime_kit as kit
 import torpor
-from conftest import ROOT
+from conftest import HANG_S, ROOT
 from torpor.cli import main as cli_main
 
 pytestmark = pytest.mark.slow
@@ -170,7 +170,7 @@ def test_a_writer_of_the_database_and_home_cannot_approve(
             env=_env(TORPOR_HOME=str(torpor_home), TORPOR_CONFIG_DIR=str(torpor_home)),
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=HANG_S,
         )
         assert cp.returncode == 0, cp.stderr
         attempts = json.loads(cp.stdout)
@@ -215,7 +215,7 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
 
 

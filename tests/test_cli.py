@@ -19,9 +19,13 @@ import pytest
 import typer
 
 import torpor
+from conftest import HANG_S
 from torpor.cli import app
 from torpor.history import RunStarted
 from torpor.owners import new_owner_id
+
+#: Real subprocesses (CLI runs, interpreters): the default tier, not the fast one.
+pytestmark = pytest.mark.proc
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -126,7 +130,7 @@ def cli(
         env=_env(cwd, env),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
 
 
@@ -350,7 +354,7 @@ def test_help_for_every_command(flows: Path) -> None:
         env=_env(flows),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     seen = json.loads(proc.stdout)

@@ -13,6 +13,9 @@ import torpor
 from test_cli_schedule import IMP, flows, session  # noqa: F401  (the fixture)
 from torpor.store import open_store
 
+#: Real subprocesses (CLI runs, interpreters): the default tier, not the fast one.
+pytestmark = pytest.mark.proc
+
 
 def test_listings_create_no_store(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/sub/t.db"

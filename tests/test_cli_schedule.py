@@ -13,9 +13,12 @@ from pathlib import Path
 import pytest
 
 import torpor
-from conftest import ROOT
+from conftest import HANG_S, ROOT
 from test_cli import _env
 from torpor.schedules import Schedules
+
+#: Real subprocesses (CLI runs, interpreters): the default tier, not the fast one.
+pytestmark = pytest.mark.proc
 
 FLOWS = """
 import torpor
@@ -55,7 +58,7 @@ def session(cwd: Path, *invocations: list[str]) -> list[tuple[int, str, str]]:
         env=_env(cwd),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert proc.returncode == 0, proc.stderr
     return [(int(c or 0), o, e) for c, o, e in json.loads(proc.stdout)]
@@ -157,7 +160,7 @@ def test_readme_queues_and_schedules(tmp_path: Path) -> None:
         env=_env(tmp_path),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert proc.returncode == 0, proc.stderr
     finished, why = proc.stdout.strip().splitlines()

@@ -11,6 +11,7 @@ refused; a request without the CSRF token or without a session is refused; names
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -61,7 +62,11 @@ def console(
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"no Chromium at {CHROMIUM}: apt-get install -y chromium (.ci/run does)")
+        # Never skipped in CI (CI=true): there a missing browser is a failure.
+        why = f"needs Debian's chromium at {CHROMIUM}: apt-get install -y chromium (.ci/run does)"
+        if os.environ.get("CI", "").lower() in ("true", "1"):
+            pytest.fail(why)
+        pytest.skip(why)
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM)
         yield b

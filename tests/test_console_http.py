@@ -146,6 +146,7 @@ def test_diff_view_cuts_files_and_lines() -> None:
 # ------------------------------------------------------------------------ security
 
 
+@pytest.mark.proc
 def test_no_anonymous_access(console: ConsoleEnv) -> None:
     _ship(console, "anon-1")
     http = Http(console.url)

@@ -171,10 +171,10 @@ def test_a_worker_stops_when_its_store_file_is_deleted(tmp_path: Path) -> None:
     rt = torpor.Runtime(f"sqlite:///{path}")
     try:
         os.remove(path)
-        started = time.monotonic()
+        # It stops by raising; run out of time instead, it would return (max_seconds is a
+        # hang guard, generous for a loaded machine).
         with pytest.raises(StoreFileChangedError, match="deleted"):
-            Worker(rt, poll_s=0.05).run(max_seconds=10)
-        assert time.monotonic() - started < 5
+            Worker(rt, poll_s=0.05).run(max_seconds=120)
     finally:
         rt.close()
 
@@ -238,6 +238,7 @@ def test_a_store_in_a_folder_that_cannot_be_written_is_read_immutable(
     assert "not writable" in err and "not seen" in err, err
 
 
+@pytest.mark.proc
 def test_the_readme_snippets_run_as_written(tmp_path: Path) -> None:
     """The README's section on things going wrong: ``fenced.py`` and ``torpor doctor``."""
     import re

@@ -9,16 +9,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+import pytest
+
+from conftest import HANG_S, ROOT
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
     return subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=HANG_S
     )
 
 
+@pytest.mark.proc
 def test_the_quickstart_runs_as_written(tmp_path: Path, torpor_home: Path) -> None:
     cp = _run(str(ROOT / "docs" / "quickstart.py"), cwd=tmp_path)
     assert cp.returncode == 0, cp.stderr
@@ -26,6 +29,7 @@ def test_the_quickstart_runs_as_written(tmp_path: Path, torpor_home: Path) -> No
     assert (torpor_home / "torpor.db").exists()  # the default store: $TORPOR_HOME/torpor.db
 
 
+@pytest.mark.proc
 def test_the_minimal_example_with_torpor_start(torpor_home: Path) -> None:
     """The README's commands: `torpor start` stops at the approval; a person approves (signed
     with their key); the resumed run sleeps, sends once, and succeeds."""
@@ -45,6 +49,7 @@ def test_the_minimal_example_with_torpor_start(torpor_home: Path) -> None:
     assert len(sent) == 1 and sent[0].read_text() == "Hello, world!\n"
 
 
+@pytest.mark.proc
 def test_the_minimal_example_in_process(torpor_home: Path) -> None:
     cp = _run("-m", "examples.minimal", "--auto-approve", cwd=ROOT)
     assert cp.returncode == 0, cp.stderr

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import HANG_S, ROOT
 from torpor.store import open_store
 
-pytestmark = pytest.mark.slow
+#: Real processes: the default tier on SQLite, PostgreSQL in the slow one.
+pytestmark = pytest.mark.proc
 
 FLOW = """
 import json, os, sys
@@ -45,7 +46,7 @@ def flow(run, _):
 HOLDER = """
 import sys
 import flow, torpor
-rt = torpor.Runtime(sys.argv[1], lease_ttl_s=1.0, heartbeat_s=0.3)
+rt = torpor.Runtime(sys.argv[1], lease_ttl_s=float(sys.argv[2]), heartbeat_s=0.3)
 try:
     print("result", rt.run("pause.send", None, run_id="r1").outcome, flush=True)
 except torpor.TorporError as exc:
@@ -58,7 +59,9 @@ def _stopped(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] == "T"
 
 
-def _holder(store_url: str, tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+def _holder(
+    store_url: str, tmp_path: Path, ttl_s: float = 1.0
+) -> tuple[subprocess.Popen[str], Path]:
     ledger = tmp_path / "ledger.jsonl"
     (tmp_path / "flow.py").write_text(textwrap.dedent(FLOW.format(ledger=str(ledger))))
     env = dict(
@@ -67,7 +70,7 @@ def _holder(store_url: str, tmp_path: Path) -> tuple[subprocess.Popen[str], Path
         TORPOR_FAULTS="stop:effect.calling@1",
     )
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, store_url],
+        [sys.executable, "-c", HOLDER, store_url, str(ttl_s)],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
@@ -98,7 +101,7 @@ def test_a_holder_paused_past_its_lease_makes_no_call(store_url: str, tmp_path: 
             assert taken.epoch >= 2
         finally:
             os.kill(holder.pid, signal.SIGCONT)
-        out, err = holder.communicate(timeout=60)
+        out, err = holder.communicate(timeout=HANG_S)
         assert _calls(ledger) == [], (out, err)
         assert "error LeaseLostError" in out, (out, err)
         assert "renewal refused" in out, out
@@ -109,9 +112,11 @@ def test_a_holder_paused_past_its_lease_makes_no_call(store_url: str, tmp_path: 
 
 
 def test_a_short_pause_renews_and_calls_once(store_url: str, tmp_path: Path) -> None:
-    holder, ledger = _holder(store_url, tmp_path)
-    time.sleep(0.8)  # most of the lease gone, not all of it; nobody takes the run
+    # A 0.8 s pause inside a 10 s lease: on a loaded machine the pause (and the time to notice
+    # the holder stopped) can run long, and a 1 s lease then lapses before the holder wakes.
+    holder, ledger = _holder(store_url, tmp_path, ttl_s=10.0)
+    time.sleep(0.8)  # nobody takes the run
     os.kill(holder.pid, signal.SIGCONT)
-    out, err = holder.communicate(timeout=60)
+    out, err = holder.communicate(timeout=HANG_S)
     assert "result succeeded" in out, (out, err)
     assert [c["key"] for c in _calls(ledger)] == ["r1/send"]

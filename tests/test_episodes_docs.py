@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import HANG_S
+
 #: A dozen interpreter starts: the full suite runs it; the fast tier skips it.
 pytestmark = pytest.mark.slow
 
@@ -31,7 +33,7 @@ def _run(cwd: Path, argv: list[str]) -> str:
         argv = [sys.executable, "-m", "torpor.cli", *argv[1:]]
     elif argv[0] == "python":
         argv = [sys.executable, *argv[1:]]
-    out = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=HANG_S)
     assert out.returncode == 0, f"{argv}: {out.stdout}\n{out.stderr}"
     return out.stdout
 

@@ -97,6 +97,7 @@ def test_a_shared_artifact_stays_while_any_episode_names_it(store_url: str) -> N
         assert retention.collect(rt.store, rt.artifacts, grace_s=0).artifacts == 1
 
 
+@pytest.mark.proc
 def test_retention_and_workers_load_episodes_only_when_a_pass_runs(tmp_path: Path) -> None:
     code = (
         "import sys, torpor, torpor.retention, torpor.worker\n"

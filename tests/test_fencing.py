@@ -21,12 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import HANG_S, ROOT
 from torpor.errors import LeaseLostError
 from torpor.history import Event, LeaseAcquired, RunStarted, WarningRecorded, apply, type_of
 from torpor.store import open_store
 
-pytestmark = pytest.mark.slow
+#: Real processes: the default tier on SQLite, PostgreSQL in the slow one.
+pytestmark = pytest.mark.proc
 
 HOLDER = r"""
 import dataclasses, json, sys
@@ -121,7 +122,7 @@ def test_a_paused_holder_is_refused_every_kind_of_write(store_url: str, tmp_path
             before = [(e.seq, e.type, e.epoch) for e in store.read_events("r1")]
         finally:
             os.kill(holder.pid, signal.SIGCONT)
-        out, _ = holder.communicate("go\n", timeout=60)
+        out, _ = holder.communicate("go\n", timeout=HANG_S)
         results = json.loads(out.strip().splitlines()[-1])
         assert len(results) == 12
         written = {k: v for k, v in results.items() if not v.startswith("refused")}

@@ -29,6 +29,8 @@ if str(ROOT) not in sys.path:  # the examples package lives at the repository ro
 
 from examples.repo_agent import world  # noqa: E402
 
+from conftest import HANG_S  # noqa: E402
+
 #: Real processes killed and resumed: the full suite runs these; the fast tier skips them.
 pytestmark = pytest.mark.slow
 
@@ -229,7 +231,7 @@ def test_approval_flow_waits_then_publishes_once(tmp_path: Path) -> None:
         env=agent.env(),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
         check=True,
     )
     report = json.loads(checked.stdout)

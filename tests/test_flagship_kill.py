@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 import torpor
+from conftest import HANG_S
 from test_flagship import ROOT, Agent, check_world_and_history, new_agent
 
 #: Real processes killed and resumed: the full suite runs these; the fast tier skips them.
@@ -143,7 +144,7 @@ def _attempt(agent: Agent, mode: str, spec: str, orphans: list[int]) -> int:
     )
     try:
         if mode == "crash":
-            return proc.wait(timeout=180)
+            return proc.wait(timeout=HANG_S)
         deadline: float | None
         if mode == "time":
             deadline = time.monotonic() + float(when.removesuffix("s"))
@@ -157,7 +158,7 @@ def _attempt(agent: Agent, mode: str, spec: str, orphans: list[int]) -> int:
                     break
                 time.sleep(0.02)
         else:  # "finish": no kill
-            return proc.wait(timeout=180)
+            return proc.wait(timeout=HANG_S)
         while proc.poll() is None and deadline is not None and time.monotonic() < deadline:
             time.sleep(0.01)
         if proc.poll() is None:
@@ -166,7 +167,7 @@ def _attempt(agent: Agent, mode: str, spec: str, orphans: list[int]) -> int:
                 orphans.append(proc.pid)  # its process group id
             else:
                 os.killpg(proc.pid, signal.SIGKILL)
-        return proc.wait(timeout=180)
+        return proc.wait(timeout=HANG_S)
     finally:
         if proc.pid not in orphans:
             with contextlib.suppress(ProcessLookupError):

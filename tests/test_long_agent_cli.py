@@ -10,7 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import torpor
+from conftest import HANG_S
+
+#: Real subprocesses (CLI runs, interpreters): the default tier, not the fast one.
+pytestmark = pytest.mark.proc
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,7 +38,7 @@ def test_a_budget_below_the_minimum_is_a_one_line_error(tmp_path: Path) -> None:
         env=_env(),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
@@ -54,7 +60,7 @@ def test_a_closed_output_pipe_does_not_fail_the_run(tmp_path: Path) -> None:
     assert proc.stdout.readline().startswith(b"turn    0")
     proc.stdout.close()  # as `| head -1` does: the next print gets EPIPE
     err = proc.stderr.read().decode()
-    assert proc.wait(timeout=120) == 0, err
+    assert proc.wait(timeout=HANG_S) == 0, err
     assert "Traceback" not in err, err
     with torpor.Client(f"sqlite:///{d}/torpor.db") as client:
         state = client.state("long-1")

@@ -23,6 +23,7 @@ if str(ROOT) not in sys.path:  # the examples package lives at the repository ro
 
 from examples.long_agent.agent import make_agent  # noqa: E402
 
+from conftest import HANG_S  # noqa: E402
 from console_kit import path_of, running_console  # noqa: E402
 from memory_kit import fresh, world  # noqa: E402
 from torpor.memory.view import context_view  # noqa: E402
@@ -129,6 +130,7 @@ def test_console_run_page_shows_the_next_context(
     assert "earlier turns summarized" in page and "<td>summary</td>" in page
 
 
+@pytest.mark.proc
 def test_the_docs_snippet_runs_as_written(tmp_path: Path) -> None:
     """docs/context.md's Python block and its ``torpor context`` commands, as written."""
     import re
@@ -148,7 +150,7 @@ def test_the_docs_snippet_runs_as_written(tmp_path: Path) -> None:
             cwd=tmp_path,
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=HANG_S,
         )
         assert out.returncode == 0, (line, out.stderr)
         assert "team-notes" in out.stdout

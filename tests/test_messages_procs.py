@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 import torpor
-from conftest import ROOT
+from conftest import HANG_S, ROOT
 from runtime_kit import Lab, wait_for_file
 
 pytestmark = pytest.mark.slow
@@ -94,7 +94,7 @@ def cli(lab: Lab, *args: str) -> subprocess.CompletedProcess[str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
 
 
@@ -112,7 +112,7 @@ def refused(lab: Lab, *args: str) -> str:
     return p.stderr
 
 
-def until(pred: Any, what: str, timeout: float = 30) -> Any:
+def until(pred: Any, what: str, timeout: float = HANG_S) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = pred()
@@ -278,8 +278,15 @@ def test_two_busy_workers_and_a_signal_just_after_the_deadline(
         def start(rid: str, workflow: str, inp: Any) -> None:
             store.create_run(rid, RunStarted(workflow=workflow, version="1", input=inp))
 
-        start("g", "mp.gate", {"timeout_s": 4})
-        until(lambda: c.get("g").status == "waiting", "the gate to wait", 60)
+        # Calibration, in this test: how long an idle worker takes to pick a run up and end it.
+        # The gate's timeout is ten of those (at least 4 s), so on a loaded machine both
+        # workers still get busy before its deadline.
+        t0 = time.monotonic()
+        start("cal", "mp.quick", None)
+        until(lambda: c.get("cal").status == "finished", "the calibration run")
+        pickup_s = time.monotonic() - t0
+        start("g", "mp.gate", {"timeout_s": max(4.0, 10 * pickup_s)})
+        until(lambda: c.get("g").status == "waiting", "the gate to wait")
         deadline_ms = c.state("g").wait.deadline_ms  # type: ignore[union-attr]
         start("b1", "mp.blocker", {"release": str(release)})
         start("b2", "mp.blocker", {"release": str(release)})
@@ -288,7 +295,7 @@ def test_two_busy_workers_and_a_signal_just_after_the_deadline(
         time.sleep(max(0.0, (deadline_ms - store.now_ms()) / 1000) + 0.3)
         c.signal("g", "go", "yes", message_id="late-go")
         release.touch()
-        until(lambda: c.get("g").status == "finished", "the gate to finish", 60)
+        until(lambda: c.get("g").status == "finished", "the gate to finish")
         st = c.state("g")
         assert (st.outcome, st.result) == ("succeeded", "timeout"), st.outcome_reason
         assert [e["key"] for e in lab.ledger("effect")] == ["g/escalate"]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import torpor
-from conftest import ROOT
+from conftest import HANG_S, ROOT
 from torpor.queues import Queues
 
 FLOWS = """
@@ -90,7 +90,7 @@ def test_killed_worker_frees_slots_through_recovery(store_url: str, tmp_path: Pa
             env=env,
             capture_output=True,
             text=True,
-            timeout=90,
+            timeout=HANG_S,
         )
         codes.append(proc.returncode)
         if proc.returncode == 0:
@@ -180,7 +180,7 @@ def test_worker_processes_never_exceed_the_limits(store_url: str, tmp_path: Path
         assert p.stdout is not None and "READY" in p.stdout.readline()
     gate.touch()
     for p in procs:
-        assert p.wait(timeout=90) == 0, p.stderr.read() if p.stderr else ""
+        assert p.wait(timeout=HANG_S) == 0, p.stderr.read() if p.stderr else ""
     events = []
     for ln in (tmp_path / "spans.log").read_text().splitlines():
         what, rid, key, at, pid = ln.split()

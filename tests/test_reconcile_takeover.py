@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from conftest import run_python
+from conftest import HANG_S, run_python
 from runtime_kit import Lab
 
-#: Real processes killed and resumed: the full suite runs these; the fast tier skips them.
-pytestmark = pytest.mark.slow
+#: Real processes killed and resumed: the default tier (SQLite; PostgreSQL in the slow tier).
+pytestmark = pytest.mark.proc
 
 FLOWS = """
 import os
@@ -76,7 +76,7 @@ def _take_over(lab: Lab) -> None:
     """A second worker, in a process of its own, takes the crashed run over once its lease
     (1 s) expired, and runs it to its end."""
     time.sleep(1.1)
-    cp = run_python(WORKER.format(db=lab.db_url), cwd=lab.tmp, timeout=60)
+    cp = run_python(WORKER.format(db=lab.db_url), cwd=lab.tmp, timeout=HANG_S)
     assert cp.returncode == 0 and "FINISHED 1" in cp.stdout, cp.stdout + cp.stderr
 
 

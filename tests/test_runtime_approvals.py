@@ -255,6 +255,7 @@ def ship(run, content):
 """
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("point", ["effect.intended", "effect.called"])
 def test_killed_while_consuming_an_approval(tmp_path: Path, db_url: str, point: str) -> None:
     """The approval was consumed with the intent; the process dies before/after the call. On

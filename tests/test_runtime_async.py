@@ -59,7 +59,7 @@ CASES = [
 ]
 
 
-@pytest.mark.slow
+@pytest.mark.proc
 def test_async_workflow_recovers_from_crashes(tmp_path: Path, db_url: str) -> None:
     lab = Lab(tmp_path, db_url, tmp_path / "ledger.jsonl")
     mod = lab.module("awf", ASYNC)

@@ -13,6 +13,9 @@ import pytest
 
 from runtime_kit import Lab
 
+#: Real subprocesses (CLI runs, interpreters): the default tier, not the fast one.
+pytestmark = pytest.mark.proc
+
 EFFECTS = """
 def find_sent_logged(call):
     ledger("reconcile", key=call.idempotency_key, attempt=call.attempt)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import runtime_kit as kit
 import torpor
 from runtime_kit import Lab
 
@@ -39,12 +40,13 @@ def lab(tmp_path: Path, db_url: str) -> Lab:
     return lab
 
 
-@pytest.mark.slow
+@pytest.mark.proc
 def test_two_processes_resuming_at_once(lab: Lab) -> None:
     barrier = lab.tmp / "go"
     env = {"RT_BARRIER": str(barrier)}
     procs = [lab.spawn("lwf", "same", workflow="l.slow", env=env) for _ in range(2)]
-    time.sleep(0.9)  # both interpreters up and waiting at the barrier
+    # Both interpreters up and waiting at the barrier (each says so), however long that takes.
+    kit.wait_for_file_count(lab.tmp, "go.ready.*", 2)
     barrier.touch()
     results = [lab.collect(p) for p in procs]
     winners = [r for r in results if r.result is not None]
@@ -63,7 +65,7 @@ def test_two_processes_resuming_at_once(lab: Lab) -> None:
     assert len(leases) == 1
 
 
-@pytest.mark.slow
+@pytest.mark.proc
 def test_paused_holder_is_fenced_off_after_takeover(lab: Lab) -> None:
     rt = {"lease_ttl_s": 1.0, "heartbeat_s": 0.25}
     a = lab.spawn("lwf", "fence", workflow="l.slow", runtime=rt, env={"RT_SLOW_S": "2.5"})

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import torpor
+from conftest import HANG_S
 from runtime_kit import PRELUDE, Lab
 
 LONG = """
@@ -93,7 +94,7 @@ def _crash_then_measure(
         workflow="g8.long",
         input=n,
         env={"RT_KILL_AT_STEP": str(kill_at)},
-        timeout=120,
+        timeout=HANG_S,
     )
     assert p.killed, p.describe()
     history = len(lab.events(f"long{n}"))
@@ -122,6 +123,7 @@ def _crash_then_measure(
         rt.close()
 
 
+@pytest.mark.proc
 def test_resume_reads_checkpoint_and_tail_only(
     tmp_path: Path, long_module: types.ModuleType
 ) -> None:

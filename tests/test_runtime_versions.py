@@ -60,6 +60,7 @@ def _signal(lab: Lab, rid: str) -> None:
         c.close()
 
 
+@pytest.mark.proc
 def test_incompatible_version_is_refused_and_history_unchanged(lab: Lab) -> None:
     v1 = flow_module(lab, "v1", "1")
     v2 = flow_module(lab, "v2", "2")
@@ -91,6 +92,7 @@ def test_incompatible_version_is_refused_and_history_unchanged(lab: Lab) -> None
     assert lab.state("r").version == "2"
 
 
+@pytest.mark.proc
 def test_replay_asking_another_policy_is_nondeterminism(lab: Lab) -> None:
     original = flow_module(lab, "orig", "1")
     changed = flow_module(lab, "changed", "1", a_kind="compute")  # same version, new code

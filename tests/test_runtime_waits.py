@@ -46,7 +46,7 @@ def lab(tmp_path: Path, db_url: str) -> Lab:
     return lab
 
 
-@pytest.mark.slow
+@pytest.mark.proc
 def test_timer_straddling_a_sigkill_fires_once_at_the_original_deadline(lab: Lab) -> None:
     a = lab.spawn("wwf", "t1", workflow="w.sleepy")
     # Wait until A has recorded the sleep (status waiting), then kill it mid-sleep.
@@ -65,25 +65,35 @@ def test_timer_straddling_a_sigkill_fires_once_at_the_original_deadline(lab: Lab
     waits = [e for e in lab.events("t1") if e.type == "wait_started"]
     assert len(waits) == 1
     original_ms = waits[0].payload.deadline_ms  # type: ignore[attr-defined]
-    assert 1900 <= original_ms - waits[0].at_ms <= 2000  # fixed when the sleep began
-    assert time.time() * 1000 < original_ms, "B must start before the deadline for this test"
+    # fixed when the sleep began (two recorded times, not a wall-clock budget)
+    assert 1900 <= original_ms - waits[0].at_ms <= 2000  # timing-audit: recorded deadline
 
-    b = lab.drive("wwf", "t1", resume=True)
+    # B resumes without following the timer: before the deadline it finds the wait still open
+    # with the original deadline (not re-armed from its own start); after it (a loaded machine
+    # can take seconds to start an interpreter) the timer fires at once. Either way it is the
+    # recorded deadline, not the wall clock, that decides: no budget on how late B came.
+    b = lab.drive("wwf", "t1", resume=True, follow_timers=False)
+    assert b.result is not None, b.describe()
+    if b.result["status"] == "waiting":
+        assert b.result["wake_at_ms"] == original_ms, "the resumed run re-armed its timer"
+        assert lab.ledger("step", name="after") == []
+        b = lab.drive("wwf", "t1", resume=True)  # follows the timer to the original deadline
     assert b.result is not None and b.result["outcome"] == "succeeded", b.describe()
     after = lab.ledger("step", name="after")
     assert len(after) == 1, "the step after the sleep ran twice"
     fired_ms = after[0]["t"] * 1000
     assert fired_ms >= original_ms, f"fired {original_ms - fired_ms:.0f} ms before the deadline"
-    assert fired_ms - original_ms < 1500, f"fired {fired_ms - original_ms:.0f} ms late"
     assert after[0]["pid"] == b.pid
     assert len(lab.ledger("step", name="before")) == 1
-    assert [e.type for e in lab.events("t1")].count("wait_completed") == 1
+    events = [e.type for e in lab.events("t1")]
+    assert (events.count("wait_started"), events.count("wait_completed")) == (1, 1)
 
     c = lab.drive("wwf", "t1", resume=True)  # and never again
     assert c.result is not None and c.result["outcome"] == "succeeded"
     assert len(lab.ledger("step", name="after")) == 1
 
 
+@pytest.mark.proc
 def test_cancel_cannot_be_swallowed_by_except_exception(lab: Lab) -> None:
     assert issubclass(torpor.errors.Cancelled, BaseException)
     assert not issubclass(torpor.errors.Cancelled, Exception)

@@ -144,6 +144,7 @@ def test_a_schedule_that_never_comes_due_is_named_by_workers(
     assert len(named) == 1, named
 
 
+@pytest.mark.proc
 def test_cli_names_damaged_rows_and_doctor_reports_them(tmp_path: Path, db_url: str) -> None:
     rt = torpor.Runtime(db_url)
     try:

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from conftest import ROOT
+from conftest import HANG_S, ROOT
 from torpor import Agent, CodePlanner, PlanView, Proposal, Runtime, Secret, Tools, step
 from torpor.store import open_store
 
@@ -105,7 +105,7 @@ def _cli(url: str, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         env=env,
-        timeout=60,
+        timeout=HANG_S,
     )
 
 
@@ -135,6 +135,7 @@ def _stored_text(url: str, store_url: str) -> str:
     return "\n".join(out)
 
 
+@pytest.mark.proc
 def test_no_secret_is_stored_or_printed(
     store_url: str, torpor_home: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

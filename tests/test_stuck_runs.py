@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import torpor
-from conftest import ROOT
+from conftest import HANG_S, ROOT
 
 FLOWS = """
 import os, signal
@@ -97,7 +97,7 @@ def _worker(url: str, tmp: Path, env: dict[str, str], secs: float = 20) -> str:
         env=full,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     return cp.stdout + cp.stderr
 
@@ -154,7 +154,7 @@ def _resume_in_a_process(url: str, tmp: Path, run_id: str) -> subprocess.Complet
         env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
 
 
@@ -193,7 +193,7 @@ def test_a_step_that_kills_its_process_every_time_is_parked(
             env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=HANG_S,
         )
         assert cli.returncode == 0, cli.stdout + cli.stderr
         assert "torpor resume poison" in cli.stdout
@@ -245,7 +245,9 @@ def _module(tmp: Path, name: str, version: str, extra_step: bool = False) -> Non
     (tmp / f"{name}.py").write_text("\n".join(lines) + "\n")
 
 
-def _cli(url: str, tmp: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def _cli(
+    url: str, tmp: Path, *args: str, timeout: float = HANG_S
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "torpor.cli", "--db", url, *args],
         cwd=tmp,
@@ -301,7 +303,7 @@ def test_blockers_are_named_where_people_look(store_url: str, tmp_path: Path) ->
         env=full,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert worker.returncode == 0, worker.stdout + worker.stderr
     try:
@@ -354,7 +356,9 @@ def test_an_expired_lease_is_resumable_and_resume_can_wait_for_a_live_one(
     c = torpor.Client(store_url)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT / "src")]))
     try:
+        slowest_cli_s = 0.0  # calibration: how long a CLI command takes on this machine now
         for rid in ("held", "dead", "gone"):
+            t0 = time.monotonic()
             assert (
                 _cli(
                     store_url,
@@ -370,12 +374,16 @@ def test_an_expired_lease_is_resumable_and_resume_can_wait_for_a_live_one(
                 ).returncode
                 == 0
             )
-        # A live holder with an 8 s lease that it never renews (a paused process, say).
+            slowest_cli_s = max(slowest_cli_s, time.monotonic() - t0)
+        # A live holder with a lease that it never renews (a paused process, say): 8 s, or
+        # three CLI commands' time where the machine is slow, so the refusal below comes while
+        # it is still held (at load 20 a CLI took longer than 8 s to start).
+        ttl = max(8.0, 3 * slowest_cli_s)
         holder = subprocess.Popen(
             [
                 sys.executable,
                 "-c",
-                HOLDER.format(tmp=str(tmp_path), url=store_url, ttl=8.0, hold=30),
+                HOLDER.format(tmp=str(tmp_path), url=store_url, ttl=ttl, hold=ttl + 30),
             ],
             env=env,
             stdout=subprocess.PIPE,

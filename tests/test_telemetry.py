@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import torpor
 import torpor.worker
-from conftest import run_python
+from conftest import HANG_S, run_python
 from runtime_kit import Lab
 from torpor import telemetry
 from torpor.agents.models import Message, ScriptedModel, TokenUsage, call_model
@@ -195,6 +195,7 @@ def test_a_failed_run_and_step_are_errors(traced: Traced, store_url: str) -> Non
     assert run_span.attributes["torpor.run.outcome"] == "failed"
 
 
+@pytest.mark.proc
 def test_off_without_otel_variables(db_url: str, tmp_path: Path) -> None:
     """No OTEL_* exporter: no telemetry, no OpenTelemetry import, no trace context stored."""
     code = (
@@ -319,7 +320,7 @@ def test_otlp_http_end_to_end_across_a_sigkill(tmp_path: Path, db_url: str) -> N
             [sys.executable, "-m", "torpor.cli", "--db", db_url, "show", "e1"],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=HANG_S,
             env={**os.environ, "COLUMNS": "200"},
         )
         assert cp.returncode == 0, cp.stderr

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 import torpor
-from conftest import ROOT
+from conftest import HANG_S, ROOT
 from torpor import telemetry
 from torpor.errors import ConfigError, RunNotFoundError
 from torpor.telemetry.setup import EXPORTER_VARS
@@ -74,12 +74,13 @@ def _cli(tmp_path: Path, url: str, env: dict[str, str], *args: str) -> subproces
         [sys.executable, "-m", "torpor.cli", "--db", url, *args, "--import", "tcflows"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
         cwd=tmp_path,
         env=full,
     )
 
 
+@pytest.mark.proc
 def test_start_and_worker_refuse_a_bad_value_before_creating_anything(
     tmp_path: Path, store_url: str
 ) -> None:
@@ -96,6 +97,7 @@ def test_start_and_worker_refuse_a_bad_value_before_creating_anything(
         client.get("bad1")
 
 
+@pytest.mark.proc
 def test_an_unreachable_collector_is_given_up_at_the_deadline(tmp_path: Path, db_url: str) -> None:
     """The exporter retries a refused connection for up to its timeout (10 s by default); the
     bounded shutdown gives up at its deadline, and a command ends with one warning."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -119,29 +120,38 @@ def test_effects_retry_only_when_that_cannot_duplicate_them() -> None:
 
 
 def test_timeouts_sync_and_async() -> None:
+    """A tool's timeout ends the call while its work is still going on: the work finishes only
+    when the test says (``release``), after both timeouts were raised — order, not a budget."""
     tools = Tools()
+    release = threading.Event()
+    finished: list[str] = []
 
     @tools.tool(timeout=0.1, retry=None)
     def slow() -> str:
-        time.sleep(1)
+        release.wait(120)  # a hang guard
+        finished.append("slow")
         return "late"
 
     @tools.tool(timeout=0.1, retry=None)
     async def aslow() -> str:
-        await asyncio.sleep(1)
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        finished.append("aslow")
         return "late"
 
     @tools.tool(timeout=1)
     async def quick(x: int) -> int:
         return x * 2
 
-    t0 = time.monotonic()
-    with pytest.raises(ToolTimeoutError) as info:
-        tools["slow"].invoke({})
-    assert info.value.future is not None and not info.value.future.done()
-    with pytest.raises(ToolTimeoutError):
-        tools["aslow"].invoke({})
-    assert time.monotonic() - t0 < 0.9
+    try:
+        with pytest.raises(ToolTimeoutError) as info:
+            tools["slow"].invoke({})
+        assert info.value.future is not None and not info.value.future.done()
+        with pytest.raises(ToolTimeoutError):
+            tools["aslow"].invoke({})
+        assert finished == [], "a timeout waited for the work it gave up on"
+    finally:
+        release.set()
     assert tools["quick"].invoke({"x": 4}) == 8
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import psycopg
 
-from conftest import ROOT
+from conftest import HANG_S, ROOT
 
 LEDGER_DDL = """
 CREATE TABLE IF NOT EXISTS applied (
@@ -246,13 +246,13 @@ class Workers:
         """Live workers that finished starting (printed READY)."""
         return [pid for pid in self.alive() if _started(self.logs[pid].read_text())]
 
-    def wait_ready(self, n: int, timeout: float = 60) -> None:
+    def wait_ready(self, n: int, timeout: float = HANG_S) -> None:
         wait_until(lambda: len(self.ready()) >= n, timeout, f"{n} workers to start", 0.05)
 
     def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:
         self.procs[pid].send_signal(sig)
         if sig in (signal.SIGKILL, signal.SIGTERM):
-            self.procs[pid].wait(timeout=30)
+            self.procs[pid].wait(timeout=HANG_S)
 
     def stop_all(self, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
         for pid in self.alive():
