@@ -195,6 +195,7 @@ _INTERNAL = (
     "torpor.engine",
     "torpor.faults",
     "torpor.owners",
+    "torpor.report",
     "torpor.store.appends",
     "torpor.store.chunkio",
     "torpor.store.chunks",
