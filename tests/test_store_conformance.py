@@ -477,3 +477,134 @@ def test_a_performed_key_is_never_intended_again(store: SQLStore) -> None:
         StepStarted(step_id="mail-again", policy="effect"),
         EffectIntended(step_id="mail-again", key="m", operation="mail", attempt=2),
     )
+
+
+# ------------------------------------------------------- queues, schedules, episodes, retention
+
+
+def test_queue_rows_and_the_queue_view(store: SQLStore) -> None:
+    from torpor.store.base import Dispatch
+    from torpor.store.domain import QueueView
+
+    limits = dict(concurrency=2, key_concurrency=1, rate_limit=3, rate_period_ms=60_000)
+    store.set_queue("q1", **limits, key_rate_limit=None, key_rate_period_ms=None)
+    assert store.queue_row("q1") == ("q1", 2, 1, 3, 60_000, None, None)
+    store.set_queue("q0", **{**limits, "concurrency": None}, key_rate_limit=1, key_rate_period_ms=5)
+    assert [r[0] for r in store.queue_rows()] == ["q0", "q1"]
+    assert store.delete_queue("q0") and not store.delete_queue("q0")
+    assert store.queue_row("q0") is None and store.queue_view("nope", 10) is None
+    for rid in ("r1", "r2"):
+        store.create_run(rid, RunStarted(workflow="wf", version="1"), Dispatch("q1", "k", 5))
+    store.create_run("free", RunStarted(workflow="wf", version="1"))
+    assert store.run_queue_row("r1") == ("pending", "q1", "k", 5, None, None)
+    assert store.queue_view("free", 10) == QueueView(("pending", None, None, 0, None, None))
+    assert store.queue_view("r1", 10) == QueueView(store.run_queue_row("r1"), store.queue_row("q1"))
+    lease = store.claim_next("host-a:1:x", ttl_s=30)
+    assert lease is not None and lease.run_id == "r1"  # (created first, same priority)
+    view = store.queue_view("r2", 10)
+    assert view is not None and view.queue == store.queue_row("q1")
+    assert [r[:2] for r in view.active] == [("r1", "k")] == [r[:2] for r in view.recent]
+    assert store.queue_view("r1", 10) == QueueView(store.run_queue_row("r1"))  # started
+    assert [r[0] for r in store.runs_queue_columns(10)] == ["free", "r1", "r2"]
+    assert store.damaged_pending_queue_columns(10) == []
+
+
+def test_schedule_rows_move_on_by_compare_and_set(store: SQLStore) -> None:
+    kw = dict(workflow="wf", input_json="{}", cron="* * * * *", tz="UTC", catchup="one")
+    store.put_schedule("s", **kw, queue=None, next_fire_ms=1000, now_ms=500)
+    row = store.schedule_row("s")
+    assert row is not None and row[:7] == ("s", "wf", "{}", "* * * * *", "UTC", "one", None)
+    assert (bool(row[7]), row[8:]) == (False, (1000, None, 1, None, None))
+    assert store.due_schedule_rows(999, 10) == [] and store.due_schedule_rows(1000, 10) == [row]
+    assert store.next_schedule_fire_ms() == 1000
+    move = dict(generation=1, prev_fire_ms=1000, next_fire_ms=2000, last_fire_ms=1000, now_ms=1)
+    assert store.advance_schedule("s", **move) and not store.advance_schedule("s", **move)
+    fail = dict(generation=1, prev_fire_ms=2000, retry_at_ms=5000, error="boom", now_ms=2)
+    assert store.fail_schedule("s", **fail)
+    assert store.schedule_row("s")[8:] == (2000, 1000, 1, "boom", 5000)
+    assert store.due_schedule_rows(3000, 10) == [] and store.next_schedule_fire_ms() == 5000
+    store.pause_schedule("s", paused=True, next_fire_ms=None)
+    assert store.due_schedule_rows(9000, 10) == [] and store.next_schedule_fire_ms() is None
+    store.pause_schedule("s", paused=False, next_fire_ms=7000)
+    paused, *rest = store.schedule_row("s")[7:]
+    assert (bool(paused), rest) == (False, [7000, 1000, 3, None, None])
+    store.put_schedule("s", **kw, queue="q", next_fire_ms=8000, now_ms=3)
+    assert store.schedule_row("s")[6:11:4] == ("q", 4)
+    assert [r[0] for r in store.schedule_rows()] == ["s"]
+    assert store.delete_schedule("s") and not store.delete_schedule("s")
+
+
+def test_episode_rows_write_once_supersede_search_and_prune(store: SQLStore) -> None:
+    from torpor.episodes.model import pair_tag, tags_for
+    from torpor.store.domain import EpisodeFilter, EpisodeRecord
+
+    sha = "a" * 64
+    assert store.episode_filing("r1") is None
+    store.create_run("r1", RunStarted(workflow="wf", version="1"), scope="s", task_type="t")
+    assert store.episode_filing("r1") == ("wf", "s", "t", 0)
+
+    def rec(n: int, verdict: str) -> EpisodeRecord:
+        return EpisodeRecord(
+            f"r1:ended@{n}", "r1", f"ended@{n}", "s", "a", "t", "ended", "completed",
+            f"deploy {n}", "retry the deploy", n, 1000 + n, {}, {"artifacts": [sha]},
+            {"deploy": verdict}, " ".join(tags_for("s", "a", "t", "completed")),
+        )  # fmt: skip
+
+    def differ(new: dict[str, str], old: dict[str, str]) -> bool:
+        return any(old.get(k) not in (None, v) for k, v in new.items())
+
+    first, second = rec(1, "failed"), rec(2, "succeeded")
+    kw: dict[str, Any] = dict(contradicts=differ, window=10)
+    assert store.write_episodes([first], captured=("r1", 1), **kw) == [first]
+    assert store.write_episodes([first], captured=None, **kw) == []  # written once
+    assert store.episode_filing("r1") == ("wf", "s", "t", 1)
+    assert store.write_episodes([second], captured=None, **kw) == [second]
+    assert store.episode_row(first.episode_id)[15] == second.episode_id
+    assert store.count_episodes() == 2 and store.episode_runs_behind(10) == []
+    assert store.collect_episode_refs(dry_run=True) == (0, 2, 1)
+    f = EpisodeFilter("s", (pair_tag("s", "t"),), task_type="t")
+    with store.episode_index() as ix:
+        if ix.counts_in_index:
+            assert ix.count(f, [], 100) == 2 and ix.count(f, ["retry"], 100) == 2
+        else:
+            tags, words = ix.doc_counts(f.tags, ["retry"])
+            assert tags == {f.tags[0]: 2, "": 2} and words == {"retry": 2}
+        ids = [r[0] for r in ix.scored(f, {"deploy": 1.0}, 10)]
+        found, more = ix.recent(f, ["deploy"], 10, 2)
+        assert sorted(ids) == sorted(i for i, _ in found) and len(ids) == 2 and not more
+        live = ix.rows(f, ids)
+    assert [r[0] for r in live.values()] == [second.episode_id]  # the superseded is left out
+    assert store.supersede_episode(second.episode_id, first.episode_id)
+    assert not store.supersede_episode(second.episode_id, first.episode_id)
+    assert store.prune_episodes(before_ms=10**6, superseded_only=True, batch=1) == 2
+    assert store.count_episodes() == 0 and store.collect_episode_refs(dry_run=False) == (0, 0, 0)
+
+
+def test_retention_rows_and_an_archive_restored_under_another_id(store: SQLStore) -> None:
+    import dataclasses
+
+    from torpor.errors import StoreError
+    from torpor.store.domain import RetentionPolicy
+
+    state = _start(store)
+    lease = store.acquire_lease("r1", "host-a:1:x", ttl_s=30)
+    _append_step(store, lease, state, "s1", {"n": 1})
+    policy = RetentionPolicy("wf", keep_last=0)
+    store.set_retention_policy(policy)
+    assert store.retention_policies() == [policy]
+    assert store.expired_runs(policy) == [] and not store.delete_run("r1")  # not finished
+    store.set_retention_policy(RetentionPolicy("wf"))
+    assert store.retention_policies() == []
+    assert isinstance(store.reclaim_pages(), str) and store.referenced_artifacts() == set()
+    assert store.collectable_chunks(0) == (0, 0) and store.run_blob_bytes("r1") == (0, 0)
+    assert [r.run_id for r in store.largest_runs(5, "wf")] == ["r1"]
+    lines = list(
+        store.archive_lines(dataclasses.asdict(store.get_run("r1")), store.iter_events("r1"))
+    )
+    with pytest.raises(StoreError, match="exists already"):
+        store.restore_run(lines, "here")
+    lines[0] = lines[0].replace('"r1"', '"r1-copy"', 1)
+    assert store.restore_run(lines, "here") == "r1-copy"
+    assert [e.type for e in store.read_events("r1-copy")] == [
+        e.type for e in store.read_events("r1")
+    ]

@@ -37,8 +37,8 @@ from .history import (
     step_views,
     utc_text,
 )
-from .store import SQLStore, open_store
-from .store.base import InboxMessage, RunCount, RunRecord, RunStorage
+from .store import open_store
+from .store.base import InboxMessage, RunCount, RunRecord, RunStorage, Store
 
 
 @dataclass(frozen=True)
@@ -70,10 +70,12 @@ class Client:
     """Inspect and steer runs with only the store URL (and, to decide approvals, the
     approver's own key: :meth:`decide`)."""
 
-    def __init__(self, store: SQLStore | str | None = None, *, settings: Settings | None = None):
+    def __init__(self, store: Store | str | None = None, *, settings: Settings | None = None):
         self.settings = settings or Settings.from_env(store if isinstance(store, str) else None)
-        self.store = (
-            store if isinstance(store, SQLStore) else open_store(self.settings.database_url)
+        self.store: Store = (
+            open_store(self.settings.database_url)
+            if store is None or isinstance(store, str)
+            else store
         )
 
     def close(self) -> None:

@@ -32,7 +32,7 @@ from .errors import BadInputError, CorruptRecordError
 from .store.base import Dispatch
 
 if TYPE_CHECKING:
-    from .store import SQLStore
+    from .store.base import Store
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 
@@ -166,7 +166,7 @@ def _period(what: str, limit: int | None, period_s: float | None) -> int | None:
 class Queues:
     """Define, list and remove queues in a store (``Client(...).queues``)."""
 
-    def __init__(self, store: SQLStore):
+    def __init__(self, store: Store):
         self.store = store
 
     def set(
@@ -185,39 +185,31 @@ class Queues:
         1..:data:`MAX_LIMIT`, or a rate limit without a period from :data:`MIN_PERIOD_S` to
         :data:`MAX_PERIOD_S` seconds."""
         check_name("queue", name)
-        params = {
-            "name": name,
-            "concurrency": _limit("concurrency", concurrency),
-            "key_concurrency": _limit("key_concurrency", key_concurrency),
-            "rate_limit": _limit("rate_limit", rate_limit),
-            "rate_period_ms": _period("rate_limit", rate_limit, rate_period_s),
-            "key_rate_limit": _limit("key_rate_limit", key_rate_limit),
-            "key_rate_period_ms": _period("key_rate_limit", key_rate_limit, key_rate_period_s),
-            "now_ms": self.store.now_ms(),
-        }
-        with self.store.driver.transaction() as cur:
-            self.store.driver.execute(cur, self.store.q["queue_upsert"], params)
+        self.store.set_queue(
+            name,
+            concurrency=_limit("concurrency", concurrency),
+            key_concurrency=_limit("key_concurrency", key_concurrency),
+            rate_limit=_limit("rate_limit", rate_limit),
+            rate_period_ms=_period("rate_limit", rate_limit, rate_period_s),
+            key_rate_limit=_limit("key_rate_limit", key_rate_limit),
+            key_rate_period_ms=_period("key_rate_limit", key_rate_limit, key_rate_period_s),
+        )
         got = self.get(name)
         assert got is not None
         return got
 
     def get(self, name: str) -> QueueLimits | None:
         """The queue's limits, or None when it is not defined (its runs are not limited)."""
-        with self.store.driver.read() as cur:
-            row = self.store.driver.fetchone(cur, self.store.q["queue_get"], {"name": name})
+        row = self.store.queue_row(name)
         return None if row is None else _limits(row)
 
     def list(self) -> list[QueueLimits]:
         """Every defined queue, by name. CorruptRecordError naming the first damaged row."""
-        with self.store.driver.read() as cur:
-            rows = self.store.driver.fetchall(cur, self.store.q["queue_list"], {})
-        return [_limits(r) for r in rows]
+        return [_limits(r) for r in self.store.queue_rows()]
 
     def remove(self, name: str) -> bool:
         """Forget the queue's limits (its runs are then unlimited); False if it was unknown."""
-        with self.store.driver.transaction() as cur:
-            n = self.store.driver.execute(cur, self.store.q["queue_delete"], {"name": name})
-        return n > 0
+        return self.store.delete_queue(name)
 
 
 _LIMIT_COLUMNS = (
@@ -361,53 +353,37 @@ def _utc(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def queue_snapshot(store: SQLStore, run_id: str) -> QueueSnapshot | None:
+def queue_snapshot(store: Store, run_id: str) -> QueueSnapshot | None:
     """The :class:`QueueSnapshot` of an unstarted pending run; None for any other run (it is
-    not held back by its queue)."""
-    d, q = store.driver, store.q
-    with d.read() as cur:
-        row = d.fetchone(cur, q["queue_run"], {"run_id": run_id})
-        if row is None:
-            return None
-        status, queue, key, _priority, not_before_ms, started_at_ms = _run_row(run_id, row)
-        if status != "pending" or started_at_ms is not None:
-            return None
-        if queue is None:
-            return QueueSnapshot(run_id, None, None, not_before_ms, None)
-        lrow = d.fetchone(cur, q["queue_get"], {"name": queue})
-        limits = None if lrow is None else _limits(lrow)
-        active: list[tuple[str, str | None, int]] = []
-        recent: list[tuple[str, str | None, int]] = []
-        if limits is not None:
-            active = [
-                _holder(queue, r)
-                for r in d.fetchall(cur, q["queue_active"], {"queue": queue, "limit": _SCAN_LIMIT})
-            ]
-            period_s = max(limits.rate_period_s or 0, limits.key_rate_period_s or 0)
-            if period_s:
-                since = store.now_ms() - int(period_s * 1000)
-                recent = [
-                    _holder(queue, r)
-                    for r in d.fetchall(
-                        cur,
-                        q["queue_recent_starts"],
-                        {"queue": queue, "since_ms": since, "limit": _SCAN_LIMIT},
-                    )
-                ]
-    return QueueSnapshot(run_id, queue, key, not_before_ms, limits, tuple(active), tuple(recent))
+    not held back by its queue). Read in one snapshot (:meth:`~torpor.store.base.Store.
+    queue_view`); CorruptRecordError naming the run, or the queue, and the damaged column."""
+    view = store.queue_view(run_id, _SCAN_LIMIT)
+    if view is None:
+        return None
+    status, queue, key, _priority, not_before_ms, started_at_ms = _run_row(run_id, view.run)
+    if status != "pending" or started_at_ms is not None:
+        return None
+    if queue is None:
+        return QueueSnapshot(run_id, None, None, not_before_ms, None)
+    limits = None if view.queue is None else _limits(view.queue)
+    active: tuple[tuple[str, str | None, int], ...] = ()
+    recent: tuple[tuple[str, str | None, int], ...] = ()
+    if limits is not None:
+        active = tuple(_holder(queue, r) for r in view.active)
+        recent = tuple(_holder(queue, r) for r in view.recent)
+    return QueueSnapshot(run_id, queue, key, not_before_ms, limits, active, recent)
 
 
-def dispatch_of(store: SQLStore, run_id: str) -> Dispatch | None:
+def dispatch_of(store: Store, run_id: str) -> Dispatch | None:
     """The queue, key, priority and delayed start a run was started with (None: unknown run)."""
-    with store.driver.read() as cur:
-        row = store.driver.fetchone(cur, store.q["queue_run"], {"run_id": run_id})
+    row = store.run_queue_row(run_id)
     if row is None:
         return None
     _status, queue, key, priority, not_before_ms, _started = _run_row(run_id, row)
     return Dispatch(queue, key, priority, not_before_ms)
 
 
-def left_to_workers(store: SQLStore, run_id: str) -> bool:
+def left_to_workers(store: Store, run_id: str) -> bool:
     """True for a run started with a queue or a delayed start: only a worker starts it, under
     its queue's limits and not before its time (or ``torpor resume``, the documented override).
     Starting it again (same run id) only returns it, never executes it."""
@@ -415,14 +391,11 @@ def left_to_workers(store: SQLStore, run_id: str) -> bool:
     return d is not None and (d.queue is not None or d.not_before_ms is not None)
 
 
-def damaged_rows(store: SQLStore, limit: int = 100_000) -> list[tuple[str, str]]:
+def damaged_rows(store: Store, limit: int = 100_000) -> list[tuple[str, str]]:
     """``(row, what is wrong)`` for each damaged queue row and run whose queue columns are
     damaged (``torpor doctor``); empty when all are sound."""
-    d, q = store.driver, store.q
     out: list[tuple[str, str]] = []
-    with d.read() as cur:
-        queues = d.fetchall(cur, q["queue_list"], {})
-        runs = d.fetchall(cur, q["queue_columns"], {"limit": limit})
+    queues, runs = store.queue_rows(), store.runs_queue_columns(limit)
     for row in queues:
         try:
             _limits(row)
@@ -436,11 +409,10 @@ def damaged_rows(store: SQLStore, limit: int = 100_000) -> list[tuple[str, str]]
     return out
 
 
-def damaged_pending(store: SQLStore, limit: int = 100) -> list[tuple[str, str]]:
+def damaged_pending(store: Store, limit: int = 100) -> list[tuple[str, str]]:
     """``(run id, what is wrong)`` for pending runs whose queue columns are damaged (cheap
     enough for a worker to ask now and then: only such rows are read)."""
-    with store.driver.read() as cur:
-        rows = store.driver.fetchall(cur, store.q["queue_damaged_pending"], {"limit": limit})
+    rows = store.damaged_pending_queue_columns(limit)
     out: list[tuple[str, str]] = []
     for run_id, *cols in rows:
         try:
@@ -463,7 +435,7 @@ def describe_dispatch(d: Dispatch) -> str:
     return f"{head} ({', '.join(extra)})" if extra else head
 
 
-def why_not_running(store: SQLStore, run_id: str) -> str | None:
+def why_not_running(store: Store, run_id: str) -> str | None:
     """Why run ``run_id`` is not running because of its queue or its delayed start ("queued
     behind run X (per-key limit 1)", "rate limited until …", "delayed until …"), or None."""
     snap = queue_snapshot(store, run_id)

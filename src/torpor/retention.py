@@ -2,7 +2,7 @@
 
 One pass (:func:`collect`):
 
-1. **Retention.** For each workflow with a policy (:class:`~torpor.store.maintenance.
+1. **Retention.** For each workflow with a policy (:class:`~torpor.store.domain.
    RetentionPolicy`, set with ``torpor retention`` or :func:`set_policy`; a workflow without
    one keeps its runs forever), its finished runs past the policy are archived first when the
    policy names an archive URL (:func:`archive_run`: the history as JSON Lines, which
@@ -40,16 +40,16 @@ from urllib.parse import quote
 
 from .artifacts import ArtifactStore
 from .errors import ConfigError
+from .store.base import Store
 from .store.chunkio import GRACE_MS
-from .store.maintenance import RetentionPolicy
-from .store.sqlstore import SQLStore
+from .store.domain import RetentionPolicy
 
 #: ``fn(store, dry_run) -> one line saying what it did`` (or would do): collectors of owners of
 #: stored data other than runs (episodes), run by every pass after run retention.
-COLLECTORS: list[Callable[[SQLStore, bool], str]] = []
+COLLECTORS: list[Callable[[Store, bool], str]] = []
 
 
-def register_collector(fn: Callable[[SQLStore, bool], str]) -> Callable[[SQLStore, bool], str]:
+def register_collector(fn: Callable[[Store, bool], str]) -> Callable[[Store, bool], str]:
     """Run ``fn(store, dry_run)`` in every collection pass (a decorator too). A collector
     deletes what its owner's policy no longer keeps, including its own ``blob_refs`` rows (owner
     ids that are not run ids, e.g. ``episode:<id>``); chunks and artifacts no row names any
@@ -60,7 +60,7 @@ def register_collector(fn: Callable[[SQLStore, bool], str]) -> Callable[[SQLStor
 
 
 @register_collector
-def _episodes(store: SQLStore, dry_run: bool) -> str:
+def _episodes(store: Store, dry_run: bool) -> str:
     """The episodes' references (:func:`torpor.episodes.gc.collect`), imported only when a pass
     runs: a worker's cold resume never loads episodes."""
     from .episodes.gc import collect as collect_episodes
@@ -88,7 +88,7 @@ class GcReport:
 
 
 def set_policy(
-    store: SQLStore,
+    store: Store,
     workflow: str,
     *,
     keep_days: float | None = None,
@@ -102,7 +102,7 @@ def set_policy(
     if not workflow:
         raise ConfigError("retention needs a workflow name")
     policy = RetentionPolicy(workflow, keep_days, keep_last, archive_url)
-    store.maintenance.set_policy(policy)
+    store.set_retention_policy(policy)
     return policy
 
 
@@ -111,14 +111,14 @@ def archive_path(url: str, run_id: str) -> str:
     return f"{url.rstrip('/')}/{quote(run_id, safe='')}.jsonl"
 
 
-def archive_run(store: SQLStore, run_id: str, url: str) -> str:
+def archive_run(store: Store, run_id: str, url: str) -> str:
     """Write ``run_id``'s history (and run row) to ``<url>/<run id>.jsonl`` (any fsspec URL),
     complete before it is visible (a temporary name, then a rename). Returns the file's URL.
     Artifacts the run refers to are not copied."""
     import fsspec
 
     rec = dataclasses.asdict(store.get_run(run_id))
-    lines = store.maintenance.archive_lines(rec, store.iter_events(run_id))
+    lines = store.archive_lines(rec, store.iter_events(run_id))
     target = archive_path(url, run_id)
     fs, path = fsspec.core.url_to_fs(target)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
@@ -130,18 +130,18 @@ def archive_run(store: SQLStore, run_id: str, url: str) -> str:
     return target
 
 
-def restore_archive(store: SQLStore, url: str) -> str:
+def restore_archive(store: Store, url: str) -> str:
     """Bring back the run archived at ``url`` (a file :func:`archive_run` wrote); returns its
     id. StoreError when a run of that id exists; CorruptRecordError for a file that is not a
     readable archive."""
     import fsspec
 
     with fsspec.open(url, "r") as f:
-        return store.maintenance.restore(f, url)
+        return store.restore_run(f, url)
 
 
 def collect(
-    store: SQLStore,
+    store: Store,
     artifacts: ArtifactStore | None = None,
     *,
     dry_run: bool = False,
@@ -155,30 +155,29 @@ def collect(
     chose incremental auto-vacuum (a full VACUUM, once)."""
     if grace_s < 0:
         raise ConfigError(f"gc grace period must be >= 0 seconds, not {grace_s}")
-    m = store.maintenance
     report = GcReport(dry_run)
-    for policy in m.policies():
-        for run_id in m.expired_runs(policy, limit):
+    for policy in store.retention_policies():
+        for run_id in store.expired_runs(policy, limit):
             if dry_run:
                 report.runs.append(run_id)
                 continue
             if policy.archive_url:
                 report.archived[run_id] = archive_run(store, run_id, policy.archive_url)
-            if m.delete_run(run_id):
+            if store.delete_run(run_id):
                 report.runs.append(run_id)
     for fn in list(COLLECTORS):
         report.others.append(fn(store, dry_run))
     grace_ms = int(grace_s * 1000)
     if dry_run:
-        report.chunks, report.chunk_bytes = m.collectable_chunks(grace_ms)
+        report.chunks, report.chunk_bytes = store.collectable_chunks(grace_ms)
     else:
-        report.chunks, report.chunk_bytes = m.collect_chunks(grace_ms)
+        report.chunks, report.chunk_bytes = store.collect_chunks(grace_ms)
     if artifacts is not None:
         report.artifacts, report.artifact_bytes = _collect_artifacts(
-            artifacts, m.referenced_artifacts(), grace_s, dry_run
+            artifacts, store.referenced_artifacts(), grace_s, dry_run
         )
     if not dry_run:
-        report.pages = m.reclaim_pages(convert=vacuum)
+        report.pages = store.reclaim_pages(convert=vacuum)
     return report
 
 

@@ -34,8 +34,8 @@ from .history import Event, RunStarted, RunState, RunStatus
 from .keys import Trust
 from .owners import new_owner_id
 from .run import Run
-from .store import SQLStore, open_store
-from .store.base import Lease
+from .store import open_store
+from .store.base import Lease, Store
 from .workflows import get_workflow
 
 #: Longest run id accepted (it is part of every default idempotency key).
@@ -106,7 +106,7 @@ class Runtime:
 
     def __init__(
         self,
-        store: SQLStore | str | None = None,
+        store: Store | str | None = None,
         artifacts: ArtifactStore | str | None = None,
         *,
         settings: Settings | None = None,
@@ -122,10 +122,10 @@ class Runtime:
             store if isinstance(store, str) else None,
             artifacts if isinstance(artifacts, str) else None,
         )
-        self.store = (
-            store
-            if isinstance(store, SQLStore)
-            else open_store(self.settings.database_url, clock=clock or time.time)
+        self.store: Store = (
+            open_store(self.settings.database_url, clock=clock or time.time)
+            if store is None or isinstance(store, str)
+            else store
         )
         #: How this runtime waits for a timer: ``clock.sleep`` when the clock has one (a fake
         #: clock advances instead of sleeping), else ``time.sleep``.

@@ -37,7 +37,7 @@ from .workflows import accepted_versions
 
 if TYPE_CHECKING:
     from .runtime import Runtime
-    from .store import SQLStore
+    from .store.base import Store
 
 log = logging.getLogger("torpor.schedules")
 
@@ -165,12 +165,8 @@ def _schedule(row: tuple[Any, ...]) -> Schedule:
 class Schedules:
     """Add, list, pause, resume and remove schedules in a store (``Client(...).schedules``)."""
 
-    def __init__(self, store: SQLStore):
+    def __init__(self, store: Store):
         self.store = store
-
-    def _write(self, query: str, params: dict[str, Any]) -> int:
-        with self.store.driver.transaction() as cur:
-            return self.store.driver.execute(cur, self.store.q[query], params)
 
     def add(
         self,
@@ -206,18 +202,17 @@ class Schedules:
         except CorruptRecordError:
             old = None  # a damaged schedule is replaced whole (its last fire is not known)
         base = max(now, old.last_fire_ms or 0) if old else now
-        params = {
-            "name": name,
-            "workflow": workflow,
-            "input": text,
-            "cron": cron,
-            "tz": tz,
-            "catchup": catchup,
-            "queue": queue,
-            "next_fire_ms": next_fire_ms(c, z, base),
-            "now_ms": now,
-        }
-        self._write("schedule_upsert", params)
+        self.store.put_schedule(
+            name,
+            workflow=workflow,
+            input_json=text,
+            cron=cron,
+            tz=tz,
+            catchup=catchup,
+            queue=queue,
+            next_fire_ms=next_fire_ms(c, z, base),
+            now_ms=now,
+        )
         return self._must(name)
 
     def _must(self, name: str) -> Schedule:
@@ -228,25 +223,21 @@ class Schedules:
 
     def get(self, name: str) -> Schedule | None:
         """The schedule, or None."""
-        with self.store.driver.read() as cur:
-            row = self.store.driver.fetchone(cur, self.store.q["schedule_get"], {"name": name})
+        row = self.store.schedule_row(name)
         return None if row is None else _schedule(row)
 
     def list(self) -> list[Schedule]:
         """Every schedule, by name. CorruptRecordError naming the first damaged row."""
-        with self.store.driver.read() as cur:
-            rows = self.store.driver.fetchall(cur, self.store.q["schedule_list"], {})
-        return [_schedule(r) for r in rows]
+        return [_schedule(r) for r in self.store.schedule_rows()]
 
     def remove(self, name: str) -> bool:
         """Delete the schedule (runs it made stay); False if there was none."""
-        return self._write("schedule_delete", {"name": name}) > 0
+        return self.store.delete_schedule(name)
 
     def pause(self, name: str) -> Schedule:
         """Stop firing until :meth:`resume`. BadInputError for an unknown name."""
         self._must(name)
-        params = {"name": name, "paused": True, "next_fire_ms": None}
-        self._write("schedule_pause", {**params, "now_ms": self.store.now_ms()})
+        self.store.pause_schedule(name, paused=True, next_fire_ms=None)
         return self._must(name)
 
     def resume(self, name: str) -> Schedule:
@@ -254,25 +245,21 @@ class Schedules:
         s = self._must(name)
         now = self.store.now_ms()
         nxt = next_fire_ms(parse_cron(s.cron), zone(s.tz), max(now, s.last_fire_ms or 0))
-        params = {"name": name, "paused": False, "next_fire_ms": nxt, "now_ms": now}
-        self._write("schedule_pause", params)
+        self.store.pause_schedule(name, paused=False, next_fire_ms=nxt, now_ms=now)
         return self._must(name)
 
     def next_fire_ms(self) -> int | None:
         """The earliest next fire of the schedules not paused (UTC epoch ms), or None."""
-        with self.store.driver.read() as cur:
-            row = self.store.driver.fetchone(cur, self.store.q["schedule_next_fire"], {})
-        return None if row is None or not isinstance(row[0], int) else row[0]
+        at = self.store.next_schedule_fire_ms()
+        return at if isinstance(at, int) else None
 
 
-def note_damaged(store: SQLStore) -> int:
+def note_damaged(store: Store) -> int:
     """Log, once per process, each schedule row that cannot be decoded (a worker's periodic
     check: such a row may never come due, e.g. a next fire that is not a number). Returns how
     many there are."""
-    with store.driver.read() as cur:
-        rows = store.driver.fetchall(cur, store.q["schedule_list"], {})
     n = 0
-    for row in rows:
+    for row in store.schedule_rows():
         try:
             _schedule(row)
         except CorruptRecordError as exc:
@@ -281,13 +268,11 @@ def note_damaged(store: SQLStore) -> int:
     return n
 
 
-def schedule_problems(store: SQLStore) -> list[tuple[str, str]]:
+def schedule_problems(store: Store) -> list[tuple[str, str]]:
     """``(schedule, what is wrong)`` for each schedule that is damaged, whose cron or zone
     cannot be computed on this host, or that last failed to fire (``torpor doctor``)."""
-    with store.driver.read() as cur:
-        rows = store.driver.fetchall(cur, store.q["schedule_list"], {})
     out: list[tuple[str, str]] = []
-    for row in rows:
+    for row in store.schedule_rows():
         try:
             s = _schedule(row)
             parse_cron(s.cron)
@@ -319,8 +304,7 @@ def fire_due(runtime: Runtime, limit: int = 100) -> list[str]:
     store = runtime.store
     now = store.now_ms()
     served = accepted_versions()
-    with store.driver.read() as cur:
-        rows = store.driver.fetchall(cur, store.q["schedule_due"], {"now_ms": now, "limit": limit})
+    rows = store.due_schedule_rows(now, limit)
     fired: list[str] = []
     for row in rows:
         try:
@@ -339,42 +323,38 @@ def fire_due(runtime: Runtime, limit: int = 100) -> list[str]:
         except TorporError as exc:
             _could_not_fire(store, row, now, f"could not fire: {exc}")
             continue
-        params = {
-            "name": s.name,
-            "generation": s.generation,
-            "prev_fire_ms": s.next_fire_ms,
-            "next_fire_ms": nxt,
-            "last_fire_ms": slots[-1] if slots else None,
-            "now_ms": now,
-        }
-        with store.driver.transaction() as cur:
-            store.driver.execute(cur, store.q["schedule_advance"], params)
+        store.advance_schedule(
+            s.name,
+            generation=s.generation,
+            prev_fire_ms=s.next_fire_ms,
+            next_fire_ms=nxt,
+            last_fire_ms=slots[-1] if slots else None,
+            now_ms=now,
+        )
         fired.extend(ids)
     return fired
 
 
-def _log_once(store: SQLStore, name: str, error: str) -> None:
+def _log_once(store: Store, name: str, error: str) -> None:
     if (store.url, name, error) not in _LOGGED:
         _LOGGED.add((store.url, name, error))
         log.error("schedule %s: %s (retried every %gs until fixed; see torpor schedule ls)",
                   name, error, SCHEDULE_RETRY_S)  # fmt: skip
 
 
-def _could_not_fire(store: SQLStore, row: tuple[Any, ...], now: int, error: str) -> None:
+def _could_not_fire(store: Store, row: tuple[Any, ...], now: int, error: str) -> None:
     """Record on the schedule why it could not fire and retry it :data:`SCHEDULE_RETRY_S`
     later, its next fire kept: once it can fire, the slots missed meanwhile are caught up by its
     policy (compare-and-set on the values read, damaged or not). Logged once per process."""
     _log_once(store, str(row[0]), error)
-    params = {
-        "name": row[0],
-        "generation": row[10],
-        "prev_fire_ms": row[8],
-        "retry_at_ms": now + int(SCHEDULE_RETRY_S * 1000),
-        "error": error[:MAX_ERROR_CHARS],
-        "now_ms": now,
-    }
-    with store.driver.transaction() as cur:
-        store.driver.execute(cur, store.q["schedule_fail"], params)
+    store.fail_schedule(
+        row[0],
+        generation=row[10],
+        prev_fire_ms=row[8],
+        retry_at_ms=now + int(SCHEDULE_RETRY_S * 1000),
+        error=error[:MAX_ERROR_CHARS],
+        now_ms=now,
+    )
 
 
 __all__ = [

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from ..episodes.derive import PHRASED_STEP, PHRASING_PREFIX, lesson_of
 from ..episodes.store import EpisodeStore
-from ..store.sqlstore import SQLStore
 from .context import Context
 from .models.base import Message, Model
 
@@ -28,8 +27,6 @@ def phrase_lesson(ctx: Context, model: Model) -> str:
     filed for episodes or nothing failed."""
     run = ctx.run
     store = run.journal.store
-    if not isinstance(store, SQLStore):
-        return ""
     found = EpisodeStore(store).filing(run.run_id)
     if found is None:
         return ""

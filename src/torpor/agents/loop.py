@@ -67,7 +67,6 @@ from ..history import (
 )
 from ..memory.config import Memory
 from ..run import Run
-from ..store.sqlstore import SQLStore
 from ..workflows import workflow
 from .calls import PlannedCall, execute_call
 from .lessons import phrase_lesson
@@ -255,7 +254,7 @@ class AgentContext:
             return self._episodes
         store = self.run.journal.store
         rid = self.run.run_id
-        if not isinstance(store, SQLStore) or EpisodeStore(store).filing(rid) is None:
+        if EpisodeStore(store).filing(rid) is None:
             self._episodes = ""
             return ""
         journal = self.run.journal

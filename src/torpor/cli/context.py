@@ -103,7 +103,7 @@ def open_client(ctx: typer.Context, *, read_only: bool = False) -> Iterator[Clie
     settings = options(ctx).settings()
     if read_only:
         store = open_store(settings.database_url, read_only=True)
-        note = getattr(store.driver, "note", None)
+        note = store.note
         if note:
             console(stderr=True).print(plain(f"warning: {note}", style="yellow"))
         client = Client(store, settings=settings)

@@ -46,7 +46,7 @@ def storage(
     Example: torpor storage -n 5
     """
     with open_client(ctx) as client:
-        rows = client.store.maintenance.largest_runs(limit, workflow)
+        rows = client.store.largest_runs(limit, workflow)
     if json_out:
         emit_json([{**r.__dict__, "total_bytes": r.total_bytes} for r in rows])
         return
@@ -150,7 +150,7 @@ def retention_command(
                 client.store, workflow, keep_days=days, keep_last=last, archive_url=archive
             )
         policy = next(
-            (p for p in client.store.maintenance.policies() if p.workflow == workflow), None
+            (p for p in client.store.retention_policies() if p.workflow == workflow), None
         )
     if json_out:
         emit_json(policy)

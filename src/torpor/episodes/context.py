@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ..store.sqlstore import SQLStore
+from ..store.base import Store
 from ..tokens import estimate_text
 from .model import Episode
 from .store import EpisodeStore
@@ -61,7 +61,7 @@ def select_episodes(
 
 
 def episodes_section(
-    store: SQLStore,
+    store: Store,
     *,
     scope: str,
     agent: str | None,
@@ -106,7 +106,7 @@ def episodes_section(
 
 
 def section_for_run(
-    store: SQLStore,
+    store: Store,
     run_id: str,
     *,
     goal: str,

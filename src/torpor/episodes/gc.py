@@ -13,25 +13,14 @@ says how many episodes keep how many artifacts.
 
 from __future__ import annotations
 
-from ..store.sqlstore import SQLStore
+from ..store.base import Store
 from .model import OWNER_PREFIX, owner_of
-from .store import load_episode_queries
 
 
-def collect(store: SQLStore, dry_run: bool) -> str:
+def collect(store: Store, dry_run: bool) -> str:
     """One gc pass over the episodes' references: delete (``dry_run``: count) those of episodes
     that no longer exist; returns one line saying what it did and what episodes keep."""
-    q, driver = load_episode_queries(store.driver.dialect), store.driver
-    if dry_run:
-        with driver.read() as cur:
-            row = driver.fetchone(cur, q["orphan_episode_refs"], {})
-        dropped = int(row[0]) if row else 0
-    else:
-        with driver.transaction() as cur:
-            dropped = int(driver.execute(cur, q["drop_orphan_episode_refs"], {}) or 0)
-    with driver.read() as cur:
-        row = driver.fetchone(cur, q["episode_refs"], {})
-    episodes, artifacts = (int(row[0]), int(row[1])) if row else (0, 0)
+    dropped, episodes, artifacts = store.collect_episode_refs(dry_run=dry_run)
     verb = "to drop" if dry_run else "dropped"
     return (
         f"episodes: {episodes} episode(s) keep {artifacts} artifact(s); "

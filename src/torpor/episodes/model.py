@@ -29,6 +29,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..store.domain import EPISODE_OWNER_PREFIX
+
 EpisodeKind = Literal["ended", "slept", "milestone"]
 KINDS: tuple[str, ...] = ("ended", "slept", "milestone")
 
@@ -113,7 +115,7 @@ def tags_for(scope: str, agent: str, task_type: str, outcome: str) -> list[str]:
 
 #: The ``blob_refs`` owner ids of episodes (the artifacts they keep from garbage collection,
 #: :mod:`.gc`) start with this; no run id does.
-OWNER_PREFIX = "episode:"
+OWNER_PREFIX = EPISODE_OWNER_PREFIX
 
 
 def owner_of(episode_id: str) -> str:

@@ -8,8 +8,9 @@ type, outcome — are tokens indexed with each episode (:func:`~.model.tag`), so
 intersects them with the query's words; the exact columns are compared too, so an episode of
 another scope is never returned, whatever the text. Ranking: :mod:`.search`.
 
-The queries are whole in ``sql/<dialect>.sql`` by name; a few exist in one dialect only (the
-FTS5 index rows on SQLite, the lexeme counters on PostgreSQL).
+The rows are the store's (:class:`~torpor.store.domain.EpisodeRows`, its queries in
+``torpor/store/sql/episodes/<dialect>.sql``); this module decides what is written, what
+contradicts what, and what a row means.
 
 Writing is keyed by ``(run_id, boundary)`` (``INSERT … ON CONFLICT DO NOTHING``) in one
 transaction with the run row's ``episodes_seq``: a process killed at any point leaves each
@@ -24,22 +25,19 @@ run is deleted: the transaction that writes it records them in ``blob_refs`` und
 
 from __future__ import annotations
 
-import functools
 import json
-import re
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from .. import faults
 from ..errors import ConfigError, EpisodeNotFoundError
 from ..history.events import SHA256_RE
-from ..store.sqlstore import SQLStore
+from ..store.base import Store
+from ..store.domain import EpisodeRecord
+from ..store.episodes import load_episode_queries
 from .derive import RunFiling, derive
-from .model import Episode, owner_of, tags_for, terms
+from .model import Episode, tags_for, terms
 from .search import Filters, Searcher
-
-_NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
 
 #: How many of the latest live episodes of a scope and task type a new one is checked
 #: against for contradiction.
@@ -48,14 +46,6 @@ SUPERSEDE_WINDOW = 200
 #: A re-ranking hook: given the query text and the hits (best first), returns them re-ordered
 #: (an embedding model's similarity, say). Optional; nothing in torpor needs a model for search.
 Rerank = Callable[[str, list[Episode]], list[Episode]]
-
-
-@functools.cache
-def load_episode_queries(dialect: str) -> dict[str, str]:
-    """``{name: sql}`` from ``sql/<dialect>.sql`` beside this module."""
-    text = (Path(__file__).parent / "sql" / f"{dialect}.sql").read_text()
-    parts = _NAME_RE.split(text)
-    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
 
 
 def _row(r: tuple[Any, ...]) -> Episode:
@@ -87,22 +77,18 @@ def contradicts(new: dict[str, str], old: dict[str, str]) -> bool:
 
 
 class EpisodeStore:
-    """Episodes in ``store`` (an open :class:`~torpor.store.SQLStore`; this object does not
+    """Episodes in ``store`` (an open :class:`~torpor.store.base.Store`; this object does not
     close it). Thread-safe as the store is."""
 
-    def __init__(self, store: SQLStore):
+    def __init__(self, store: Store):
         self.store = store
-        self.driver = store.driver
-        self.dialect = store.driver.dialect
-        self.q = load_episode_queries(self.dialect)
 
     # ------------------------------------------------------------ writing
 
     def filing(self, run_id: str) -> tuple[RunFiling, int] | None:
         """Where run ``run_id``'s episodes are filed and the seq captured so far; None for a
         run not filed for episodes (no task type). RunNotFoundError for an unknown run."""
-        with self.driver.read() as cur:
-            row = self.driver.fetchone(cur, self.q["run_filing"], {"run_id": run_id})
+        row = self.store.episode_filing(run_id)
         if row is None:
             self.store.get_run(run_id)  # raises RunNotFoundError
             return None
@@ -141,74 +127,12 @@ class EpisodeStore:
                     f"episode {ep.episode_id!r}: refs['artifacts'] holds {bad[0]!r}, "
                     "not a sha256 (64 lowercase hex digits)"
                 )
-        written: list[Episode] = []
-        with self.driver.transaction() as cur:
-            for ep in episodes:
-                if self._insert(cur, ep):
-                    written.append(ep)
-                    self._supersede_contradicted(cur, ep)
-            if captured is not None:
-                self.driver.execute(
-                    cur, self.q["mark_captured"], {"run_id": captured[0], "seq": captured[1]}
-                )
-            faults.point("episodes.written")
-        return written
-
-    def _insert(self, cur: Any, ep: Episode) -> bool:
-        tags = " ".join(tags_for(ep.scope, ep.agent, ep.task_type, ep.outcome))
-        params = {
-            "episode_id": ep.episode_id,
-            "run_id": ep.run_id,
-            "boundary": ep.boundary,
-            "scope": ep.scope,
-            "agent": ep.agent,
-            "task_type": ep.task_type,
-            "kind": ep.kind,
-            "outcome": ep.outcome,
-            "summary": ep.summary,
-            "lesson": ep.lesson,
-            "conditions": json.dumps(ep.conditions, sort_keys=True),
-            "refs": json.dumps(ep.refs, sort_keys=True),
-            "claims": json.dumps(ep.claims, sort_keys=True),
-            "tags": tags,
-            "at_seq": ep.at_seq,
-            "created_at_ms": ep.created_at_ms,
-        }
-        row = self.driver.fetchone(cur, self.q["insert_episode"], params)
-        if row is None:
-            return False
-        if self.dialect == "sqlite":
-            self.driver.execute(
-                cur,
-                self.q["index_episode"],
-                {"id": row[0], "summary": ep.summary, "lesson": ep.lesson, "tags": tags},
-            )
-        else:
-            self.driver.execute(cur, self.q["count_lexemes"], {"id": row[0]})
-        owner = owner_of(ep.episode_id)
-        for sha in ep.refs.get("artifacts", []):
-            params = {"hash": sha, "owner": owner, "run_id": ep.run_id}
-            self.driver.execute(cur, self.q["insert_episode_ref"], params)
-        return True
-
-    def _supersede_contradicted(self, cur: Any, ep: Episode) -> None:
-        if not ep.claims:
-            return
-        rows = self.driver.fetchall(
-            cur,
-            self.q["live_claims"],
-            {
-                "scope": ep.scope,
-                "task_type": ep.task_type,
-                "episode_id": ep.episode_id,
-                "limit": SUPERSEDE_WINDOW,
-            },
+        records = [_record(ep) for ep in episodes]
+        of = {id(r): ep for r, ep in zip(records, episodes, strict=True)}  # (the same objects)
+        written = self.store.write_episodes(
+            records, captured=captured, contradicts=contradicts, window=SUPERSEDE_WINDOW
         )
-        for old_id, old_claims in rows:
-            if contradicts(ep.claims, json.loads(old_claims)):
-                self.driver.execute(
-                    cur, self.q["supersede"], {"episode_id": old_id, "by": ep.episode_id}
-                )
+        return [of[id(r)] for r in written]
 
     def supersede(self, old_id: str, new_id: str) -> bool:
         """Mark episode ``old_id`` superseded by ``new_id`` (a person's or a model's judgement
@@ -216,25 +140,20 @@ class EpisodeStore:
         EpisodeNotFoundError for an unknown id."""
         self.get(old_id)
         self.get(new_id)
-        with self.driver.transaction() as cur:
-            n = self.driver.execute(cur, self.q["supersede"], {"episode_id": old_id, "by": new_id})
-        return n == 1
+        return self.store.supersede_episode(old_id, new_id)
 
     def catch_up(self, limit: int = 1000) -> int:
         """Capture the episodes of every run (at most ``limit``) waiting or finished with
         boundaries not yet captured — those whose process died between a boundary and its
         capture. Returns how many episodes were written."""
-        with self.driver.read() as cur:
-            rows = self.driver.fetchall(cur, self.q["runs_behind"], {"limit": limit})
-        return sum(len(self.capture(r[0])) for r in rows)
+        return sum(len(self.capture(r)) for r in self.store.episode_runs_behind(limit))
 
     # ------------------------------------------------------------ reading
 
     def get(self, episode_id: str) -> Episode:
         """The episode ``episode_id`` (``RUN:KIND@SEQ``), superseded or not.
         EpisodeNotFoundError."""
-        with self.driver.read() as cur:
-            row = self.driver.fetchone(cur, self.q["get_episode"], {"episode_id": episode_id})
+        row = self.store.episode_row(episode_id)
         if row is None:
             raise EpisodeNotFoundError(f"no episode {episode_id!r} in {self.store.url}")
         return _row(row)
@@ -274,16 +193,14 @@ class EpisodeStore:
             since_ms=since_ms if since_ms is not None else -(2**62),
             until_ms=until_ms if until_ms is not None else 2**62,
         )
-        with self.driver.read() as cur:
-            found = Searcher(self.driver, self.q).search(cur, f, terms(query), limit)
+        with self.store.episode_index() as index:
+            found = Searcher(index).search(f, terms(query), limit)
         hits = [_row((*r, score)) for r, score in found]
         return rerank(query, hits) if rerank is not None else hits
 
     def count(self) -> int:
         """How many episodes the store holds (all scopes)."""
-        with self.driver.read() as cur:
-            row = self.driver.fetchone(cur, self.q["count_episodes"], {})
-        return int(row[0]) if row else 0
+        return self.store.count_episodes()
 
     # ------------------------------------------------------------ retention
 
@@ -293,29 +210,31 @@ class EpisodeStore:
         outlive the runs they came from, and pruning them never touches a run. The artifacts
         an episode named lose its reference in the same transaction (the next ``torpor gc``
         collects those nothing else names)."""
-        total = 0
-        while True:
-            with self.driver.transaction() as cur:
-                rows = self.driver.fetchall(
-                    cur,
-                    self.q["prunable"],
-                    {"before_ms": before_ms, "superseded_only": superseded_only, "limit": batch},
-                )
-                for id_, eid, summary, lesson, tags in rows:
-                    if self.dialect == "sqlite":
-                        self.driver.execute(
-                            cur,
-                            self.q["unindex_episode"],
-                            {"id": id_, "summary": summary, "lesson": lesson, "tags": tags},
-                        )
-                    else:
-                        self.driver.execute(cur, self.q["uncount_lexemes"], {"id": id_})
-                    self.driver.execute(cur, self.q["delete_episode"], {"id": id_})
-                    owner = {"owner": owner_of(eid)}
-                    self.driver.execute(cur, self.q["delete_episode_refs"], owner)
-            total += len(rows)
-            if len(rows) < batch:
-                return total
+        return self.store.prune_episodes(
+            before_ms=before_ms, superseded_only=superseded_only, batch=batch
+        )
+
+
+def _record(ep: Episode) -> EpisodeRecord:
+    """The store's record of ``ep`` (its filter tokens joined)."""
+    return EpisodeRecord(
+        episode_id=ep.episode_id,
+        run_id=ep.run_id,
+        boundary=ep.boundary,
+        scope=ep.scope,
+        agent=ep.agent,
+        task_type=ep.task_type,
+        kind=ep.kind,
+        outcome=ep.outcome,
+        summary=ep.summary,
+        lesson=ep.lesson,
+        at_seq=ep.at_seq,
+        created_at_ms=ep.created_at_ms,
+        conditions=ep.conditions,
+        refs=ep.refs,
+        claims=ep.claims,
+        tags=" ".join(tags_for(ep.scope, ep.agent, ep.task_type, ep.outcome)),
+    )
 
 
 __all__ = [

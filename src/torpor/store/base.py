@@ -34,6 +34,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 from ..errors import CorruptRecordError, SchemaVersionError, StoreError
 from ..history import Event, RunStarted, RunState
 from ..urls import display_url
+from .domain import EpisodeRows, MaintenanceOps, QueueRows, ScheduleRows
 
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
 
@@ -41,10 +42,12 @@ _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
 _INCLUDE_RE = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 
 
-def load_queries(dialect: str) -> dict[str, str]:
-    """Parse ``sql/<dialect>.sql`` into ``{name: sql}``. A block may name a fragment that
-    others include as ``{{ name }}`` (an expression several queries share, written once)."""
-    text = (Path(__file__).parent / "sql" / f"{dialect}.sql").read_text()
+def load_queries(dialect: str, folder: Path | None = None) -> dict[str, str]:
+    """Parse ``<folder>/<dialect>.sql`` (by default ``sql/`` beside this module) into
+    ``{name: sql}``. A block may name a fragment that others include as ``{{ name }}`` (an
+    expression several queries share, written once)."""
+    folder = folder or Path(__file__).parent / "sql"
+    text = (folder / f"{dialect}.sql").read_text()
     parts = _NAME_RE.split(text)
     blocks = {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
     return {n: _INCLUDE_RE.sub(lambda m: blocks[m.group(1)], sql) for n, sql in blocks.items()}
@@ -264,6 +267,9 @@ class Driver(Protocol):
     """What a dialect provides: named queries and transactions on one database engine."""
 
     dialect: str
+    #: Something whoever opened the store should be told (SQLite: a read-only file opened
+    #: immutable, whose other writers it cannot see), or None.
+    note: str | None
 
     def transaction(self) -> AbstractContextManager[Any]:
         """A write transaction (SQLite: ``BEGIN IMMEDIATE``); yields a cursor-like handle."""
@@ -296,12 +302,21 @@ class Driver(Protocol):
         """The violated unique index or constraint when ``exc`` is a unique violation."""
         ...
 
+    def reclaim_pages(self, *, convert: bool = False) -> str:
+        """Give pages freed by deletions back to the file system (SQLite ``PRAGMA
+        incremental_vacuum``; ``convert``: one full ``VACUUM`` to switch an older file);
+        returns what was done, in one line (a database server: nothing to do)."""
+        ...
+
     def close(self) -> None: ...
 
 
-class Store(Protocol):
-    """The domain operations the engine, the client and workers use; one implementation,
-    :class:`~torpor.store.sqlstore.SQLStore`, over every :class:`Driver`.
+class Store(QueueRows, ScheduleRows, EpisodeRows, MaintenanceOps, Protocol):
+    """The domain operations the engine, the client, workers and every layer above use — the
+    only door to the database (nothing outside :mod:`torpor.store` runs SQL, names a driver or
+    the concrete class); one implementation, :class:`~torpor.store.sqlstore.SQLStore`, over
+    every :class:`Driver`. Besides a run's row, lease, history and inbox (below), the rows of
+    queues, schedules, episodes, retention and maintenance (:mod:`.domain`).
 
     Times are epoch milliseconds of the store's clock (``now_ms``); PostgreSQL judges lease
     expiry and dispatch by the database clock.
@@ -310,6 +325,11 @@ class Store(Protocol):
     url: str
     clock: Callable[[], float]
     checkpoint_every: int
+
+    @property
+    def note(self) -> str | None:
+        """Something whoever opened the store should be told (:attr:`Driver.note`), or None."""
+        ...
 
     def now_ms(self) -> int: ...
 

@@ -18,77 +18,32 @@ registered with :func:`torpor.retention.register_collector`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from .. import serde
-from ..errors import ConfigError, CorruptRecordError, StoreError
+from ..errors import CorruptRecordError, StoreError
 from ..history import Event, RunState, apply
 from . import codec
 from .base import Driver
 from .chunkio import ChunkIO
+from .domain import RetentionPolicy, RunSize
 
 #: The first line of a run's archive (JSON Lines): its format.
 ARCHIVE_FORMAT = "torpor-run-archive/1"
 
 
-@dataclass(frozen=True)
-class RetentionPolicy:
-    """How long a workflow's finished runs are kept: ``keep_days`` after they finished, and/or
-    the ``keep_last`` most recent; both None keeps them forever. ``archive_url``: an fsspec URL
-    (a folder) their history is written to, as JSON Lines, before they are deleted."""
+class MaintenanceStore:
+    """Retention and collection: a mixin of :class:`~torpor.store.sqlstore.SQLStore` (the
+    :class:`~torpor.store.domain.MaintenanceOps` part of its protocol)."""
 
-    workflow: str
-    keep_days: float | None = None
-    keep_last: int | None = None
-    archive_url: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.keep_days is not None and not self.keep_days > 0:
-            raise ConfigError(
-                f"retention of {self.workflow!r}: keep_days must be > 0, not {self.keep_days}"
-            )
-        if self.keep_last is not None and self.keep_last < 0:
-            raise ConfigError(
-                f"retention of {self.workflow!r}: keep_last must be >= 0, not {self.keep_last}"
-            )
-
-    @property
-    def forever(self) -> bool:
-        return self.keep_days is None and self.keep_last is None
-
-
-@dataclass(frozen=True)
-class RunSize:
-    """What one run occupies: its history's payloads, its engine checkpoint, the chunks and the
-    artifacts it refers to (bytes; a chunk or artifact shared with other runs counts for each)."""
-
-    run_id: str
-    workflow: str
-    status: str
-    outcome: str | None
-    history_bytes: int
-    checkpoint_bytes: int
-    chunk_bytes: int
-    artifact_bytes: int
-
-    @property
-    def total_bytes(self) -> int:
-        return self.history_bytes + self.checkpoint_bytes + self.chunk_bytes + self.artifact_bytes
-
-
-class Maintenance:
-    """Retention and collection through ``driver`` (queries ``q``)."""
-
-    def __init__(self, driver: Driver, q: dict[str, str], now_ms: Callable[[], int], io: ChunkIO):
-        self.driver = driver
-        self.q = q
-        self.now_ms = now_ms
-        self.io = io
+    driver: Driver
+    q: dict[str, str]
+    now_ms: Callable[[], int]
+    chunkio: ChunkIO
 
     # ------------------------------------------------------------- policies
 
-    def policies(self) -> list[RetentionPolicy]:
+    def retention_policies(self) -> list[RetentionPolicy]:
         """Every workflow's retention policy (a workflow without one keeps its runs forever)."""
         with self.driver.read() as cur:
             rows = self.driver.fetchall(cur, self.q["retention_policies"], {})
@@ -97,7 +52,7 @@ class Maintenance:
             for w, d, n, u in rows
         ]
 
-    def set_policy(self, policy: RetentionPolicy) -> None:
+    def set_retention_policy(self, policy: RetentionPolicy) -> None:
         """Record ``policy`` for its workflow (replacing any); a policy that keeps runs forever
         and archives nothing removes the row."""
         with self.driver.transaction() as cur:
@@ -140,7 +95,7 @@ class Maintenance:
                 return False
             for name in ("delete_run_events", "delete_run_inbox", "delete_run_refs"):
                 self.driver.execute(cur, self.q[name], {"run_id": run_id})
-        self.io.forget(run_id)
+        self.chunkio.forget(run_id)
         return True
 
     def collectable_chunks(self, grace_ms: int) -> tuple[int, int]:
@@ -177,23 +132,7 @@ class Maintenance:
         A file made before torpor chose incremental auto-vacuum needs one full ``VACUUM`` to
         switch (``convert``; it rewrites the whole file and needs it to itself for a while).
         PostgreSQL: nothing (autovacuum reuses the space). Returns what was done."""
-        if self.driver.dialect != "sqlite":
-            return "nothing to do on PostgreSQL (autovacuum reuses the space)"
-        conn: Any = getattr(self.driver, "conn")()  # noqa: B009 - the SQLite driver's own
-        mode = int(conn.execute("PRAGMA auto_vacuum").fetchone()[0])
-        if mode != 2:
-            if not convert:
-                return (
-                    "this SQLite file does not reclaim pages incrementally; "
-                    "run `torpor gc --vacuum` once to switch it (a full VACUUM)"
-                )
-            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-            conn.execute("VACUUM")
-            return "converted the file to incremental auto-vacuum (VACUUM)"
-        free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
-        # (executescript: the statement must run to completion; a cursor frees one page a step)
-        conn.executescript("PRAGMA incremental_vacuum;")
-        return f"reclaimed {free} free pages"
+        return self.driver.reclaim_pages(convert=convert)
 
     # ------------------------------------------------------------- storage figures
 
@@ -232,7 +171,7 @@ class Maintenance:
                 }
             )
 
-    def restore(self, lines: Iterable[str], where: str) -> str:
+    def restore_run(self, lines: Iterable[str], where: str) -> str:
         """Bring an archived run back (its history, its run row rebuilt by folding it, its
         chunks and references); returns its id. StoreError when the run exists already,
         CorruptRecordError naming ``where`` and the line for an archive that cannot be read."""
@@ -270,7 +209,7 @@ class Maintenance:
         arts = codec.artifact_refs([r["payload"] for r in rows] + list(sink.values()), events)
         checkpoint = codec.checkpoint_text(state, sink)
         with self.driver.transaction() as cur:
-            self.io.write(cur, run_id, sink, arts)
+            self.chunkio.write(cur, run_id, sink, arts)
             params = {
                 "run_id": run_id,
                 "workflow": rec["workflow"],
@@ -295,4 +234,4 @@ class Maintenance:
         return run_id
 
 
-__all__ = ["ARCHIVE_FORMAT", "Maintenance", "RetentionPolicy", "RunSize"]
+__all__ = ["ARCHIVE_FORMAT", "MaintenanceStore", "RetentionPolicy", "RunSize"]

@@ -118,6 +118,8 @@ class PostgresDriver:
         self._appender_slots = threading.BoundedSemaphore(max_size)
         self._connect_kw = {} if "connect_timeout" in url else {"connect_timeout": 10}
         self._closed = False
+        #: Nothing to tell whoever opened the store (see :attr:`Driver.note`).
+        self.note: str | None = None
 
     def _sql(self, sql: str) -> str:
         out = self._sql_cache.get(sql)
@@ -282,6 +284,10 @@ class PostgresDriver:
         if isinstance(exc, self._errors.UniqueViolation):
             return str(exc.diag.constraint_name or "unique")
         return None
+
+    def reclaim_pages(self, *, convert: bool = False) -> str:
+        """Nothing to do: autovacuum reuses the space (see :meth:`Driver.reclaim_pages`)."""
+        return "nothing to do on PostgreSQL (autovacuum reuses the space)"
 
     def close(self) -> None:
         self._closed = True

@@ -259,6 +259,26 @@ class SQLiteDriver:
             return str(exc).split(":", 1)[1].strip()
         return None
 
+    def reclaim_pages(self, *, convert: bool = False) -> str:
+        """The driver hook of :meth:`~torpor.store.maintenance.MaintenanceStore.reclaim_pages`:
+        ``PRAGMA incremental_vacuum``, or one full ``VACUUM`` to switch an older file to
+        incremental auto-vacuum (``convert``). Returns what was done."""
+        conn = self.conn()
+        mode = int(conn.execute("PRAGMA auto_vacuum").fetchone()[0])
+        if mode != 2:
+            if not convert:
+                return (
+                    "this SQLite file does not reclaim pages incrementally; "
+                    "run `torpor gc --vacuum` once to switch it (a full VACUUM)"
+                )
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+            conn.execute("VACUUM")
+            return "converted the file to incremental auto-vacuum (VACUUM)"
+        free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+        # (executescript: the statement must run to completion; a cursor frees one page a step)
+        conn.executescript("PRAGMA incremental_vacuum;")
+        return f"reclaimed {free} free pages"
+
     def close(self) -> None:
         with self._lock:
             for c in self._all:

@@ -1,8 +1,9 @@
 """Every domain operation of :class:`~torpor.store.base.Store`, written once over a
 :class:`~torpor.store.base.Driver`: idempotent start, leases, fenced appends, checkpoints, and
 the inbox; reading a history back (events, loading a state, completions) is :mod:`.reads`,
-retention and storage figures :mod:`.maintenance`. The SQL is in ``sql/<dialect>.sql``; rows are
-made and read by :mod:`.codec`.
+queue rows :mod:`.queues`, schedule rows :mod:`.schedules`, episode rows :mod:`.episodes`,
+retention and storage figures :mod:`.maintenance` (mixins of :class:`SQLStore`). The SQL is
+in ``sql/<dialect>.sql``; rows are made and read by :mod:`.codec`.
 
 An append takes one of two paths (both fenced, see :mod:`.base`):
 
@@ -53,8 +54,11 @@ from .base import (
 )
 from .chunkio import ChunkIO
 from .claims import claim
-from .maintenance import Maintenance
+from .episodes import EpisodeTables
+from .maintenance import MaintenanceStore
+from .queues import QueueStore
 from .reads import HistoryReads
+from .schedules import ScheduleStore
 
 #: What a store remembers of its latest append to a run under a lease, so the next append can
 #: take the plain path: (lease epoch, last seq, checkpoint seq, the row's status columns).
@@ -63,7 +67,7 @@ _Memo = tuple[int, int, int, tuple[Any, ...]]
 log = logging.getLogger("torpor.store")
 
 
-class SQLStore(HistoryReads):
+class SQLStore(HistoryReads, QueueStore, ScheduleStore, EpisodeTables, MaintenanceStore):
     """Domain operations over a :class:`~torpor.store.base.Driver`. Thread-safe when the
     driver is.
 
@@ -89,8 +93,11 @@ class SQLStore(HistoryReads):
         self.appends = Appends(
             driver, self.q, self.now_ms, self.read_events, checkpoint_every, self.chunkio
         )
-        #: Retention, collection, archives and storage figures (:mod:`.maintenance`).
-        self.maintenance = Maintenance(driver, self.q, self.now_ms, self.chunkio)
+
+    @property
+    def note(self) -> str | None:
+        """Something whoever opened the store should be told (the driver's note), or None."""
+        return self.driver.note
 
     @property
     def checkpoint_every(self) -> int:
@@ -226,7 +233,7 @@ class SQLStore(HistoryReads):
         with self.driver.read() as cur:
             row = self.driver.fetchone(cur, self.q["run_storage"], {"run_id": run_id})
         assert row is not None
-        chunk_bytes, artifact_bytes = self.maintenance.run_blob_bytes(run_id)
+        chunk_bytes, artifact_bytes = self.run_blob_bytes(run_id)
         n, history, ckpt, messages, inbox = (int(v) for v in row)
         return RunStorage(n, history, ckpt, messages, inbox, chunk_bytes, artifact_bytes)
 

@@ -1,5 +1,5 @@
--- Episodic memory queries (SQLite); the same names as postgres.sql. Columns of an episode, in
--- the order torpor.episodes.store reads them: episode_id, run_id, boundary, scope, agent,
+-- Episodic memory queries (PostgreSQL); the same names as sqlite.sql. Columns of an episode, in
+-- the order the store returns them (store/episodes.py): episode_id, run_id, boundary, scope, agent,
 -- task_type, kind, outcome, summary, lesson, at_seq, created_at_ms, conditions, refs, claims,
 -- superseded_by, then the score.
 
@@ -7,32 +7,56 @@
 SELECT workflow, scope, task_type, episodes_seq FROM runs WHERE run_id = :run_id;
 
 -- name: runs_behind
--- Runs filed for episodes whose history has boundaries not yet turned into episodes.
 SELECT run_id FROM runs
 WHERE task_type IS NOT NULL AND status IN ('waiting', 'finished')
   AND episodes_seq < (SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id)
 ORDER BY created_at_ms LIMIT :limit;
 
 -- name: insert_episode
+-- tsv: the lesson (weight A) and the summary (weight B) in the english configuration, plus
+-- the filter tokens as lexemes of their own (array_to_tsvector: taken verbatim, unparsed).
 INSERT INTO episodes (episode_id, run_id, boundary, scope, agent, task_type, kind, outcome,
-                      summary, lesson, conditions, refs, claims, tags, at_seq, created_at_ms)
+                      summary, lesson, conditions, refs, claims, tags, at_seq, created_at_ms,
+                      tsv)
 VALUES (:episode_id, :run_id, :boundary, :scope, :agent, :task_type, :kind, :outcome,
-        :summary, :lesson, :conditions, :refs, :claims, :tags, :at_seq, :created_at_ms)
+        :summary, :lesson, :conditions, :refs, :claims, :tags, :at_seq, :created_at_ms,
+        setweight(to_tsvector('english', CAST(:lesson AS text)), 'A')
+        || setweight(to_tsvector('english', CAST(:summary AS text)), 'B')
+        || array_to_tsvector(string_to_array(CAST(:tags AS text), ' ')))
 ON CONFLICT DO NOTHING
 RETURNING id;
 
--- name: index_episode
-INSERT INTO episodes_fts (rowid, summary, lesson, tags) VALUES (:id, :summary, :lesson, :tags);
+-- name: count_lexemes
+-- The new episode's lexemes (and '' for the total), in order: concurrent writers lock the
+-- counters in the same order, so they cannot deadlock.
+INSERT INTO episode_lexemes (lexeme, docs)
+SELECT l, 1 FROM (
+    SELECT unnest(tsvector_to_array(tsv)) AS l FROM episodes WHERE id = :id
+    UNION ALL SELECT ''
+) d ORDER BY l
+ON CONFLICT (lexeme) DO UPDATE SET docs = episode_lexemes.docs + 1;
 
--- name: unindex_episode
-INSERT INTO episodes_fts (episodes_fts, rowid, summary, lesson, tags)
-VALUES ('delete', :id, :summary, :lesson, :tags);
+-- name: uncount_lexemes
+UPDATE episode_lexemes s SET docs = s.docs - 1
+FROM (SELECT unnest(tsvector_to_array(tsv)) AS l FROM episodes WHERE id = :id
+      UNION ALL SELECT '') d
+WHERE s.lexeme = d.l;
+
+-- name: word_docs
+-- Episodes holding each word's lexeme (0: none; a stop word has no lexeme and is left out).
+SELECT t.w, coalesce(max(s.docs), 0)
+FROM unnest(CAST(:words AS text[])) AS t(w)
+CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector('english', t.w))) AS l(lexeme)
+LEFT JOIN episode_lexemes s ON s.lexeme = l.lexeme
+GROUP BY t.w;
+
+-- name: tag_docs
+SELECT lexeme, docs FROM episode_lexemes WHERE lexeme = ANY(CAST(:tags AS text[]));
 
 -- name: mark_captured
 UPDATE runs SET episodes_seq = :seq WHERE run_id = :run_id AND episodes_seq < :seq;
 
 -- name: live_claims
--- The latest live episodes a new one of this scope and task type may contradict.
 SELECT episode_id, claims FROM episodes
 WHERE scope = :scope AND task_type = :task_type AND superseded_by IS NULL
   AND episode_id <> :episode_id
@@ -48,7 +72,8 @@ FROM episodes WHERE episode_id = :episode_id;
 
 -- name: prunable
 SELECT id, episode_id, summary, lesson, tags FROM episodes
-WHERE created_at_ms < :before_ms AND (:superseded_only = 0 OR superseded_by IS NOT NULL)
+WHERE created_at_ms < :before_ms
+  AND (NOT CAST(:superseded_only AS boolean) OR superseded_by IS NOT NULL)
 ORDER BY created_at_ms LIMIT :limit;
 
 -- name: delete_episode
@@ -61,9 +86,9 @@ SELECT count(*) FROM episodes;
 -- An artifact an episode names, kept from garbage collection under the owner
 -- `episode:<episode id>` (its size from the run's own reference, when there is one).
 INSERT INTO blob_refs (hash, run_id, kind, size)
-VALUES (:hash, :owner, 'artifact',
+VALUES (decode(:hash, 'hex'), :owner, 'artifact',
         COALESCE((SELECT size FROM blob_refs
-                  WHERE run_id = :run_id AND kind = 'artifact' AND hash = :hash), 0))
+                  WHERE run_id = :run_id AND kind = 'artifact' AND hash = decode(:hash, 'hex')), 0))
 ON CONFLICT DO NOTHING;
 
 -- name: delete_episode_refs
@@ -72,17 +97,17 @@ DELETE FROM blob_refs WHERE run_id = :owner;
 -- name: episode_refs
 -- (episodes that name artifacts, distinct artifacts they name)
 SELECT count(DISTINCT run_id), count(DISTINCT hash) FROM blob_refs
-WHERE run_id >= 'episode:' AND run_id < 'episode;' AND kind = 'artifact';
+WHERE starts_with(run_id, 'episode:') AND kind = 'artifact';
 
 -- name: orphan_episode_refs
 -- References of episodes deleted some other way (never a run's: a run id may start so too).
 SELECT count(*) FROM blob_refs
-WHERE run_id >= 'episode:' AND run_id < 'episode;'
+WHERE starts_with(run_id, 'episode:')
   AND NOT EXISTS (SELECT 1 FROM episodes e WHERE e.episode_id = substr(blob_refs.run_id, 9))
   AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = blob_refs.run_id);
 
 -- name: drop_orphan_episode_refs
 DELETE FROM blob_refs
-WHERE run_id >= 'episode:' AND run_id < 'episode;'
+WHERE starts_with(run_id, 'episode:')
   AND NOT EXISTS (SELECT 1 FROM episodes e WHERE e.episode_id = substr(blob_refs.run_id, 9))
   AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = blob_refs.run_id);
