@@ -134,6 +134,42 @@ def test_a_revoked_key_is_refused_and_the_run_waits_for_another_approver(
     assert len(kit.ledger_entries("effect")) == 1
 
 
+def test_a_refused_decision_is_refused_by_the_folds_own_rule(rt: torpor.Runtime) -> None:
+    """Client.decide does not keep its own copy of the approval rules (G4): what it refuses —
+    someone not named, someone deciding twice, a decision on an approval already decided — it
+    refuses with the words of the fold's rule for that decision folded onto the run's state."""
+    client = torpor.Client(rt.store)
+    cfg = {"content": "patch v1\n", "approvers": ["alice", "bob", "carol"], "required": 2}
+    assert rt.run(ship, cfg, run_id="rules").wait_kind == "approval"
+
+    def fold_says(approver: str) -> str:
+        st = client.state("rules")
+        [(aid, info)] = st.approvals.items()
+        p = ApprovalDecided(
+            approval_id=aid, decision="approve", approver=approver, hashes=info.hashes,
+            signature="", scheme="ed25519",
+        )  # fmt: skip
+        ev = Event(run_id="rules", seq=st.seq + 1, type="approval_decided", payload=p,
+                   at_ms=0, epoch=st.epoch)  # fmt: skip
+        with pytest.raises(TransitionError) as refused:
+            fold([ev], st)
+        return refused.value.rule
+
+    def client_says(approver: str) -> str:
+        with pytest.raises(InboxError) as refused:
+            client.decide("rules", None, "approve", approver)
+        return str(refused.value)
+
+    assert client_says("mallory") == fold_says("mallory")
+    assert "decided by alice, bob, carol, not 'mallory'" in client_says("mallory")
+    client.decide("rules", None, "approve", "alice")
+    assert rt.resume("rules").status == "waiting"
+    [aid] = client.state("rules").approvals
+    assert (
+        client_says("alice") == fold_says("alice") == f"'alice' already decided on approval {aid!r}"
+    )
+
+
 def test_n_of_m_waits_for_n_distinct_named_approvers(rt: torpor.Runtime, tmp_path: Path) -> None:
     client = torpor.Client(rt.store)
     cfg = {"content": "patch v1\n", "approvers": ["alice", "bob", "carol"], "required": 2}

@@ -352,6 +352,23 @@ def test_episodes_section_is_bounded_and_one_per_run(rt: torpor.Runtime) -> None
     assert big.count("- run x") == 5  # one per run, at most limit
 
 
+def test_episodes_section_counts_with_the_one_token_estimate(rt: torpor.Runtime) -> None:
+    """The section's budget is counted with the estimate the rest of the context uses
+    (torpor.tokens), not a cruder one of its own: by that estimate it fits its budget, and it is
+    what counting with it explicitly gives."""
+    from torpor.tokens import estimate_text
+
+    es = EpisodeStore(rt.store)
+    es.write(
+        [ep(i, "s", f"deploy attempt {i} failed: registry 0x{i:08x} refused") for i in range(30)]
+    )
+    args = dict(scope="s", agent="ag", task_type="deploy", goal="deploy", token_budget=200)
+    text = episodes_section(rt.store, **args)  # type: ignore[arg-type]
+    assert text.count("- run x") >= 1
+    assert estimate_text(text) <= 200
+    assert text == episodes_section(rt.store, **args, count_tokens=estimate_text)  # type: ignore[arg-type]
+
+
 # ------------------------------------------------------------------ the CLI
 
 

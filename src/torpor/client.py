@@ -20,6 +20,7 @@ from .config import Settings
 from .errors import ArtifactNotFoundError, DecisionRefusedError, InboxError, RunFinishedError
 from .history import (
     REOPENABLE,
+    ApprovalDecided,
     ArtifactRef,
     EffectView,
     Event,
@@ -29,6 +30,7 @@ from .history import (
     RunStatus,
     StepView,
     Verdict,
+    candidate_refusal,
     checkpoint_answers,
     effect_views,
     message_views,
@@ -327,20 +329,14 @@ class Client:
         info = st.approvals.get(approval_id)
         if info is None:
             raise InboxError(f"run {run_id!r} has no approval {approval_id!r}")
-        if info.status != "requested":
-            raise InboxError(f"approval {approval_id!r} is already {info.status}")
-        if approval_id not in pending:
+        if info.status == "requested" and approval_id not in pending:
             raise InboxError(
                 f"approval {approval_id!r} takes no decision any more: its wait ended "
                 "(timed out) without one"
             )
-        if info.approvers and approver not in info.approvers:
-            raise InboxError(
-                f"approval {approval_id!r} is decided by {', '.join(info.approvers)}, "
-                f"not {approver!r}"
-            )
-        if any(d.approver == approver for d in info.decisions):
-            raise InboxError(f"{approver!r} already decided on approval {approval_id!r}")
+        refused = candidate_refusal(st, approval_id, decision, approver)  # the fold's rule
+        if refused is not None:
+            raise InboxError(refused)
         counted = {d.approver for d in info.decisions if d.decision == "approve"}
         self._refuse_if_decided_in_inbox(run_id, approval_id, approver, info.required, counted)
         if expect_hash and not any(h.startswith(expect_hash) for h in info.hashes):
@@ -402,7 +398,6 @@ class Client:
     ) -> dict[str, Any]:
         """The decision's message body, signed (and checked against the local keyring)."""
         from . import keys, signing
-        from .history import ApprovalDecided
 
         at = self.store.now_ms()
         body: dict[str, Any] = {

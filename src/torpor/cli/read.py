@@ -7,13 +7,12 @@ from typing import Annotated, Any
 
 import typer
 
-from .. import telemetry
 from ..history import MessageView, Outcome, RunStatus, WaitInfo
-from ..owners import owner_is_dead
-from ..queues import describe_dispatch, dispatch_of, why_not_running
-from ..store.base import InboxMessage, RunRecord
+from ..queues import describe_dispatch, why_not_running
+from ..report.approvals import approval_lines, trust_here
+from ..report.run import gather, lease_text
+from ..store.base import InboxMessage
 from ..urls import display_url
-from .approvals import approval_lines, trust_here
 from .context import open_client
 from .render import (
     add_row,
@@ -87,17 +86,6 @@ def list_runs(
     out.print(table)
 
 
-def lease_text(r: RunRecord, now_ms: int) -> str:
-    """A run's status with what its lease says: ``(leased)`` while a live holder has it,
-    ``(holder dead)`` for a holder on this machine proven dead (``resume`` takes it over at
-    once), ``(resumable: holder gone)`` once an unreleased lease expired."""
-    if not r.lease_owner or r.status == RunStatus.FINISHED.value:
-        return r.status
-    if r.lease_expires_at_ms <= now_ms:
-        return f"{r.status} (resumable: holder gone)"
-    return r.status + (" (holder dead)" if owner_is_dead(r.lease_owner) else " (leased)")
-
-
 def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
     """Show a run: checkpoint answers, steps, effects, artifacts, waits, approvals, outcome.
 
@@ -109,50 +97,12 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
     Example: torpor show deploy-42
     """
     with open_client(ctx, read_only=True) as client:
-        rec = client.get(run_id)
-        state = client.state(run_id)
-        answers = client.answers(run_id)
-        steps = client.steps(run_id)
-        effects = client.effects(run_id)
-        artifacts = client.artifacts(run_id)
-        inbox = client.inbox(run_id)
-        now = client.store.now_ms()
-        messages = client.messages(run_id)
-        trace_id = telemetry.trace_id_of(client.store.trace_context(run_id))
-        not_running = why_not_running(client.store, run_id)
-        dispatch = dispatch_of(client.store, run_id)
-        stored = client.storage(run_id)
-    pending = {k: v.hashes for k, v in state.open_approvals().items()}
+        report = gather(client, run_id)
     if json_out:
-        emit_json(
-            {
-                "run": rec,
-                "status": state.status.value,
-                "outcome": state.outcome.value if state.outcome else None,
-                "reason": state.outcome_reason,
-                "result": state.result,
-                "answers": answers,
-                "steps": steps,
-                "effects": effects,
-                "artifacts": artifacts,
-                "wait": state.wait,
-                "approvals": state.approvals,
-                "pending_approvals": pending,
-                "inbox": inbox,
-                "messages": messages,
-                "warnings": state.warnings,
-                "cancel_requested": state.cancel_requested,
-                "plan_version": state.plan_version,
-                "plan": state.plan,
-                "usage": {**state.usage.model_dump(), "tokens": state.usage.tokens},
-                "budget": state.budget,
-                "trace_id": trace_id,
-                "not_running": not_running,
-                "dispatch": dispatch,
-                "storage": {**stored.__dict__, "total_bytes": stored.total_bytes},
-            }
-        )
+        emit_json(report.as_json())
         return
+    live, rec, state = report.summary, report.rec, report.state
+    stored, dispatch, not_running = report.storage, report.dispatch, live.not_running
 
     out = console()
     status = state.status.value + (f" ({state.wait.kind})" if state.wait else "")
@@ -164,8 +114,8 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
     ]
     if state.outcome_reason:
         pairs.append(("reason", state.outcome_reason))
-    if trace_id:
-        pairs.append(("trace", trace_id))
+    if report.trace_id:
+        pairs.append(("trace", report.trace_id))
     if state.result is not None:
         pairs.append(("result", short(state.result, 300)))
     if state.goal:
@@ -183,8 +133,8 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         pairs.append(
             ("infrastructure", f"{rec.infra_retries} append(s) read back after a lost connection")
         )
-    if rec.lease_owner and state.status is not RunStatus.FINISHED:
-        pairs.append(("lease", f"{lease_text(rec, now)} by {rec.lease_owner}"))
+    if live.lease:
+        pairs.append(("lease", live.lease))
     if state.cancel_requested:
         pairs.append(("cancel", "requested"))
     if state.warnings:
@@ -193,35 +143,25 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
     fields(out, pairs)
 
     heading(out, "Checkpoint")
-    ev = answers.get("evidence", {})
-    verifs = ", ".join(
-        f"{k}: {'passed' if v.get('passed') else 'FAILED'}"
-        for k, v in ev.get("verifications", {}).items()
-    )
-    arts = ", ".join(f"{k} {v}" for k, v in ev.get("artifacts", {}).items())
+    verifs = ", ".join(f"{k}: {'passed' if ok else 'FAILED'}" for k, ok in live.verifications)
+    arts = ", ".join(f"{k} {v}" for k, v in live.evidence_artifacts)
     evidence = "; ".join(x for x in (verifs, arts) if x) or "none yet"
-    effects_now = ", ".join(f"{k}: {v}" for k, v in answers.get("effects", {}).items())
-    if answers.get("effects_performed"):
-        done = f"{answers['effects_performed']} performed"
+    effects_now = ", ".join(f"{k}: {v}" for k, v in live.in_doubt)
+    if live.effects_performed:
+        done = f"{live.effects_performed} performed"
         effects_now = f"{done}; in doubt: {effects_now}" if effects_now else done
-    nxt = answers.get("next")
-    held = rec.lease_owner and rec.lease_expires_at_ms > now and not owner_is_dead(rec.lease_owner)
-    if held and state.status is not RunStatus.FINISHED:
-        # Someone is executing it: an effect without an observation is being performed, not
-        # waiting to be reconciled.
-        nxt = f"in progress (held by {rec.lease_owner})"
     rows: list[tuple[str, Any]] = []
-    if state.status is not RunStatus.FINISHED:  # a finished run establishes nothing any more
-        rows.append(("establishing", answers.get("establishing") or "-"))
+    if live.establishing is not None:  # a finished run establishes nothing any more
+        rows.append(("establishing", live.establishing))
     rows += [
         ("evidence", evidence),
         ("effects", effects_now or "none that may have happened"),
-        ("next", nxt),
+        ("next", live.next),
     ]
     fields(out, rows)
 
     u, b = state.usage, state.budget
-    if state.plan_version or u.model_calls or any(v is not None for v in b.model_dump().values()):
+    if report.is_agent:
         heading(out, "Agent")  # plan, usage and budget (issue 4)
         counts: dict[str, int] = {}
         for call in state.plan.values():
@@ -249,22 +189,22 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
             ],
         )
 
-    if steps:
+    if report.steps:
         table = new_table("STEP", "POLICY", "STATUS", "ATTEMPTS", "PURPOSE", title="Steps")
-        for s in steps:
+        for s in report.steps:
             add_row(table, s.step_id, s.policy, s.status, s.attempts, s.purpose)
         out.print()
         out.print(table)
 
-    if effects:
+    if report.effects:
         table = new_table(
             "KEY", "STEP", "OPERATION", "STATUS", "ATTEMPT", "REASON", title="Effects"
         )
-        for e in effects:
+        for e in report.effects:
             add_row(table, e.key, e.step_id, e.operation, e.status, e.attempt, e.reason)
         out.print()
         out.print(table)
-        for e in effects:
+        for e in report.effects:
             if e.status == "unknown":
                 out.print(
                     plain(
@@ -283,10 +223,10 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
                     )
                 )
 
-    if artifacts:
+    if report.artifacts:
         table = new_table("NAME", "VERSION", "SHA256", "SIZE", "MEDIA TYPE", title="Artifacts")
         table.columns[2].overflow = "fold"
-        for a in artifacts:
+        for a in report.artifacts:
             add_row(table, a.name, a.version, a.sha256, a.size, a.media_type)
         out.print()
         out.print(table)
@@ -314,7 +254,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
 
     if state.approvals:
         heading(out, "Approvals")
-        decided = {m.body.get("approval_id") for m in inbox if m.kind == "decision"}
+        decided, pending = report.decided_in_inbox, report.pending_approvals
         trust = trust_here(options(ctx).settings())
         for aid, info in state.approvals.items():
             for text, style in approval_lines(
@@ -324,7 +264,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
             if aid in decided and info.status == "requested":
                 out.print(plain("  a decision is in the inbox; it is checked when the run resumes"))
 
-    _messages(out, messages, inbox, state.wait)
+    _messages(out, report.messages, report.inbox, state.wait)
 
 
 def _messages(

@@ -24,6 +24,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..report.text import local_time as when
+
 
 def console(stderr: bool = False) -> Console:
     """A console on stdout (or stderr) that prints recorded text as is."""
@@ -71,13 +73,6 @@ def emit_json(data: Any) -> None:
     """Print ``data`` as indented JSON on stdout (the ``--json`` output)."""
     text = json.dumps(data, indent=2, default=json_default, ensure_ascii=False)
     sys.stdout.write(_JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
-
-
-def when(ms: int | None) -> str:
-    """Epoch milliseconds as local time."""
-    if ms is None:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
 def relative(ms: int | None) -> str:

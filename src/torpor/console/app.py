@@ -33,10 +33,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..cli.approvals import trust_here
 from ..client import Client
 from ..config import Settings
 from ..keys import Trust
+from ..report.approvals import trust_here
 from ..urls import display_url
 from .actions import Audit, Delegate, Steering
 from .sessions import Session, Sessions, Throttle

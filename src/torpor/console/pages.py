@@ -9,8 +9,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cli.approvals import decision_line
-from ..cli.read import lease_text
 from ..client import Client
 from ..errors import ArtifactNotFoundError, TorporError
 from ..history import (
@@ -25,7 +23,8 @@ from ..history import (
 from ..keys import Trust
 from ..memory.view import context_view
 from ..queues import why_not_running
-from ..store import RunRecord
+from ..report.approvals import decision_line
+from ..report.run import RunSummary, gather, lease_text, summarize
 from . import views
 from .views import short, when
 
@@ -230,63 +229,46 @@ class Storage:
 
 def summary(client: Client, run_id: str) -> dict[str, Any]:
     """The live part of a run page (polled): status, outcome, the four answers, lease."""
-    rec = client.get(run_id)
-    state = client.state(run_id)
-    return _summary(client, rec, state)
+    return _summary(summarize(client, run_id))
 
 
-def _summary(client: Client, rec: RunRecord, state: RunState) -> dict[str, Any]:
-    from ..owners import owner_is_dead
-
-    now = client.store.now_ms()
-    answers = client.answers(rec.run_id)
-    ev = answers.get("evidence", {})
-    verifications = [(k, bool(v.get("passed"))) for k, v in ev.get("verifications", {}).items()]
-    nxt = answers.get("next")
-    held = rec.lease_owner and rec.lease_expires_at_ms > now and not owner_is_dead(rec.lease_owner)
-    if held and state.status is not RunStatus.FINISHED:
-        nxt = f"in progress (held by {rec.lease_owner})"
+def _summary(live: RunSummary) -> dict[str, Any]:
+    rec, state = live.rec, live.state
     return {
         "run_id": rec.run_id,
         "status": state.status.value,
-        "status_text": lease_text(rec, now),
+        "status_text": live.status_text,
         "wait": state.wait,
         "outcome": state.outcome.value if state.outcome else "",
         "reason": state.outcome_reason,
         "result": short(state.result, 600) if state.result is not None else "",
         "attention": state.attention,
-        "not_running": why_not_running(client.store, rec.run_id)
-        if state.status is RunStatus.PENDING
-        else None,
+        "not_running": live.not_running if state.status is RunStatus.PENDING else None,
         "cancel_requested": state.cancel_requested,
         "last_seq": rec.last_seq,
         "checkpoint_seq": rec.checkpoint_seq,
         "updated": when(rec.updated_at_ms),
-        "lease": f"{lease_text(rec, now)} by {rec.lease_owner}"
-        if rec.lease_owner and state.status is not RunStatus.FINISHED
-        else "",
-        "establishing": answers.get("establishing") or "-"
-        if state.status is not RunStatus.FINISHED
-        else "",
-        "verifications": verifications,
-        "evidence_artifacts": list(ev.get("artifacts", {}).items()),
-        "in_doubt": list(answers.get("effects", {}).items()),
-        "effects_performed": answers.get("effects_performed", 0),
-        "next": nxt,
+        "lease": live.lease,
+        "establishing": live.establishing or "",
+        "verifications": live.verifications,
+        "evidence_artifacts": live.evidence_artifacts,
+        "in_doubt": live.in_doubt,
+        "effects_performed": live.effects_performed,
+        "next": live.next,
     }
 
 
 def run_page(client: Client, run_id: str, trust: Trust | None) -> dict[str, Any]:
-    """Everything the run page shows (see the module docstring of :mod:`torpor.console`)."""
-    rec = client.get(run_id)
-    state = client.state(run_id)
-    events = client.events(run_id)
-    inbox = client.inbox(run_id)
+    """Everything the run page shows (see the module docstring of :mod:`torpor.console`),
+    from the run's report (:func:`torpor.report.run.gather`, with its events)."""
+    report = gather(client, run_id, events=True)
+    rec, state, inbox = report.rec, report.state, report.inbox
+    events = report.events or []
     finished = state.status is RunStatus.FINISHED
     tries = views.attempts_of(events)
     steps = [
         StepRow(s.step_id, s.policy, s.status, s.attempts, s.purpose, tries.get(s.step_id, []))
-        for s in client.steps(run_id)
+        for s in report.steps
     ]
     effect_log = views.effect_history(events)
     reopenable = not finished or state.outcome in REOPENABLE
@@ -301,11 +283,11 @@ def run_page(client: Client, run_id: str, trust: Trust | None) -> dict[str, Any]
             effect_log.get(e.key, []),
             e.status in ("intended", "unknown") and reopenable,
         )
-        for e in client.effects(run_id)
+        for e in report.effects
     ]
-    arts = client.artifacts(run_id)
+    arts = report.artifacts
     unique = {a.sha256: a.size for a in arts}
-    st = client.storage(run_id)
+    st = report.storage
     storage = Storage(
         st.events,
         st.history_bytes,
@@ -315,15 +297,12 @@ def run_page(client: Client, run_id: str, trust: Trust | None) -> dict[str, Any]
         len(unique),
         sum(unique.values()),
     )
-    u, b = state.usage, state.budget
-    is_agent = bool(
-        state.plan_version or u.model_calls or any(v is not None for v in b.model_dump().values())
-    )
+    is_agent = report.is_agent
     blocked = finished and state.outcome is Outcome.BLOCKED
     return {
         "rec": rec,
         "state": state,
-        "live": _summary(client, rec, state),
+        "live": _summary(report.summary),
         "created": when(rec.created_at_ms),
         "steps": steps,
         "open_steps": [k for k, v in state.steps.items() if v.status == "started"],
@@ -331,13 +310,13 @@ def run_page(client: Client, run_id: str, trust: Trust | None) -> dict[str, Any]
         "waits": views.waits_of(events),
         "approvals": approval_rows(run_id, state, events, inbox, trust),
         "artifacts": arts,
-        "messages": views.message_rows(client.messages(run_id), inbox, state),
+        "messages": views.message_rows(report.messages, inbox, state),
         "storage": storage,
         "is_agent": is_agent,
         "context": context_view(state) if is_agent else None,
         "plan": sorted(state.plan.items(), key=lambda kv: (kv[1].version, kv[0])),
-        "usage": u,
-        "budget": b,
+        "usage": state.usage,
+        "budget": state.budget,
         "timeline": views.timeline(events[-TIMELINE_ROWS:]),
         "timeline_cut": max(0, len(events) - TIMELINE_ROWS),
         "can_cancel": not finished and not state.cancel_requested,

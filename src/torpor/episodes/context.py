@@ -8,12 +8,9 @@ import time
 from collections.abc import Callable
 
 from ..store.base import Store
+from ..tokens import estimate_text
 from .model import Episode
 from .store import EpisodeStore
-
-#: Characters per token assumed when no tokenizer is given (a conservative estimate for
-#: English prose; the budget is an upper bound, not a target).
-CHARS_PER_TOKEN = 4
 
 SECTION_TITLE = "Episodes: what earlier runs of this task did, what failed and why"
 
@@ -78,12 +75,13 @@ def episodes_section(
 ) -> str:
     """The episodes section text for a run of ``agent``/``task_type`` in ``scope`` pursuing
     ``goal``, at most ``token_budget`` tokens (``count_tokens(text) -> int`` when given, else
-    characters / :data:`CHARS_PER_TOKEN`); ``""`` when there is nothing to say or no room.
-    ``exclude_run``: the run the context is for (its own episodes are not lessons of earlier
-    runs); ``until_ms``: only episodes created by then (epoch ms)."""
+    :func:`torpor.tokens.estimate_text`, the estimate the rest of an agent's context is counted
+    with); ``""`` when there is nothing to say or no room. ``exclude_run``: the run the
+    context is for (its own episodes are not lessons of earlier runs); ``until_ms``: only
+    episodes created by then (epoch ms)."""
     if token_budget <= 0:
         return ""
-    count = count_tokens or (lambda s: -(-len(s) // CHARS_PER_TOKEN))
+    count = count_tokens or estimate_text
     chosen = select_episodes(
         EpisodeStore(store),
         scope=scope,
@@ -139,7 +137,6 @@ def section_for_run(
 
 
 __all__ = [
-    "CHARS_PER_TOKEN",
     "SECTION_TITLE",
     "episodes_section",
     "render_episode",

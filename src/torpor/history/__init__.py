@@ -12,6 +12,7 @@ them. Nothing here does I/O; every layer above records through these types.
 
 from . import decisions as _decisions  # noqa: F401  (registers the approval rules)
 from . import waits as _waits  # noqa: F401  (registers the wait and message rules)
+from .decisions import candidate_refusal
 from .events import (
     EVENT_SCHEMA_VERSION,
     EVENT_TYPES,
@@ -150,6 +151,7 @@ __all__ = [
     "WaitStarted",
     "WarningRecorded",
     "apply",
+    "candidate_refusal",
     "checkpoint_answers",
     "crashed_attempts",
     "effect_views",

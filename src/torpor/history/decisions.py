@@ -8,6 +8,7 @@ outside this pure layer (:mod:`torpor.engine.approvals`).
 
 from __future__ import annotations
 
+from ..errors import TransitionError
 from .events import (
     ApprovalConsumed,
     ApprovalDecided,
@@ -16,8 +17,39 @@ from .events import (
     ApprovalRevoked,
     Event,
 )
-from .fold import Refuse, rule
+from .fold import Refuse, fold, rule
 from .state import ApprovalInfo, DecisionInfo, RunState
+
+
+def candidate_refusal(s: RunState, approval_id: str, decision: str, approver: str) -> str | None:
+    """The rule that would refuse ``approver``'s ``decision`` (``approve`` / ``deny``) on
+    ``approval_id`` if it were the run's next event — the approval already decided or revoked,
+    ``approver`` not one of the people it names, ``approver`` already decided on it — or None
+    when the fold would take it. A client asks before it signs and sends a decision, so that a
+    person is told at once, in the words of the rule itself (the rules live here only, G4);
+    ``s`` is not changed. The signature is not checked here (see :mod:`torpor.keys`)."""
+    cur = s.approvals.get(approval_id)
+    candidate = ApprovalDecided(
+        approval_id=approval_id,
+        decision="approve" if decision == "approve" else "deny",
+        approver=approver,
+        hashes=list(cur.hashes) if cur is not None else [],
+        signature="",
+        scheme="ed25519",
+    )
+    event = Event(
+        run_id=s.run_id,
+        seq=s.seq + 1,
+        type="approval_decided",
+        payload=candidate,
+        at_ms=0,
+        epoch=s.epoch,
+    )
+    try:
+        fold([event], s)
+    except TransitionError as exc:
+        return exc.rule
+    return None
 
 
 @rule(ApprovalRequested)
@@ -55,8 +87,8 @@ def _approval_decided(s: RunState, p: ApprovalDecided, e: Event, refuse: Refuse)
         raise refuse(f"decision on approval {p.approval_id!r} names different content hashes")
     if p.scheme != "policy" and cur.approvers and p.approver not in cur.approvers:
         raise refuse(
-            f"{p.approver!r} is not one of the approvers of {p.approval_id!r} "
-            f"({', '.join(cur.approvers)})"
+            f"approval {p.approval_id!r} is decided by {', '.join(cur.approvers)}, not "
+            f"{p.approver!r}: not one of the approvers"
         )
     if any(d.approver == p.approver for d in cur.decisions):
         raise refuse(f"{p.approver!r} already decided on approval {p.approval_id!r}")

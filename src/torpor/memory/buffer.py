@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from ..agents.models.base import Message, ToolCall
+from ..messages import Message, ToolCall
 from .tokens import MESSAGE_OVERHEAD_TOKENS, estimate_message, estimate_text
 
 #: Longest tool result kept in the buffer, in characters (the raw observation stays in the

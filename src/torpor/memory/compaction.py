@@ -25,8 +25,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from ..agents.models.base import Message, Model, ModelResponse, ToolSpec
 from ..errors import SummaryFailed, TorporError
+from ..messages import Message, Model, ModelResponse, ToolSpec
 from .buffer import Buffer, Unit
 from .tokens import estimate_text
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .. import serde
-from ..agents.models.base import Message
 from ..errors import BadInputError
+from ..messages import Message
 from .tokens import MESSAGE_OVERHEAD_TOKENS, REQUEST_OVERHEAD_TOKENS, estimate_message
 from .tokens import estimate_text as _estimate_text
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from .. import serde
-from ..agents.models.base import Message
 from ..history import RunState
+from ..messages import Message
 from .context import BuiltContext
 from .working import SNAPSHOT_VERSION, AgentSnapshot, model_turns, next_context, sections_of
 

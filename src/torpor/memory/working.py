@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..agents.models.base import Message, ToolSpec
+from ..messages import Message, ToolSpec
 from .buffer import Buffer
 from .compaction import Summary
 from .config import Memory

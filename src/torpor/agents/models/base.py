@@ -1,13 +1,15 @@
 """The one small model protocol: messages + tool definitions in; a message, tool calls and
-token usage out. Provider-neutral types; the adapters translate them to each wire format."""
+token usage out. The provider-neutral types live in :mod:`torpor.messages` (below the agents
+and the memory that both use them) and are re-exported here; the adapters translate them to
+each wire format. Prices and the translation of SDK errors are here."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from ...errors import (
     ModelError,
@@ -16,64 +18,7 @@ from ...errors import (
     ModelTimeoutError,
     ModelUnavailableError,
 )
-
-
-class ToolCall(BaseModel):
-    """A tool call requested by a model. ``arguments`` is the parsed JSON object; when the
-    model sent text that is not a JSON object, ``arguments`` is empty and ``raw_arguments``
-    holds the text (the agent returns the parse error to the model as an observation)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    name: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
-    raw_arguments: str | None = None
-
-
-class Message(BaseModel):
-    """One message of a conversation. ``tool`` messages answer the call ``tool_call_id``."""
-
-    model_config = ConfigDict(frozen=True)
-
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str = ""
-    tool_calls: list[ToolCall] = Field(default_factory=list)
-    tool_call_id: str | None = None
-    is_error: bool = False
-
-    @classmethod
-    def system(cls, text: str) -> Message:
-        return cls(role="system", content=text)
-
-    @classmethod
-    def user(cls, text: str) -> Message:
-        return cls(role="user", content=text)
-
-    @classmethod
-    def tool_result(cls, call_id: str, text: str, *, is_error: bool = False) -> Message:
-        return cls(role="tool", content=text, tool_call_id=call_id, is_error=is_error)
-
-
-class ToolSpec(BaseModel):
-    """A tool as a model sees it: name, description, JSON schema of its arguments."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    description: str = ""
-    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
-
-
-class TokenUsage(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.input_tokens + self.output_tokens
+from ...messages import Message, Model, ModelResponse, TokenUsage, ToolCall, ToolSpec
 
 
 class Price(BaseModel):
@@ -88,27 +33,6 @@ class Price(BaseModel):
         return (
             usage.input_tokens * self.input_per_mtok + usage.output_tokens * self.output_per_mtok
         ) / 1_000_000
-
-
-class ModelResponse(BaseModel):
-    """What a model call returned. ``cost_usd`` is ``None`` when the price is unknown."""
-
-    message: Message
-    usage: TokenUsage = Field(default_factory=TokenUsage)
-    model: str = ""
-    stop_reason: str = ""
-    cost_usd: float | None = None
-
-
-@runtime_checkable
-class Model(Protocol):
-    """Anything that completes a conversation. ``model_id`` is recorded with every call."""
-
-    model_id: str
-
-    def complete(
-        self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()
-    ) -> ModelResponse: ...
 
 
 # ------------------------------------------------------------------ errors
@@ -174,3 +98,21 @@ def sdk_errors(model_id: str, sdk: Any, base: type[BaseException]) -> Iterator[N
         raise cls(model_id, _detail(exc), status=exc.status_code) from exc
     except base as exc:
         raise ModelError(model_id, f"{type(exc).__name__}: {exc}") from exc
+
+
+__all__ = [
+    "Message",
+    "Model",
+    "ModelError",
+    "ModelRateLimitedError",
+    "ModelRequestError",
+    "ModelResponse",
+    "ModelTimeoutError",
+    "ModelUnavailableError",
+    "Price",
+    "TokenUsage",
+    "ToolCall",
+    "ToolSpec",
+    "retry_after_s",
+    "sdk_errors",
+]

@@ -1,4 +1,5 @@
-"""How ``torpor show`` tells who decided an approval, and how that is known (G6).
+"""How a run's report tells who decided an approval, and how that is known (G6): the lines
+``torpor show`` prints and the console's run page shows.
 
 Each counted decision is labelled by how it is authenticated — signed by the person's key (or
 by a delegate for them), the local shared key ("not attributable"), or a policy ("the start
@@ -13,7 +14,7 @@ from ..config import Settings
 from ..errors import ConfigError
 from ..history import ApprovalInfo, DecisionInfo
 from ..keys import Trust
-from .render import when
+from .text import local_time as when
 
 Line = tuple[str, str]  # (text, Rich style)
 
