@@ -5,6 +5,8 @@ reached through its module (``torpor.errors``, ``torpor.history``, ``torpor.agen
 
 from __future__ import annotations
 
+import pytest
+
 import torpor
 
 PUBLIC = [
@@ -150,6 +152,7 @@ def test_every_exception_derives_from_the_one_root() -> None:
             assert issubclass(cls, errors.TorporError), name
 
 
+@pytest.mark.proc  # a fresh interpreter: no earlier import may hide a missing name
 def test_every_name_an_earlier_version_exported_still_imports() -> None:
     """``torpor.X`` and ``from torpor import X`` work for every name any earlier version
     exported, in a fresh interpreter (nothing imported beforehand masks a missing name)."""
