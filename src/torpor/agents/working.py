@@ -430,6 +430,8 @@ class WorkingMemory:
         )
         self._apply(rec.result["folded"], rec.result["summary"], call_ids, number)
         self.limit_tokens = int(rec.result["limit_tokens"])
+        if rec.new:
+            faults.point("memory.overflow")
         self._retrying = True
         try:
             return self.conversation(self.instructions)
