@@ -94,7 +94,10 @@ _TIMESTAMP = re.compile(
 _NAMING = re.compile(
     r"\b(id|key|hash|sha|digest|commit|release|version|build|ticket|issue|path|file|dir|"
     r"token|tag|branch|image|url|port|host|account|order|number|no|ref|run|job|pr|record|"
-    r"revision|checksum|batch|invoice|customer|user|table|bucket|region|endpoint)\b[\s:=#'\"]*$",
+    r"revision|checksum|batch|invoice|customer|user|table|bucket|region|endpoint|artifact|"
+    r"archive|bundle|report|dump|snapshot|backup|package|manifest|"
+    r"(?:stored|saved|written|created|uploaded|moved|copied|located|published|found|kept|"
+    r"lives?|deployed|pushed|tagged) (?:at|to|in|as|under|on))\b[\s:=#'\"]*$",
     re.IGNORECASE,
 )
 
