@@ -227,3 +227,28 @@ def test_a_long_run_uses_its_budget_before_it_drops_facts(store_url: str, tmp_pa
     assert all(b.total_tokens >= 0.9 * b.budget_tokens for b in late), [
         b.total_tokens for b in late
     ]
+
+
+def test_a_long_result_keeps_its_tail_and_the_defaults_do_not_surprise(store_url: str) -> None:
+    """Tool results were cut to their first 4,000 characters (the error at a log's end lost)
+    and a ReAct agent stopped at 50 plan versions — one per model turn."""
+    from torpor.agents.models import ScriptedModel, say, use
+
+    text = result_text("succeeded", {"log": "x" * 30_000 + " FINAL: checksum mismatch"})
+    assert "checksum mismatch" in text and "chars clipped" in text and len(text) < 8100
+    assert "chars clipped" not in result_text("succeeded", {"log": "y" * 6000})
+    tools = torpor.Tools()
+
+    @tools.tool
+    def ping(n: int) -> int:
+        return n
+
+    turns = 60
+    model = ScriptedModel([use(("ping", {"n": i})) for i in range(turns)] + [say("done")])
+    agent = torpor.Agent(
+        "test.memory.many-turns", goal="ping", tools=tools, planner=torpor.ReActPlanner(model)
+    )
+    with torpor.Runtime(store_url) as rt:
+        res = rt.run(agent, {}, run_id="many", scope="many")
+    assert res.outcome == "succeeded", res
+    assert res.result["plan_version"] == turns
