@@ -61,7 +61,7 @@ SAY: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
         "decision": (
             (
                 "standardise",
-                "We'll standardise on {chosen} ({topic}); {rejected} loses on {reason}.",
+                "We'll standardise on {chosen} ({topic}); {rejected} is out: {reason}.",
             ),
             ("terse", "{topic}: {chosen}. Not {rejected} - {reason}."),
             ("adr", "Adopt {chosen}, reject {rejected}. Rationale: {reason}."),

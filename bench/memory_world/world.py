@@ -300,22 +300,27 @@ def _plant(b: _Builder, i: int, kind: str, place: str) -> tuple[Turn, str, tuple
     tool_out = place == "tool"
     noisy = rng.random() < 0.25
     tail = rng.random() < 0.6
+    sub = ""
     if kind == "identifier":
         sub = rng.choice(("path", "hash", "id", "version", "number"))
         what, value, probe = b.ident(sub)
         fields = {"what": what, "value": value}
         probes: tuple[Probe, ...] = (probe,)
     elif kind == "decision":
-        chosen, rejected = names.term(v.options), names.term(v.options)
-        reason = rng.choice(v.reasons)
-        if "{n}" in reason:
+        open_topics = [(t, o) for t, o in v.topics if len(set(o) - names.used_terms) >= 2]
+        fresh = [(t, o) for t, o in open_topics if not set(o) & names.used_terms]
+        topic, options = rng.choice(fresh or open_topics)
+        chosen, rejected = names.term(options), names.term(options)
+        reason, terms = rng.choice(v.reasons)
+        if terms and not set(terms) <= names.used_terms:
+            t = names.term(terms)
+            reason, rp = reason.format(t=t), Probe("term", t)
+        else:
+            reason, _ = rng.choice([r for r in v.reasons if not r[1]])
             num = str(names.num(10000, 99999))
             reason, rp = reason.format(n=num), Probe("exact", num)
-        else:
-            t = names.term(v.reason_terms)
-            reason, rp = reason.format(t=t), Probe("term", t)
         fields = {
-            "topic": rng.choice(v.topics),
+            "topic": topic,
             "chosen": chosen,
             "rejected": rejected,
             "reason": reason,
@@ -346,7 +351,15 @@ def _plant(b: _Builder, i: int, kind: str, place: str) -> tuple[Turn, str, tuple
         )
         turn = Turn(i, intent, "http_get", args, output=b.comments(line, tail))
         return turn, line, probes, f"{fam}.{kind}.comment.{name}"
-    name, t = b.tmpl(ph.TOOL_LINES[fam][kind])
+    lines = ph.TOOL_LINES[fam][kind]
+    if kind == "identifier":  # a template that fits what the value is
+        fits = {"dev": {"number": ("kv",)}, "heldout": {"number": ("image",)}}[fam]
+        allowed = fits.get(sub) or tuple(n for n, _ in lines if n not in ("kv", "bisect"))
+        if sub == "hash" and fam == "heldout":
+            allowed = ("bisect", "image", "latest")
+        lines = tuple(x for x in lines if x[0] in allowed)
+        fields = {**fields, "what": fields["what"].removeprefix("the ")}
+    name, t = b.tmpl(lines)
     line = t.format(**fields)
     template = f"{fam}.{kind}.tool.{name}"
     if kind in ("decision", "question"):
