@@ -28,7 +28,6 @@ from ..memory.compaction import (
     call_label,
     choose,
     due,
-    merged,
 )
 from ..memory.context import PRIORITIES, BuiltContext, ContextSection, SectionRequest
 from ..memory.facts import result_facts
@@ -252,6 +251,7 @@ class WorkingMemory:
                         step=step,
                         goal=self.ctx.agent.goal,
                         label=call_label(c.tool, c.args, status, step),
+                        args=c.args,
                     )
                     return
 
@@ -294,34 +294,14 @@ class WorkingMemory:
             self.ctx.run.warn(f"compaction skipped, the buffer is unchanged: {exc}")
             return
         before = buf.tokens()
-        new = Summary(
-            lines=merged(self.summary.lines, lines),
-            turns_folded=self.summary.turns_folded + len(units),
-            model_turns_folded=self.summary.model_turns_folded
-            + sum(1 for u in units if u.kind == "model"),
-            dropped_lines=self.summary.dropped_lines,
-        ).trimmed(cfg.summary_keep_tokens)
+        new = self.summary.folded(units, lines, cfg.summary_keep_tokens)
         call_ids = [c.call_id for u in units for c in u.calls]
-        refs = [r for u in units for r in u.refs]
-        refs += [c.step for u in units for c in u.calls if c.step]
-        after = before - sum(u.tokens() for u in units)
         number = self.compactions + 1
         summary_data = new.model_dump(mode="json")
 
         def work(sid: str) -> tuple[Any, list[Payload]]:
             return {"summary": summary_data, "folded": idx}, [
-                ContextCompacted(
-                    step_id=sid,
-                    number=number,
-                    turns=[u.turn for u in units],
-                    call_ids=call_ids,
-                    refs=refs[:200],
-                    summarizer=summarizer.name,
-                    summary_hash=serde.hash_value(summary_data),
-                    summary_tokens=new.tokens(),
-                    buffer_tokens_before=before,
-                    buffer_tokens_after=after,
-                )
+                _compacted(sid, number, units, new, summary_data, before, summarizer.name)
             ]
 
         rec = self.ctx.run.journal.record("compact", work, purpose=f"compaction {number}")
@@ -391,13 +371,7 @@ class WorkingMemory:
         idx = choose(buf, 0)
         units = [self.buffer_units[i] for i in idx]
         lines = ExtractiveSummarizer(self.ctx.agent.goal).summarize(self.ctx, units, self.summary)
-        new = Summary(
-            lines=merged(self.summary.lines, lines),
-            turns_folded=self.summary.turns_folded + len(units),
-            model_turns_folded=self.summary.model_turns_folded
-            + sum(1 for u in units if u.kind == "model"),
-            dropped_lines=self.summary.dropped_lines,
-        ).trimmed(self.config.summary_keep_tokens)
+        new = self.summary.folded(units, lines, self.config.summary_keep_tokens)
         number = self.compactions + 1
         before = buf.tokens()
         call_ids = [c.call_id for u in units for c in u.calls]
@@ -410,18 +384,7 @@ class WorkingMemory:
 
         def work(step: str) -> tuple[Any, list[Payload]]:
             return {"summary": summary_data, "folded": idx, "limit_tokens": target}, [
-                ContextCompacted(
-                    step_id=step,
-                    number=number,
-                    turns=[u.turn for u in units],
-                    call_ids=call_ids,
-                    refs=[r for u in units for r in u.refs][:200],
-                    summarizer="extractive",
-                    summary_hash=serde.hash_value(summary_data),
-                    summary_tokens=new.tokens(),
-                    buffer_tokens_before=before,
-                    buffer_tokens_after=before - sum(u.tokens() for u in units),
-                ),
+                _compacted(step, number, units, new, summary_data, before, "extractive"),
                 WarningRecorded(message=warning, step_id=step),
             ]
 
@@ -565,6 +528,31 @@ class WorkingMemory:
             text = data[: self.config.artifact_chars * 2].decode("utf-8", "replace")
             out[h] = text[: self.config.artifact_chars]
         return out
+
+
+def _compacted(
+    sid: str,
+    number: int,
+    units: Sequence[Unit],
+    new: Summary,
+    summary_data: Any,
+    before: int,
+    summarizer: str,
+) -> ContextCompacted:
+    """The ``context_compacted`` event of folding ``units`` into ``new``."""
+    refs = [r for u in units for r in u.refs] + [c.step for u in units for c in u.calls if c.step]
+    return ContextCompacted(
+        step_id=sid,
+        number=number,
+        turns=[u.turn for u in units],
+        call_ids=[c.call_id for u in units for c in u.calls],
+        refs=refs[:200],
+        summarizer=summarizer,
+        summary_hash=serde.hash_value(summary_data),
+        summary_tokens=new.tokens(),
+        buffer_tokens_before=before,
+        buffer_tokens_after=before - sum(u.tokens() for u in units),
+    )
 
 
 def _call_state(c: PlannedCall) -> CallState:

@@ -119,6 +119,18 @@ class Summary(BaseModel):
             for x in self.lines
         )
 
+    def folded(
+        self, units: Sequence[Unit], lines: Sequence[SummaryLine], keep_tokens: int
+    ) -> Summary:
+        """The summary after ``units`` are folded into it as ``lines`` (:func:`merged`),
+        within ``keep_tokens`` (:meth:`trimmed`)."""
+        return Summary(
+            lines=merged(self.lines, lines),
+            turns_folded=self.turns_folded + len(units),
+            model_turns_folded=self.model_turns_folded + sum(u.kind == "model" for u in units),
+            dropped_lines=self.dropped_lines,
+        ).trimmed(keep_tokens)
+
     def trimmed(self, max_tokens: int) -> Summary:
         """The summary within ``max_tokens``: plain (weight-1) lines dropped first, then fact
         lines shortened to their facts, then the least salient facts dropped (ties: the oldest
@@ -211,6 +223,7 @@ def call_facts(c: CallItem, *, turn: int, goal: str = "") -> list[Fact]:
         step=c.step,
         goal=goal,
         label=call_label(c.tool, c.args, c.status, c.step),
+        args=c.args,
     )
 
 

@@ -97,7 +97,8 @@ _NAMING = re.compile(
     r"revision|checksum|batch|invoice|customer|user|table|bucket|region|endpoint|artifact|"
     r"archive|bundle|report|dump|snapshot|backup|package|manifest|"
     r"(?:stored|saved|written|created|uploaded|moved|copied|located|published|found|kept|"
-    r"lives?|deployed|pushed|tagged) (?:at|to|in|as|under|on))\b[\s:=#'\"]*$",
+    r"lives?|deployed|pushed|tagged) (?:at|to|in|as|under|on))\b"
+    r"(?:\s+(?:is|are|was|were|now|becomes|became|set to|of|for))?[\s:=#'\"]*$",
     re.IGNORECASE,
 )
 
@@ -122,7 +123,8 @@ _FAIL = re.compile(
     r"non-?zero|not found|no such|permission|forbidden|unauthori[sz]ed|invalid|mismatch\w*|"
     r"corrupt\w*|leak\w*|oom|out of memory|killed|unreachable|reject\w*|stuck|hang\w*|hung|"
     r"deadlock\w*|flak\w*|conflict\w*|gave up|give up|no luck|dead end|wrong|bug|segfault|"
-    r"overflow|exceeded|unavailable|missing|lost|dropped|stale|violat\w*|exit (code|status) "
+    r"overflow|exceeded|exhausted|quota|expired|throttl\w*|unavailable|missing|lost|dropped|"
+    r"stale|violat\w*|retrying|giving up|disk full|no space|exit (code|status) "
     r"[1-9]\d*|HTTP [45]\d\d|status[ =:]+[45]\d\d|warn(ing)?|err|critical)\b",
     re.IGNORECASE,
 )
@@ -237,7 +239,8 @@ def leaves(value: Any, key: str = "") -> Iterator[tuple[str, str]]:
             if isinstance(inner, dict | list):
                 yield from leaves(inner, key)
                 return
-        yield key, value
+        # A short value says what it is by its key ("release: rel-…"); a long one is a text.
+        yield key, f"{key}: {value}" if key and len(value) < 80 and "\n" not in value else value
     elif value is not None and not isinstance(value, bool):
         if key:
             yield key, f"{key}: {value}"
@@ -314,11 +317,15 @@ def _score(seg: Segment, goal_words: frozenset[str], repeats: int) -> tuple[floa
             if pat.search(context):
                 cls[k] = max(cls[k], 1.2)
     if lvl in _LOUD_LEVELS or seg.last_exc:
-        cls["failure"] = max(cls["failure"], 1.5)
-    base = {"model": 1.5, "operator": 6.0, "note": 2.0, "args": 0.2, "result": 0.0, "error": 3.0}
+        loud = 1.0 if lvl.startswith("WARN") else 1.5
+        cls["failure"] = max(cls["failure"], loud)
+    base = {"model": 1.5, "operator": 6.0, "note": 2.0, "args": 0.2, "result": -0.3, "error": 3.0}
     score = base[seg.source]
     kind: FactKind = max(cls, key=lambda k: cls[k])
     strength = cls[kind]
+    salient_place = bool(seg.heading or _SALIENT_KEYS.match(seg.key))
+    if len(words) > 20 and not (salient_place or lvl or seg.last_exc):
+        strength *= 20 / len(words)  # one cue word in a page of prose is no signal
     score += 1.6 * strength
     if strength and _REASON.search(t):
         score += 0.6
@@ -326,7 +333,7 @@ def _score(seg: Segment, goal_words: frozenset[str], repeats: int) -> tuple[floa
         score += 0.5 * min(len(ids), 3)
         before = t[: t.find(ids[0])] if ids[0] in t else ""
         if _NAMING.search(before[-40:]):
-            score += 0.6
+            score += 0.9
         if not seg.logline:
             score += 0.4
     score += 0.3 * min(len(_CODE.findall(t)) + len(_CAPS.findall(t)), 3)
@@ -402,14 +409,28 @@ def text_segments(text: str, source: FactSource) -> list[Segment]:
     return _segments(text, source)
 
 
-def value_segments(value: Any, source: FactSource, *, min_chars: int = 0) -> list[Segment]:
+def value_segments(
+    value: Any, source: FactSource, *, min_chars: int = 0, known: frozenset[str] = frozenset()
+) -> list[Segment]:
     """The segments of a decoded JSON value (a tool's arguments or result), from its strings of
-    at least ``min_chars`` characters."""
+    at least ``min_chars`` characters, leaving out the ``known`` ones (a result echoing the
+    call's arguments says nothing new)."""
     out: list[Segment] = []
     for key, text in leaves(value):
-        if len(text) >= min_chars:
+        if len(text) >= min_chars and not any(len(k) > 3 and text.endswith(k) for k in known):
             out += _segments(text, source, key)
     return out
+
+
+def strings(value: Any) -> frozenset[str]:
+    """The strings of a JSON value (its arguments: what a result may echo)."""
+    if isinstance(value, str):
+        return frozenset([value])
+    if isinstance(value, dict):
+        return frozenset().union(*(strings(v) for v in value.values()))
+    if isinstance(value, list | tuple):
+        return frozenset().union(*(strings(v) for v in value))
+    return frozenset()
 
 
 def result_facts(
@@ -420,13 +441,15 @@ def result_facts(
     step: str | None = None,
     goal: str = "",
     label: str = "",
+    args: Any = None,
 ) -> list[Fact]:
     """The facts of one tool result (the decoded ``observation``; at most
     :data:`MAX_RESULT_FACTS`, best first then in order). A call that did not succeed yields its
-    error as a ``failure`` fact first, prefixed with ``label`` (the call's description)."""
+    error as a ``failure`` fact first, prefixed with ``label`` (the call's description). A
+    string of the result that only echoes one of the call's ``args`` is not searched."""
     goal_words = frozenset(content_words(goal))
     source: FactSource = "result" if status == "succeeded" else "error"
-    segs = value_segments(observation, source)
+    segs = value_segments(observation, source, known=strings(args))
     shapes = Counter(shape(s.text) for s in segs)
     facts = candidates(segs, goal_words, shapes, turn, step)
     facts.sort(key=lambda f: -f.score)
