@@ -237,6 +237,12 @@ def test_a_long_result_keeps_its_tail_and_the_defaults_do_not_surprise(store_url
     text = result_text("succeeded", {"log": "x" * 30_000 + " FINAL: checksum mismatch"})
     assert "checksum mismatch" in text and "chars clipped" in text and len(text) < 8100
     assert "chars clipped" not in result_text("succeeded", {"log": "y" * 6000})
+    # A fact in the clipped middle is named by the clip's mark: the buffer still shows it.
+    from torpor.memory.facts import result_facts
+
+    middle = {"log": "z" * 9000 + "\nbundle b-40417-kq signed and uploaded\n" + "w" * 9000}
+    clipped = result_text("succeeded", middle, 8000, result_facts(middle))
+    assert "b-40417-kq" in clipped and len(clipped) <= 8000
     tools = torpor.Tools()
 
     @tools.tool

@@ -242,7 +242,6 @@ class WorkingMemory:
             for c in u.calls:
                 if c.call_id == call_id and c.status == "pending":
                     c.status = status
-                    c.result = result_text(status, observation, self.config.result_chars)
                     c.step = step
                     c.facts = result_facts(
                         observation,
@@ -253,6 +252,8 @@ class WorkingMemory:
                         label=call_label(c.tool, c.args, status, step),
                         args=c.args,
                     )
+                    limit = self.config.result_chars
+                    c.result = result_text(status, observation, limit, c.facts)
                     return
 
     def sync(self) -> None:

@@ -11,6 +11,7 @@ agent's checkpoint and read back on resume.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
@@ -112,20 +113,30 @@ class Unit(BaseModel):
         return sum(estimate_message(m) for m in msgs)
 
 
-def result_text(status: str, observation: Any, limit: int = RESULT_CHARS) -> str:
+def result_text(
+    status: str, observation: Any, limit: int = RESULT_CHARS, facts: Sequence[Fact] = ()
+) -> str:
     """A settled call's result as the buffer keeps it: the observation's JSON when it
     succeeded, ``{"status", "detail"}`` otherwise; past ``limit`` characters its first two
-    thirds and its last third are kept around a ``[... N chars clipped ...]`` mark."""
+    thirds and its last third are kept around a ``[... N chars clipped ...]`` mark, which
+    names the ``facts`` (found in the whole result) that were in the part clipped."""
     if status == "succeeded":
         text = json.dumps(observation, sort_keys=True, default=str)
     else:
         text = json.dumps({"status": status, "detail": observation}, sort_keys=True, default=str)
-    if len(text) > limit:
-        room = max(limit - 40, 0)
-        head, tail = room * 2 // 3, room - room * 2 // 3
-        gone = len(text) - head - tail
-        text = text[:head] + f" [... {gone} chars clipped ...] " + (text[-tail:] if tail else "")
-    return text
+    if len(text) <= limit:
+        return text
+    room = max(limit - 40, 0)
+    head, tail = room * 2 // 3, room - room * 2 // 3
+    kept = text[:head] + text[len(text) - tail :]
+    lost = [f.text for f in facts if not f.ids or not all(i in kept for i in f.ids)]
+    lost = [x for x in lost if json.dumps(x)[1:-1] not in kept]
+    note = f"; in them: {' | '.join(lost)}" if lost else ""
+    if note:  # the facts take their room from the head
+        head = max(head - len(note), 0)
+    gone = len(text) - head - tail
+    mark = f" [... {gone} chars clipped{note} ...] "
+    return text[:head] + mark + (text[-tail:] if tail else "")
 
 
 class Buffer(BaseModel):

@@ -82,12 +82,13 @@ _URL = r"\b[a-z][a-z0-9+.-]*://[^\s\"'<>()\[\]{},]+"
 _PATH = rf"(?<![\w/.-])(?:~|\.{{1,2}})?/?(?:[\w.@-]+/)+[\w.@-]*[\w@-]|\b[\w-]+\.(?:{_EXT})\b"
 _HEX = r"\b[0-9a-f]{7,64}\b"
 _ID = r"\b(?=[\w:.-]*\d)[A-Za-z][\w]*(?:[-:.][\w]+)+"
+_ALNUM = r"\b(?=[A-Za-z_]*\d)(?=\d*[A-Za-z])[A-Za-z0-9]+_?[A-Za-z0-9_]*\d[A-Za-z0-9_]*\b"
 _NUM = r"(?<![\w.])\d{3,}(?:\.\d+)?\b|#\d+|\bv?\d+\.\d+(?:\.\d+)+\b"
 #: Identifiers kept verbatim: URLs, paths (absolute ones with their leading ``/``), hex
 #: hashes, ids with a digit, versions, numbers of 3+ digits, ``#seq``.
-IDENTIFIER = re.compile(f"{_URL}|{_PATH}|{_HEX}|{_ID}|{_NUM}")
+IDENTIFIER = re.compile(f"{_URL}|{_PATH}|{_HEX}|{_ID}|{_ALNUM}|{_NUM}")
 #: The identifiers that are specific (a bare number is not).
-STRONG_IDENTIFIER = re.compile(f"{_URL}|{_PATH}|{_HEX}|{_ID}")
+STRONG_IDENTIFIER = re.compile(f"{_URL}|{_PATH}|{_HEX}|{_ID}|{_ALNUM}")
 _TIMESTAMP = re.compile(
     r"\b\d{4}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?(?:Z|[+-]\d\d:?\d\d)?)?"
 )
@@ -160,6 +161,14 @@ _QUESTION = re.compile(
     r"find out|whether|wonder\w*|investigat\w*|unresolved|undecided|unanswered)\b",
     re.IGNORECASE,
 )
+#: An event that produced or changed something (what the identifier on its line names).
+_EVENT = re.compile(
+    r"\b(publish\w*|releas\w*|deploy\w*|ship\w*|merg\w*|creat\w*|complet\w*|finish\w*|"
+    r"done|succeed\w*|pass(ed)?|promot\w*|tagg\w*|upload\w*|generat\w*|built|assign\w*|"
+    r"allocat\w*|open(ed)?|filed|approv\w*|issued|minted|provision\w*|registered|rotated|"
+    r"restor\w*|migrat\w*|snapshot\w*|wrote|written|saved|stored|signed|reserved)\b",
+    re.IGNORECASE,
+)
 _LEVEL = re.compile(r"\b(TRACE|DEBUG|INFO|NOTICE|WARN(?:ING)?|ERROR|ERR|FATAL|CRITICAL|SEVERE)\b")
 _QUIET_LEVELS = {"TRACE", "DEBUG", "INFO", "NOTICE"}
 _LOUD_LEVELS = {"WARN", "WARNING", "ERROR", "ERR", "FATAL", "CRITICAL", "SEVERE"}
@@ -224,6 +233,10 @@ def leaves(value: Any, key: str = "") -> Iterator[tuple[str, str]]:
     """``(key, text)`` for every scalar of a JSON value (a string holding JSON is decoded and
     walked in turn; a number or boolean becomes ``key: value``)."""
     if isinstance(value, dict):
+        if 1 < len(value) <= 12 and all(_short(v) for v in value.values()):
+            # A record (an event, a row): one segment, so what it says stays together.
+            yield key, "; ".join(f"{k}: {_scalar(value[k])}" for k in value)
+            return
         for k in value:
             yield from leaves(value[k], str(k))
     elif isinstance(value, list | tuple):
@@ -246,6 +259,18 @@ def leaves(value: Any, key: str = "") -> Iterator[tuple[str, str]]:
             yield key, f"{key}: {value}"
     elif isinstance(value, bool) and key:
         yield key, f"{key}: {str(value).lower()}"
+
+
+def _short(v: Any) -> bool:
+    return (
+        v is None
+        or isinstance(v, bool | int | float)
+        or (isinstance(v, str) and len(v) < 80 and "\n" not in v)
+    )
+
+
+def _scalar(v: Any) -> str:
+    return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
 
 
 # ------------------------------------------------------------------ segments and scores
@@ -293,7 +318,12 @@ def _strength(pattern: re.Pattern[str], text: str) -> float:
     return 0.0 if n == 0 else min(1.0 + 0.25 * (n - 1), 1.5)
 
 
-def _score(seg: Segment, goal_words: frozenset[str], repeats: int) -> tuple[float, FactKind]:
+def _score(
+    seg: Segment, goal_words: frozenset[str], repeats: int, *, lines: int = 0
+) -> tuple[float, FactKind]:
+    """The score and kind of ``seg``; ``repeats``: how often its shape occurs where it was
+    found, ``lines``: how many segments the output it was found in has (a shape unique in a
+    long output is news in it)."""
     t = seg.text
     words = content_words(t)
     ids = [i for i in identifiers(t) if STRONG_IDENTIFIER.fullmatch(i)]
@@ -331,6 +361,8 @@ def _score(seg: Segment, goal_words: frozenset[str], repeats: int) -> tuple[floa
         score += 0.6
     if ids:
         score += 0.5 * min(len(ids), 3)
+        if _EVENT.search(t):
+            score += 0.5
         before = t[: t.find(ids[0])] if ids[0] in t else ""
         if _NAMING.search(before[-40:]):
             score += 0.9
@@ -343,8 +375,11 @@ def _score(seg: Segment, goal_words: frozenset[str], repeats: int) -> tuple[floa
         score += 0.8
     if seg.tail and strength:
         score += 0.5
+    unique = lines >= 8 and repeats <= 1
+    if unique and ids:
+        score += 0.4
     if lvl in _QUIET_LEVELS and not strength:
-        score -= 1.5
+        score -= 0.7 if unique else 1.5
     if repeats >= 3 and strength < 1.2:
         score -= 1.5 + 0.1 * min(repeats, 10)
     if len(words) < 3 and not ids:
@@ -380,10 +415,13 @@ def candidates(
     shapes: Counter[str],
     turn: int,
     step: str | None,
+    lines: int = 0,
 ) -> list[Fact]:
+    """The segments scoring at least :data:`MIN_SCORE` as facts (``shapes``: the counts of
+    segment shapes where they were found; ``lines``: segments in the output they came from)."""
     out: list[Fact] = []
     for seg in segs:
-        score, kind = _score(seg, goal_words, shapes[shape(seg.text)])
+        score, kind = _score(seg, goal_words, shapes[shape(seg.text)], lines=lines)
         if seg.source == "operator":
             kind = "instruction" if kind in ("finding", "identifier") else kind
         if score < MIN_SCORE:
@@ -451,7 +489,7 @@ def result_facts(
     source: FactSource = "result" if status == "succeeded" else "error"
     segs = value_segments(observation, source, known=strings(args))
     shapes = Counter(shape(s.text) for s in segs)
-    facts = candidates(segs, goal_words, shapes, turn, step)
+    facts = candidates(segs, goal_words, shapes, turn, step, lines=len(segs))
     facts.sort(key=lambda f: -f.score)
     facts = facts[:MAX_RESULT_FACTS]
     order = {id(s): i for i, s in enumerate(facts)}
