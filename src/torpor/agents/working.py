@@ -132,7 +132,7 @@ class WorkingMemory:
             "buffer_tokens": cfg.buffer_tokens,
             "summary_tokens": cfg.summary_tokens,
             "summary_keep_tokens": cfg.summary_keep_tokens,
-            "result_chars": cfg.result_chars,
+            "result_chars": cfg.result_clip,
             "max_plan_versions": self.ctx.agent.max_plan_versions,
             "plan_version": self.ctx.version,
         }
@@ -252,7 +252,7 @@ class WorkingMemory:
                         label=call_label(c.tool, c.args, status, step),
                         args=c.args,
                     )
-                    limit = self.config.result_chars
+                    limit = self.config.result_clip
                     c.result = result_text(status, observation, limit, c.facts)
                     return
 

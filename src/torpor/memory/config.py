@@ -25,8 +25,9 @@ class Memory:
     takes before the sections after it (buffer, plan, checkpoint …) take theirs — it then grows
     into whatever they leave unused, its least relevant lines left out first (the summary
     keeps at most ``budget_tokens`` of lines); ``result_chars``: the longest tool result the
-    buffer keeps, in characters (a longer one keeps its head and tail; its facts are found in
-    the whole of it); ``summarizer``: ``None`` for the
+    buffer keeps, in characters, and at most a third of the buffer's part
+    (:attr:`result_clip`; a longer one keeps its head and tail and the clip names the facts of
+    its middle; its facts are found in the whole of it); ``summarizer``: ``None`` for the
     deterministic extractive summarizer, or a :class:`~torpor.memory.ModelSummarizer`;
     ``sections``: providers of extra sections (:data:`~torpor.memory.SectionProvider`, e.g.
     episodes); ``artifact_chars``: longest excerpt of an artifact the next step needs.
@@ -68,6 +69,13 @@ class Memory:
         """The summary's part of the budget before the lower-priority sections take theirs
         (it grows past it into what they leave)."""
         return int(self.budget_tokens * self.summary_share)
+
+    @property
+    def result_clip(self) -> int:
+        """The clip applied to a tool result in the buffer, in characters: ``result_chars``,
+        but at most a third of the buffer's part (at two characters a token, digits counted
+        twice), so one result never crowds the summary out of a small budget."""
+        return max(200, min(self.result_chars, self.buffer_tokens * 2 // 3))
 
     @property
     def summary_keep_tokens(self) -> int:

@@ -71,7 +71,7 @@ class Fact(BaseModel):
 #: Least score of a fact (see the module doc).
 MIN_SCORE = 1.0
 #: Most facts taken from one tool result (the best-scoring ones).
-MAX_RESULT_FACTS = 8
+MAX_RESULT_FACTS = 5
 #: Longest fact text, in characters (a longer segment keeps its salient clauses).
 FACT_CHARS = 280
 
@@ -386,6 +386,9 @@ def _score(
         score -= 1.2
     if not strength:
         kind = "identifier" if ids else "finding"
+        if seg.source in ("result", "args"):
+            # Evidence in an output, saying nothing itself: ranked below what the agent said.
+            score = min(score, 1.4)
     return round(score, 3), kind
 
 
