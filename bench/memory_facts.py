@@ -1,26 +1,29 @@
-"""The working memory's figures (issue 17), from one invocation:
+"""Planted facts an agent still has after a kill and a resume (issue 29), however they are
+phrased and wherever they were said:
 
-    uv run python bench/memory_facts.py            # 50 and 500 turns, resume 10 vs 1,000 turns
-    uv run python bench/memory_facts.py --quick    # 50 and 200 turns, resume 10 vs 300 turns
+    uv run python bench/memory_facts.py                      # 50, 500 turns; budgets 6k, 16k
+    uv run python bench/memory_facts.py --phrasing heldout   # the figure that counts
+    uv run python bench/memory_facts.py --quick              # 50 and 200 turns
 
-1. **Planted facts.** The long agent (examples/long_agent) runs N turns; the seeded generator
-   (examples/long_agent/script.py, committed) plants facts of four kinds at random turns. The
-   process SIGKILLs itself at the checkpoint right before its last model call; a new process
-   resumes the run, and the context handed to that model call is captured. A fact is kept
-   when its key phrase is in that context (case-insensitive). Reported: kept/planted per kind
-   and overall, the context's tokens, and the full transcript's tokens (every recorded model
-   message and tool result, what a replayed conversation would send), by the same estimate.
-2. **Resume cost.** Runs of 10 and of 1,000 turns, each killed right before its last model
-   call; each resume is a fresh process whose first model call stamps the time and SIGKILLs
-   (the history stays as built): wake (process spawn) to the first new model call, median of
-   5, and the ratio.
-3. **Compaction cost.** The 1,000-turn run uses a model summarizer (a scripted model that
-   answers with the units' extractive lines; its usage is the estimate of what it was sent and
-   what it answered): tokens spent summarizing per 1,000 turns, and the context tokens saved
-   (transcript tokens minus context tokens, summed over the model calls).
+The world (:mod:`bench.memory_world`, written apart from any extractor) plants six kinds of
+fact (identifiers, decisions, failed approaches, operator instructions, commitments, open
+questions) in the model's text, in operator messages and inside long realistic tool outputs,
+most without the cue words a summarizer keys on; ``--phrasing`` picks the family of templates,
+vocabulary and output shapes (``dev`` to iterate on, ``heldout`` for the figure), ``--seed``
+the inputs. The agent (:mod:`bench.memory_agent`) is a scripted ReAct agent with torpor's
+default working memory at each budget.
 
-Everything runs on SQLite files under a temporary directory, on this machine; results are
-printed as Markdown and written to bench/results/memory_facts.json.
+For each (turns, budget): a run is SIGKILLed at the checkpoint before a random turn K in the
+last quarter (TORPOR_FAULTS), a fresh process resumes it, and the context of its first model
+call is captured; a second run on another database goes uninterrupted to that turn and its
+context is captured too. A fact planted before that call (an operator message of that turn
+included) and not superseded by then is kept when all its probes are in the context (the
+texts as sent and with JSON escapes decoded). Reported: kept/required per kind, per place
+(model text / tool output / operator message) and for the cue-free facts; the context's
+tokens against the budget; the transcript's tokens (every model message, tool result and
+operator message up to that turn, what a replayed conversation would send); whether the
+resumed context equals the uninterrupted one. Markdown on stdout; JSON to ``--json``
+(default bench/results/memory_facts.json, not committed).
 """
 
 from __future__ import annotations
@@ -28,273 +31,250 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
-BUDGET = 6000
-NAME = "bench.memory"
+NAME = "bench.memory_facts"
+KINDS = ("identifier", "decision", "failed", "instruction", "commitment", "question")
+PLACES = ("model", "tool", "operator")
 
 
 # ------------------------------------------------------------------ the child process
 
 
-def _summarizer_model() -> Any:
-    from torpor.agents.models import Message, ModelResponse, TokenUsage
-    from torpor.memory import estimate_request, estimate_text
-
-    class EchoSummarizer:
-        """Answers with the extractive lines it was given (the 'Turns:' part)."""
-
-        model_id = "scripted-summarizer"
-
-        def complete(self, messages: Any, tools: Any = ()) -> Any:
-            body = messages[-1].content.split("Turns:\n", 1)[-1]
-            text = "\n".join(f"- {line}" for line in body.splitlines() if line.strip())
-            usage = TokenUsage(
-                input_tokens=estimate_request(messages), output_tokens=estimate_text(text)
-            )
-            msg = Message(role="assistant", content=text)
-            return ModelResponse(message=msg, usage=usage, model=self.model_id)
-
-    return EchoSummarizer()
-
-
 def child(argv: list[str]) -> None:
-    mode, url, rid, turns, out = argv[0], argv[1], argv[2], int(argv[3]), Path(argv[4])
-    summarize = "--summarizer" in argv
-    kill_on_call = "--kill-on-call" in argv
-    from examples.long_agent import agent as la
-
+    """``MODE URL BUDGET CAPTURE_TURN OUT``: ``build`` runs until its fault kills it;
+    ``straight`` runs and dies by SIGKILL once it has captured the context of model call
+    CAPTURE_TURN; ``resume`` resumes and dies once it has captured its first call's."""
+    mode, url, budget, capture, out = argv[0], argv[1], int(argv[2]), int(argv[3]), Path(argv[4])
     import torpor
-    from torpor.memory import ModelSummarizer
+    from bench import memory_agent as ma
 
-    summarizer = ModelSummarizer(_summarizer_model()) if summarize else None
-    agent = la.make_agent(NAME, budget_tokens=BUDGET, summarizer=summarizer)
-    if mode == "resume":
+    def hook(turn: int, messages: Any) -> None:
+        if mode == "resume" or (mode == "straight" and turn == capture):
+            dumped = [m.model_dump(mode="json") for m in messages]
+            out.write_text(json.dumps({"turn": turn, "messages": dumped}))
+            os.kill(os.getpid(), signal.SIGKILL)
 
-        def first_call(turn: int, messages: Any) -> None:
-            stamp = time.time()
-            out.write_text(
-                json.dumps(
-                    {"at": stamp, "turn": turn, "messages": [m.model_dump() for m in messages]}
-                )
-            )
-            la.ON_CALL.clear()
-            if kill_on_call:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-        la.ON_CALL.append(first_call)
+    ma.ON_CALL.append(hook)
+    agent = ma.make_agent(NAME, budget)
     with torpor.Runtime(url) as rt:
-        if mode == "build":
-            rt.run(agent, {"turns": turns, "seed": 7}, run_id=rid)
+        if mode == "resume":
+            rt.resume("r")
         else:
-            rt.resume(rid)
+            rt.run(agent, {"world": os.environ["MEMORY_WORLD"]}, run_id="r")
 
 
-# ------------------------------------------------------------------ the orchestrator
-
-
-def _spawn(args: list[str], env: dict[str, str], timeout: float = 1800) -> int:
+def _spawn(args: list[str], env: dict[str, str]) -> None:
     proc = subprocess.run(
         [sys.executable, __file__, "child", *args],
         env=env,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=3600,
     )
-    if proc.returncode not in (0, -signal.SIGKILL):
-        raise SystemExit(f"child {args} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return proc.returncode
+    if proc.returncode != -signal.SIGKILL:
+        raise SystemExit(
+            f"child {args} ended {proc.returncode}, not by SIGKILL:\n{proc.stderr[-3000:]}"
+        )
 
 
-def build(work: Path, turns: int, *, summarizer: bool) -> tuple[str, dict[str, str], float]:
-    """A run of ``turns`` turns killed at the checkpoint before its last model call."""
-    from examples.long_agent.script import make_script, write_world
-
-    world = work / f"world-{turns}"
-    write_world(world, make_script(turns))
-    url = f"sqlite:///{work}/mem-{turns}-{int(summarizer)}.db"
-    env = dict(os.environ, LONG_AGENT_WORLD=str(world), PYTHONPATH=str(ROOT / "src"))
-    env["TORPOR_FAULTS"] = f"crash:checkpoint.saved@{turns - 1}"
-    t0 = time.monotonic()
-    args = ["build", url, "r", str(turns), str(work / "unused")]
-    rc = _spawn([*args, *(["--summarizer"] if summarizer else [])], env)
-    assert rc == -signal.SIGKILL, "the build process was expected to die at its fault point"
-    del env["TORPOR_FAULTS"]
-    return url, env, time.monotonic() - t0
+# ------------------------------------------------------------------ scoring
 
 
-def transcript_and_costs(url: str) -> dict[str, Any]:
-    """Tokens of the full transcript (every model message and tool result recorded), the
-    summarizer's tokens, and the context tokens recorded per model call."""
-    from examples.long_agent.agent import tools
-
-    import torpor
-    from torpor.agents.models import Message, ModelResponse
-    from torpor.memory import estimate_message, estimate_request
-
-    with torpor.Client(url) as c:
-        events = c.events("r")
-    msgs: list[Message] = []
-    per_call_transcript: list[int] = []
-    specs = tools.specs()
-    running = estimate_request([], specs)
-    summarizer_tokens = 0
-    contexts: list[int] = []
-    for e in events:
-        p = e.payload
-        if e.type == "step_completed" and p.step_id.startswith("model"):
-            m = ModelResponse.model_validate(p.result["response"]).message
-            msgs.append(m)
-            running += estimate_message(m)
-        elif e.type == "tool_call_settled":
-            text = json.dumps(p.observation, sort_keys=True, default=str)
-            m = Message.tool_result(p.call_id, text)
-            msgs.append(m)
-            running += estimate_message(m)
-        elif e.type == "model_called":
-            if p.model == "scripted-summarizer":
-                summarizer_tokens += p.input_tokens + p.output_tokens
-        elif e.type == "context_built":
-            contexts.append(p.total_tokens)
-            per_call_transcript.append(running)
-    return {
-        "transcript_tokens": estimate_request(msgs, specs),
-        "summarizer_tokens": summarizer_tokens,
-        "saved_tokens": sum(t - c for t, c in zip(per_call_transcript, contexts, strict=True)),
-        "model_calls": len(contexts),
-        "compactions": sum(1 for e in events if e.type == "context_compacted"),
-    }
+def _texts(messages: list[Any]) -> list[str]:
+    out = []
+    for m in messages:
+        out.append(m.content)
+        out += [json.dumps(c.arguments) for c in m.tool_calls]
+    return out
 
 
-def planted(work: Path, turns: int) -> dict[str, Any]:
-    from examples.long_agent.agent import tools
-    from examples.long_agent.script import KINDS, make_script
+def transcript_tokens(world: Any, before: int) -> int:
+    """Tokens of every model message, tool result and operator message up to model call
+    ``before``: what a replayed conversation would send."""
+    from bench.memory_agent import tools
+    from torpor.agents.models import Message, ToolCall
+    from torpor.memory import estimate_request
 
+    msgs = [Message.system(world.goal)]
+    for t in world.turns[: before + 1]:
+        if t.operator:
+            msgs.append(Message.user(t.operator))
+        if t.index == before:
+            break
+        call = ToolCall(id=f"t{t.index}", name=t.tool, arguments=dict(t.args))
+        msgs.append(Message(role="assistant", content=t.say, tool_calls=[call]))
+        body = t.raises if t.raises is not None else json.dumps(t.output, sort_keys=True)
+        msgs.append(Message.tool_result(call.id, body))
+    return estimate_request(msgs, tools.specs())
+
+
+def _cell(facts: list[Any], kept: set[str]) -> dict[str, int]:
+    return {"kept": sum(1 for f in facts if f.id in kept), "required": len(facts)}
+
+
+def measure(work: Path, turns: int, budget: int, family: str, seed: int) -> dict[str, Any]:
+    from bench.memory_agent import tools, world_of
+    from bench.memory_world import haystack
     from torpor.agents.models import Message
     from torpor.memory import estimate_request
 
-    url, env, build_s = build(work, turns, summarizer=False)
-    out = work / f"context-{turns}.json"
-    _spawn(["resume", url, "r", str(turns), str(out)], env)
-    dumped = json.loads(out.read_text())
-    messages = [Message.model_validate(m) for m in dumped["messages"]]
-    text = "\n".join(m.content for m in messages).lower()
-    script = make_script(turns)
-    rows = {}
-    for kind in KINDS:
-        facts = [f for f in script.facts if f.kind == kind and f.turn < dumped["turn"]]
-        kept = [f for f in facts if f.key.lower() in text]
-        rows[kind] = {
-            "kept": len(kept),
-            "planted": len(facts),
-            "lost": [f.key for f in facts if f not in kept],
-        }
-    kept_all = sum(r["kept"] for r in rows.values())
-    planted_all = sum(r["planted"] for r in rows.values())
+    spec = f"{turns}:{seed}:{family}"
+    world = world_of(spec)
+    kill_at = random.Random(f"kill:{spec}:{budget}").randint(max(2, turns * 3 // 4), turns - 2)
+    env = dict(os.environ, MEMORY_WORLD=spec, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'src'}")
+    tag = f"{family}-{turns}-{budget}"
+    url = f"sqlite:///{work}/{tag}.db"
+    _spawn(
+        ["build", url, str(budget), "-1", "-"],
+        {**env, "TORPOR_FAULTS": f"crash:checkpoint.saved@{kill_at}"},
+    )
+    resumed_out = work / f"{tag}-resumed.json"
+    _spawn(["resume", url, str(budget), "-1", str(resumed_out)], env)
+    resumed = json.loads(resumed_out.read_text())
+    at = resumed["turn"]
+    straight_out = work / f"{tag}-straight.json"
+    _spawn(
+        [
+            "straight",
+            f"sqlite:///{work}/{tag}-straight.db",
+            str(budget),
+            str(at),
+            str(straight_out),
+        ],
+        env,
+    )
+    straight = json.loads(straight_out.read_text())
+    messages = [Message.model_validate(m) for m in resumed["messages"]]
+    text = haystack(_texts(messages))
+    required = world.required(at)
+    kept = {f.id for f in required if f.kept(text)}
+    straight_msgs = [Message.model_validate(m) for m in straight["messages"]]
+    straight_text = haystack(_texts(straight_msgs))
+    superseded = [
+        f for f in world.facts if f.kind == "instruction" and f.turn <= at and f not in required
+    ]
     ctx = estimate_request(messages, tools.specs())
-    full = transcript_and_costs(url)
+    full = transcript_tokens(world, at)
     return {
+        "phrasing": family,
+        "seed": seed,
         "turns": turns,
-        "resumed_at_turn": dumped["turn"],
-        "kinds": rows,
-        "kept": kept_all,
-        "planted": planted_all,
-        "kept_share": kept_all / planted_all,
+        "budget": budget,
+        "killed_at_checkpoint": kill_at,
+        "resumed_at_turn": at,
+        "kept": len(kept),
+        "required": len(required),
+        "kept_share": len(kept) / len(required) if required else 1.0,
+        "kinds": {k: _cell([f for f in required if f.kind == k], kept) for k in KINDS},
+        "places": {p: _cell([f for f in required if f.place == p], kept) for p in PLACES},
+        "cue_free": _cell([f for f in required if f.cue_free], kept),
+        "with_cue_words": _cell([f for f in required if not f.cue_free], kept),
+        "uninterrupted_kept": sum(1 for f in required if f.kept(straight_text)),
+        "resumed_equals_uninterrupted": resumed["messages"] == straight["messages"],
+        "superseded_still_present": sum(1 for f in superseded if f.kept(text)),
+        "superseded": len(superseded),
         "context_tokens": ctx,
-        "transcript_tokens": full["transcript_tokens"],
-        "context_share": ctx / full["transcript_tokens"],
-        "compactions": full["compactions"],
-        "build_s": build_s,
+        "transcript_tokens": full,
+        "context_share": ctx / full,
+        "budget_share": ctx / budget,
+        "templates": dict(Counter(f.template for f in required if f.id not in kept)),
+        "lost": [
+            {
+                "id": f.id,
+                "place": f.place,
+                "turn": f.turn,
+                "template": f.template,
+                "statement": f.statement[:300],
+                "missing": [str(p) for p in f.probes if not p.found_in(text)],
+            }
+            for f in required
+            if f.id not in kept
+        ],
     }
 
 
-def resume_cost(work: Path, turns: int, reps: int, *, summarizer: bool) -> dict[str, Any]:
-    url, env, build_s = build(work, turns, summarizer=summarizer)
-    samples = []
-    for i in range(reps):
-        out = work / f"resume-{turns}-{i}.json"
-        t0 = time.time()
-        rc = _spawn(["resume", url, "r", str(turns), str(out), "--kill-on-call"], env)
-        assert rc == -signal.SIGKILL
-        samples.append(json.loads(out.read_text())["at"] - t0)
-    res = {"turns": turns, "median_s": statistics.median(samples), "samples_s": samples}
-    res["build_s"] = build_s
-    if summarizer:
-        res.update(transcript_and_costs(url))
-    return res
+# ------------------------------------------------------------------ the report
 
 
-def _ms(samples: list[float]) -> str:
-    return ", ".join(f"{s * 1000:.0f}" for s in samples)
+def _c(cell: dict[str, int]) -> str:
+    return f"{cell['kept']}/{cell['required']}" if cell["required"] else "-"
+
+
+def report(rows: list[dict[str, Any]]) -> str:
+    fam = rows[0]["phrasing"]
+    lines = [
+        f"## Planted facts in the next context after SIGKILL + resume (phrasing `{fam}`, "
+        f"seed {rows[0]['seed']})",
+        "",
+        "| turns | budget | resumed at | kept | model text | tool output | operator | cue-free "
+        "| context tokens (of budget) | transcript tokens | context / transcript | resumed == "
+        "uninterrupted |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        p = r["places"]
+        lines.append(
+            f"| {r['turns']} | {r['budget']:,} | {r['resumed_at_turn']}"
+            f" | {r['kept']}/{r['required']} ({r['kept_share']:.0%})"
+            f" | {_c(p['model'])} | {_c(p['tool'])} | {_c(p['operator'])}"
+            f" | {_c(r['cue_free'])} | {r['context_tokens']:,} ({r['budget_share']:.0%})"
+            f" | {r['transcript_tokens']:,} | {r['context_share']:.1%}"
+            f" | {'yes' if r['resumed_equals_uninterrupted'] else 'NO'} |"
+        )
+    lines += ["", "Per kind:", "", "| turns | budget | " + " | ".join(KINDS) + " |"]
+    lines.append("|---|---|" + "---|" * len(KINDS))
+    for r in rows:
+        cells = " | ".join(_c(r["kinds"][k]) for k in KINDS)
+        lines.append(f"| {r['turns']} | {r['budget']:,} | {cells} |")
+    lines += [
+        "",
+        "Superseded instructions still in the context (not required): "
+        + ", ".join(f"{r['superseded_still_present']}/{r['superseded']}" for r in rows)
+        + "; uninterrupted run kept: "
+        + ", ".join(f"{r['uninterrupted_kept']}/{r['required']}" for r in rows)
+        + ".",
+    ]
+    return "\n".join(lines)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="50/200 turns, resume 10 vs 300")
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="50 and 200 turns")
+    ap.add_argument("--phrasing", choices=("dev", "heldout"), default="dev")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--turns", type=_ints, default=None, help="e.g. 50,500")
+    ap.add_argument("--budgets", type=_ints, default=[6000, 16000], help="tokens, e.g. 6000,16000")
+    ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "memory_facts.json")
+    ap.add_argument("--jobs", type=int, default=2, help="configurations measured at once")
     args = ap.parse_args()
-    facts_turns = (50, 200) if args.quick else (50, 500)
-    long_turns = 300 if args.quick else 1000
-    with tempfile.TemporaryDirectory(prefix="torpor-memory-bench-", dir="/var/tmp") as tmp:
-        work = Path(tmp)
-        facts = [planted(work, n) for n in facts_turns]
-        short = resume_cost(work, 10, args.reps, summarizer=False)
-        long = resume_cost(work, long_turns, args.reps, summarizer=True)
-    ratio = long["median_s"] / short["median_s"]
-    per_k = 1000 / long_turns
-    lines = ["## Planted facts (kept after SIGKILL + resume, in the next model call's context)", ""]
-    lines.append(
-        "| turns | identifier | decision | failed | operator | overall | context tokens "
-        + "| transcript tokens | context share |"
-    )
-    lines.append("|---|---|---|---|---|---|---|---|---|")
-    for f in facts:
-        k = f["kinds"]
-        cells = [
-            f"{k[x]['kept']}/{k[x]['planted']}"
-            for x in ("identifier", "decision", "failed", "operator")
+    turns = args.turns or ([50, 200] if args.quick else [50, 500])
+    configs = [(t, b) for t in turns for b in args.budgets]
+    tmpdir = tempfile.TemporaryDirectory(prefix="torpor-memory-facts-", dir="/var/tmp")
+    with tmpdir as tmp, ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [
+            pool.submit(measure, Path(tmp), t, b, args.phrasing, args.seed) for t, b in configs
         ]
-        lines.append(
-            f"| {f['turns']} | "
-            + " | ".join(cells)
-            + f" | {f['kept']}/{f['planted']} ({f['kept_share']:.0%}) | {f['context_tokens']:,}"
-            f" | {f['transcript_tokens']:,} | {f['context_share']:.1%} |"
-        )
-    lines += [
-        "",
-        f"## Resume cost (wake to the first new model call, median of {args.reps})",
-        "",
-        "| turns | median | samples |",
-        "|---|---|---|",
-        f"| 10 | {short['median_s'] * 1000:.0f} ms | {_ms(short['samples_s'])} |",
-        f"| {long_turns:,} | {long['median_s'] * 1000:.0f} ms | {_ms(long['samples_s'])} |",
-        "",
-        f"Ratio {long_turns:,} / 10 turns: **{ratio:.2f}x** (goal <= 1.5x).",
-        "",
-        f"## Compaction cost ({long_turns:,} turns, scripted model summarizer)",
-        "",
-        f"- compactions: {long['compactions']}; summarizer tokens: {long['summarizer_tokens']:,}"
-        f" ({long['summarizer_tokens'] * per_k:,.0f} per 1,000 turns)",
-        f"- context tokens saved over {long['model_calls']:,} model calls: {long['saved_tokens']:,}"
-        f" ({long['saved_tokens'] * per_k:,.0f} per 1,000 turns)",
-    ]
-    report = "\n".join(lines)
-    print(report)
-    results = ROOT / "bench" / "results"
-    results.mkdir(parents=True, exist_ok=True)
-    data = {"facts": facts, "resume_short": short, "resume_long": long, "ratio": ratio}
-    (results / "memory_facts.json").write_text(json.dumps(data, indent=2))
-    (results / "memory_facts.md").write_text(report + "\n")
+        rows = [f.result() for f in futures]
+    text = report(rows)
+    print(text)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"rows": rows}, indent=2))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ class Err:
     message: str = "error"
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    #: The error's ``code`` (OpenAI: ``context_length_exceeded``) or ``type`` (Anthropic).
+    code: str | None = None
 
 
 @dataclass
@@ -231,15 +233,20 @@ def anthropic_reply(
     }
 
 
-def _error_body(flavour: str, status: int, message: str) -> dict[str, Any]:
+def _error_body(flavour: str, status: int, message: str, code: str | None = None) -> dict[str, Any]:
     if flavour == "anthropic":
-        kind = {429: "rate_limit_error", 529: "overloaded_error", 400: "invalid_request_error"}
+        kind = {
+            429: "rate_limit_error",
+            529: "overloaded_error",
+            400: "invalid_request_error",
+            413: "request_too_large",
+        }
         return {
             "type": "error",
-            "error": {"type": kind.get(status, "api_error"), "message": message},
+            "error": {"type": code or kind.get(status, "api_error"), "message": message},
         }
     kind = {429: "rate_limit_exceeded", 400: "invalid_request_error"}
-    return {"error": {"message": message, "type": kind.get(status, "server_error"), "code": None}}
+    return {"error": {"message": message, "type": kind.get(status, "server_error"), "code": code}}
 
 
 # ------------------------------------------------------------------ the server
@@ -285,7 +292,7 @@ class LoopbackAPI:
                     time.sleep(reply.delay)
                     self._send(
                         reply.status,
-                        _error_body(api.flavour, reply.status, reply.message),
+                        _error_body(api.flavour, reply.status, reply.message, reply.code),
                         reply.headers,
                     )
                     return

@@ -57,8 +57,17 @@ def test_context_command_shows_sections_with_token_counts(store_url: str, tmp_pa
     with torpor.Client(store_url) as c:
         view = context_view(c.state("ctx"))
     assert view is not None and view.context_hash == data["context_hash"]
+    # The limits in force (issue 29): the budget's parts, the result clip, the plan-version cap.
+    limits = data["limits"]
+    # (the clip: at most a third of the buffer part, the long agent gives it 45%: 750 chars)
+    assert limits["budget_tokens"] == 2500 and limits["result_chars"] == 750
+    assert limits["max_plan_versions"] == 1_000_000 and limits["plan_version"] == 20
+    assert 0 < limits["summary_tokens"] < limits["summary_keep_tokens"] == 2500
     text = CliRunner().invoke(app, ["--db", store_url, "context", "ctx"])
     assert text.exit_code == 0 and "── summary" in text.output and "total" in text.output
+    flat = " ".join(text.output.split())
+    assert "tool results clipped at 750 chars" in flat and "of at most 1000000" in flat
+    assert "HOLDS" in text.output
     # A run that is not an agent: a clear one-line error.
     with torpor.Runtime(store_url) as rt:
         rt.run(torpor.workflow(name=fresh("plain"))(lambda run, x: x), 1, run_id="plain")

@@ -61,6 +61,7 @@ involved are attributes (after procrastinate's and httpx's exception modules).
     │   ├── ModelTimeoutError
     │   ├── ModelUnavailableError     connection refused/reset, 5xx
     │   └── ModelRequestError         4xx other than 429
+    │       └── ModelContextTooLongError  the provider refused the context as too long
     └── InjectedFault                 raised by a fault plan (testing)
         ├── AcknowledgementLost       (also a ConnectionError) an effect's reply was lost
         └── ConnectionBroken
@@ -384,6 +385,25 @@ class ModelUnavailableError(ModelError):
 
 class ModelRequestError(ModelError):
     """The provider refused the request (4xx other than 429): bad request, auth, not found."""
+
+
+class ModelContextTooLongError(ModelRequestError):
+    """The provider refused the request because its context is longer than the model's window
+    (OpenAI ``context_length_exceeded``, Anthropic ``prompt is too long`` or 413).
+    ``limit`` and ``sent``: the window and the request's size in the provider's tokens, when
+    its message says them. An agent compacts harder and retries once (docs/context.md)."""
+
+    def __init__(
+        self,
+        model: str,
+        message: str,
+        *,
+        status: int | None = None,
+        limit: int | None = None,
+        sent: int | None = None,
+    ):
+        super().__init__(model, message, status=status)
+        self.limit, self.sent = limit, sent
 
 
 class InjectedFault(TorporError):

@@ -72,6 +72,8 @@ POINTS: dict[str, str] = {
     "agent.tool.settled": "the outcome of an agent's tool call committed",
     "memory.compacted": "an agent's compaction committed (summary and folded units, one "
     "transition); its checkpoint not yet saved",
+    "memory.overflow": "a provider refused an agent's context as too long: the harder "
+    "compaction committed (one step), the retry not yet made",
     # stores (store/base.py)
     "append.committing": "the store is about to run the append transaction (break: the "
     "connection dies before anything commits; the store reads back and retries)",
@@ -105,6 +107,7 @@ CRASH_POINTS: tuple[str, ...] = (
     "agent.plan.recorded",
     "agent.tool.settled",
     "memory.compacted",
+    "memory.overflow",
 )
 
 ACTIONS = ("crash", "ack", "break", "delay", "twice", "stop")

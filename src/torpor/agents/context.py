@@ -39,6 +39,11 @@ class AgentSpec(Protocol):
         """``block`` or ``replan`` when a person denies a tool call."""
         ...
 
+    @property
+    def max_plan_versions(self) -> int:
+        """The most plan versions a run may make (one per model turn for ReAct)."""
+        ...
+
 
 class Context(Protocol):
     """One execution of an agent's run, as planners, verifiers and tool calls see it."""

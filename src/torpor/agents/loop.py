@@ -50,6 +50,7 @@ from ..episodes.store import EpisodeStore
 from ..errors import (
     ApprovalError,
     Cancelled,
+    ModelContextTooLongError,
     NonDeterminismError,
     PlannerError,
     RunInterrupt,
@@ -101,6 +102,9 @@ class Agent:
     record's own lines.
     ``memory``: the working memory's budget, compaction and extra context sections
     (:class:`~torpor.memory.Memory`; the defaults when omitted).
+    ``max_plan_versions``: the run fails (PlannerError) when the planner would make more plan
+    versions than this — a ReAct planner makes one per model turn, so it caps the model turns
+    too (``torpor context RUN`` shows it); the budget (tokens, steps) is the usual limit.
     """
 
     def __init__(
@@ -116,7 +120,7 @@ class Agent:
         compatible: Iterable[str] = (),
         instructions: str = "",
         secrets: Iterable[str] | Callable[[], Iterable[str]] = (),
-        max_plan_versions: int = 50,
+        max_plan_versions: int = 10_000,
         on_denied: str = "block",
         task_type: str | None = None,
         lesson_model: Model | None = None,
@@ -229,8 +233,27 @@ class AgentContext:
     ) -> ModelResponse:
         """A recorded model call: budget checked first, secrets redacted before recording;
         when ``messages`` is the context :meth:`conversation` just built, what it holds is
-        recorded with the call (``context_built``)."""
-        resp, sid = call_model_step(
+        recorded with the call (``context_built``). A provider that refuses that context as too
+        long (:class:`~torpor.errors.ModelContextTooLongError`) gets one retry after a harder
+        compaction (:meth:`WorkingMemory.overflowed`)."""
+        messages = self.memory.replay_overflow(name, messages)
+        try:
+            resp, sid = self._model_step(model, messages, tools, name)
+        except ModelContextTooLongError as exc:
+            # Compact harder and retry once (recorded); the provider's text reaches no message.
+            retry = self.memory.overflowed(name, messages, exc)
+            if retry is None:
+                raise
+            messages = retry
+            resp, sid = self._model_step(model, messages, tools, name)
+        self.memory.after_call(messages, tools, resp, sid)
+        self._last_response = resp
+        return resp
+
+    def _model_step(
+        self, model: Model, messages: Sequence[Message], tools: Sequence[ToolSpec], name: str
+    ) -> tuple[ModelResponse, str]:
+        return call_model_step(
             self.run,
             model,
             messages,
@@ -240,9 +263,6 @@ class AgentContext:
             redact=self._redact_response,
             facts=self.memory.facts_for(messages),
         )
-        self.memory.after_call(messages, tools, resp, sid)
-        self._last_response = resp
-        return resp
 
     def episodes(self) -> str:
         """The episodes section: lessons of earlier runs of this agent and task type in the
@@ -456,7 +476,9 @@ class AgentContext:
                     moved = False
                 if self.version >= self.agent.max_plan_versions:
                     raise PlannerError(
-                        f"the planner revised the plan {self.version} times without finishing"
+                        f"the planner revised the plan {self.version} times without finishing "
+                        f"(Agent(max_plan_versions={self.agent.max_plan_versions}); a ReAct "
+                        "planner makes one plan version per model turn)"
                     )
                 proposal = planner.propose(self)
                 if proposal.done:

@@ -11,18 +11,26 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from .. import faults, serde
-from ..errors import SummaryFailed
+from ..errors import ModelContextTooLongError, SummaryFailed
 from ..history import (
     SHA256_RE,
     ContextBuilt,
     ContextCompacted,
     Payload,
     Policy,
+    WarningRecorded,
     checkpoint_answers,
 )
 from ..memory.buffer import CallItem, Unit, result_text
-from ..memory.compaction import ExtractiveSummarizer, Summary, choose, due
+from ..memory.compaction import (
+    ExtractiveSummarizer,
+    Summary,
+    call_label,
+    choose,
+    due,
+)
 from ..memory.context import PRIORITIES, BuiltContext, ContextSection, SectionRequest
+from ..memory.facts import result_facts
 from ..memory.tokens import Calibration, estimate_request
 from ..memory.working import (
     DURABLE_TEXT,
@@ -74,6 +82,8 @@ class WorkingMemory:
         self.pending: BuiltContext | None = None
         self.instructions = ""
         self.extra: list[tuple[str, int, str]] = []
+        #: The context's budget after a provider refused one as too long (0: none).
+        self.limit_tokens = 0
         #: A run recorded before working memory (event schema <= 3) replays with the whole
         #: transcript as its prompts were built then (:meth:`legacy_conversation`).
         self.legacy = False
@@ -110,7 +120,22 @@ class WorkingMemory:
             artifacts=self._artifact_excerpts(),
             instructions=self.instructions,
             extra=list(self.extra),
+            limit_tokens=self.limit_tokens,
+            limits=self._limits(),
         )
+
+    def _limits(self) -> dict[str, int]:
+        """The limits ``torpor context RUN`` shows (docs/context.md, *Limits*)."""
+        cfg = self.config
+        return {
+            "budget_tokens": cfg.budget_tokens,
+            "buffer_tokens": cfg.buffer_tokens,
+            "summary_tokens": cfg.summary_tokens,
+            "summary_keep_tokens": cfg.summary_keep_tokens,
+            "result_chars": cfg.result_clip,
+            "max_plan_versions": self.ctx.agent.max_plan_versions,
+            "plan_version": self.ctx.version,
+        }
 
     def load(self, snap: AgentSnapshot) -> None:
         ctx = self.ctx
@@ -135,6 +160,7 @@ class WorkingMemory:
         self.retired = list(snap.retired)
         self.instructions = snap.instructions
         self.extra = list(snap.extra)
+        self.limit_tokens = snap.limit_tokens
 
     def save(self, need_plan: bool) -> None:
         """Checkpoint the loop's state (the run's user checkpoint; see :meth:`restore`); not
@@ -210,12 +236,24 @@ class WorkingMemory:
         self.buffer_units.append(Unit(turn=self.turn, kind=kind, text=text))
 
     def settled(self, call_id: str, status: str, observation: Any, step: str | None) -> None:
+        """A call's outcome reaches its unit: the result clipped for the buffer
+        (``Memory.result_chars``), and the facts found in the whole of it (decoded)."""
         for u in reversed(self.buffer_units):
             for c in u.calls:
                 if c.call_id == call_id and c.status == "pending":
                     c.status = status
-                    c.result = result_text(status, observation)
                     c.step = step
+                    c.facts = result_facts(
+                        observation,
+                        status=status,
+                        turn=u.turn,
+                        step=step,
+                        goal=self.ctx.agent.goal,
+                        label=call_label(c.tool, c.args, status, step),
+                        args=c.args,
+                    )
+                    limit = self.config.result_clip
+                    c.result = result_text(status, observation, limit, c.facts)
                     return
 
     def sync(self) -> None:
@@ -226,6 +264,7 @@ class WorkingMemory:
                 if c.status == "pending" and (pc is None or pc.status == "superseded"):
                     c.status = "superseded"
                     c.result = result_text("superseded", None)
+                    c.facts = []
 
     # ------------------------------------------------------------ compaction
 
@@ -247,7 +286,7 @@ class WorkingMemory:
         if not idx:
             return
         units = [self.buffer_units[i] for i in idx]
-        summarizer = cfg.summarizer or ExtractiveSummarizer()
+        summarizer = cfg.summarizer or ExtractiveSummarizer(self.ctx.agent.goal)
         try:
             lines = summarizer.summarize(self.ctx, units, self.summary)
         except SummaryFailed as exc:
@@ -256,48 +295,112 @@ class WorkingMemory:
             self.ctx.run.warn(f"compaction skipped, the buffer is unchanged: {exc}")
             return
         before = buf.tokens()
-        new = Summary(
-            lines=[*self.summary.lines, *lines],
-            turns_folded=self.summary.turns_folded + len(units),
-            model_turns_folded=self.summary.model_turns_folded
-            + sum(1 for u in units if u.kind == "model"),
-            dropped_lines=self.summary.dropped_lines,
-        ).trimmed(cfg.summary_tokens)
+        new = self.summary.folded(units, lines, cfg.summary_keep_tokens)
         call_ids = [c.call_id for u in units for c in u.calls]
-        refs = [r for u in units for r in u.refs]
-        refs += [c.step for u in units for c in u.calls if c.step]
-        after = before - sum(u.tokens() for u in units)
         number = self.compactions + 1
         summary_data = new.model_dump(mode="json")
 
         def work(sid: str) -> tuple[Any, list[Payload]]:
             return {"summary": summary_data, "folded": idx}, [
-                ContextCompacted(
-                    step_id=sid,
-                    number=number,
-                    turns=[u.turn for u in units],
-                    call_ids=call_ids,
-                    refs=refs[:200],
-                    summarizer=summarizer.name,
-                    summary_hash=serde.hash_value(summary_data),
-                    summary_tokens=new.tokens(),
-                    buffer_tokens_before=before,
-                    buffer_tokens_after=after,
-                )
+                _compacted(sid, number, units, new, summary_data, before, summarizer.name)
             ]
 
         rec = self.ctx.run.journal.record("compact", work, purpose=f"compaction {number}")
-        folded = set(rec.result["folded"])
-        self.summary = Summary.model_validate(rec.result["summary"])
-        self.buffer_units = [u for i, u in enumerate(self.buffer_units) if i not in folded]
+        self._apply(rec.result["folded"], rec.result["summary"], call_ids, number)
+        if rec.new:
+            faults.point("memory.compacted")
+
+    def _apply(self, folded: list[int], summary: Any, call_ids: list[str], number: int) -> None:
+        """A recorded compaction takes effect: the folded units out of the buffer, the new
+        summary in, the settled calls it folded out of the plan view."""
+        gone = set(folded)
+        self.summary = Summary.model_validate(summary)
+        self.buffer_units = [u for i, u in enumerate(self.buffer_units) if i not in gone]
         self.compactions = number
         for cid in call_ids:
             c = self.ctx.calls.get(cid)
             if c is not None and c.status != "pending" and cid not in self.ctx.order:
                 del self.ctx.calls[cid]
                 self.retired.append(f"{cid}@v{c.version}")
+
+    # ------------------------------------------------------------ overflow
+
+    def _next_sid(self, name: str) -> str:
+        n = self.ctx.run.journal.counters.get(name, 0) + 1
+        return name if n == 1 else f"{name}#{n}"
+
+    def replay_overflow(self, name: str, messages: Sequence[Message]) -> list[Message]:
+        """``messages``, or — when this model call was refused as too long before (its
+        ``overflow:`` step is recorded: this is a replay) — the harder compaction replayed and
+        the context rebuilt, the refused attempt's step id passed over: the retry replays."""
+        j = self.ctx.run.journal
+        sid = self._next_sid(name)
+        if self.pending is None or list(messages) != self.pending.messages:
+            return list(messages)
+        if j.recorded(f"overflow:{sid}", Policy.READ) is None:
+            return list(messages)
+        j.next_id(name)  # the refused attempt's id, as the first execution used it
+        return self._squeeze(sid, self.pending.total_tokens, None, None)
+
+    def overflowed(
+        self, name: str, messages: Sequence[Message], exc: ModelContextTooLongError
+    ) -> list[Message] | None:
+        """The provider refused ``messages`` as too long: fold every unit that may be folded,
+        lower the context's budget below what was refused (to ``limit / sent`` of it when the
+        provider said both, else to 60%), in one recorded step ``overflow:<model step>``
+        (``context_compacted`` and a warning without the provider's text), and give the
+        rebuilt context — or None when ``messages`` is not the context just built (nothing to
+        rebuild), or this call was already a retry."""
+        if self.legacy or self.pending is None or list(messages) != self.pending.messages:
+            return None
+        counters = self.ctx.run.journal.counters
+        sid = name if counters.get(name, 0) <= 1 else f"{name}#{counters[name]}"
+        if self._retrying:
+            return None
+        return self._squeeze(sid, self.pending.total_tokens, exc.limit, exc.sent)
+
+    _retrying = False
+
+    def _squeeze(
+        self, sid: str, refused: int, limit: int | None, sent: int | None
+    ) -> list[Message]:
+        from ..memory.buffer import Buffer
+
+        ratio = limit / sent if limit and sent and 0 < limit < sent else 0.6
+        target = max(256, int(refused * min(ratio, 0.9) * 0.9))
+        buf = Buffer(units=self.buffer_units)
+        idx = choose(buf, 0)
+        units = [self.buffer_units[i] for i in idx]
+        lines = ExtractiveSummarizer(self.ctx.agent.goal).summarize(self.ctx, units, self.summary)
+        new = self.summary.folded(units, lines, self.config.summary_keep_tokens)
+        number = self.compactions + 1
+        before = buf.tokens()
+        call_ids = [c.call_id for u in units for c in u.calls]
+        summary_data = new.model_dump(mode="json")
+        warning = (
+            f"the model refused the context of step {sid} as too long ({refused} tokens by "
+            f"the estimate): compacted harder and retried within {target} tokens; lower "
+            "Memory(budget_tokens=...) to the model's window"
+        )
+
+        def work(step: str) -> tuple[Any, list[Payload]]:
+            return {"summary": summary_data, "folded": idx, "limit_tokens": target}, [
+                _compacted(step, number, units, new, summary_data, before, "extractive"),
+                WarningRecorded(message=warning, step_id=step),
+            ]
+
+        rec = self.ctx.run.journal.record(
+            f"overflow:{sid}", work, purpose="context too long: compacted harder"
+        )
+        self._apply(rec.result["folded"], rec.result["summary"], call_ids, number)
+        self.limit_tokens = int(rec.result["limit_tokens"])
         if rec.new:
-            faults.point("memory.compacted")
+            faults.point("memory.overflow")
+        self._retrying = True
+        try:
+            return self.conversation(self.instructions)
+        finally:
+            self._retrying = False
 
     def retired_ids(self) -> set[str]:
         """Ids of the calls compaction took out of the plan view (``call@vN`` entries)."""
@@ -426,6 +529,31 @@ class WorkingMemory:
             text = data[: self.config.artifact_chars * 2].decode("utf-8", "replace")
             out[h] = text[: self.config.artifact_chars]
         return out
+
+
+def _compacted(
+    sid: str,
+    number: int,
+    units: Sequence[Unit],
+    new: Summary,
+    summary_data: Any,
+    before: int,
+    summarizer: str,
+) -> ContextCompacted:
+    """The ``context_compacted`` event of folding ``units`` into ``new``."""
+    refs = [r for u in units for r in u.refs] + [c.step for u in units for c in u.calls if c.step]
+    return ContextCompacted(
+        step_id=sid,
+        number=number,
+        turns=[u.turn for u in units],
+        call_ids=[c.call_id for u in units for c in u.calls],
+        refs=refs[:200],
+        summarizer=summarizer,
+        summary_hash=serde.hash_value(summary_data),
+        summary_tokens=new.tokens(),
+        buffer_tokens_before=before,
+        buffer_tokens_after=before - sum(u.tokens() for u in units),
+    )
 
 
 def _call_state(c: PlannedCall) -> CallState:

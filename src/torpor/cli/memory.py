@@ -28,7 +28,7 @@ def show_context(
 
     Example: torpor context triage-7 --full
     """
-    from ..memory.view import context_view, no_context_reason  # (only for this command)
+    from ..memory.view import context_view, holds, limits_line, no_context_reason
 
     with open_client(ctx, read_only=True) as client:  # never creates or migrates a store
         state = client.state(run_id)
@@ -45,14 +45,17 @@ def show_context(
                 "model_turns": view.model_turns,
                 "compactions": view.compactions,
                 "checkpoint_seq": view.checkpoint_seq,
+                "limits": view.limits,
                 "sections": [vars(s) for s in view.sections],
             }
         )
         return
     out = console()
-    table = new_table("SECTION", "PRIORITY", "TOKENS", "CUT", title=f"next context of {run_id}")
+    table = new_table(
+        "SECTION", "PRIORITY", "TOKENS", "CUT", "HOLDS", title=f"next context of {run_id}"
+    )
     for s in view.sections:
-        add_row(table, s.name, s.priority, s.tokens, "cut" if s.cut else "")
+        add_row(table, s.name, s.priority, s.tokens, "cut" if s.cut else "", holds(s.name))
     out.print(table)
     out.print(
         Text(
@@ -62,6 +65,8 @@ def show_context(
             f"sha256:{view.context_hash[:16]}"
         )
     )
+    if view.limits:
+        out.print(Text(limits_line(view.limits)))
     for s in view.sections:
         if not s.text:
             continue

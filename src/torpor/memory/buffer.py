@@ -11,16 +11,20 @@ agent's checkpoint and read back on resume.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
 from ..messages import Message, ToolCall
+from .facts import Fact
 from .tokens import MESSAGE_OVERHEAD_TOKENS, estimate_message, estimate_text
 
-#: Longest tool result kept in the buffer, in characters (the raw observation stays in the
-#: history, ``tool_call_settled``; the buffer refers to it by the unit's ``refs``).
-RESULT_CHARS = 4000
+#: Longest tool result kept in the buffer by default, in characters
+#: (``Memory(result_chars=...)``): a longer one keeps its head and its tail (where errors are
+#: reported), the middle elided; the raw observation stays in the history
+#: (``tool_call_settled``), its facts are found in the whole of it when it settles.
+RESULT_CHARS = 8000
 
 UnitKind = Literal["model", "plan", "operator", "note"]
 
@@ -36,6 +40,9 @@ class CallItem(BaseModel):
     status: str = "pending"
     result: str = ""
     step: str | None = None
+    #: The facts found in the whole result when it settled (:func:`.facts.result_facts`);
+    #: ``None`` for a call buffered before facts were kept (found in ``result`` then).
+    facts: list[Fact] | None = None
 
     @field_validator("args")
     @classmethod
@@ -94,27 +101,42 @@ class Unit(BaseModel):
         return out
 
     def tokens(self) -> int:
-        """The unit's token count: the provider's figure for the model's message when one was
-        reported, the estimate (:mod:`.tokens`) for everything else."""
+        """The unit's token count: for the model's message the larger of the provider's figure
+        (when one was reported) and the estimate, the estimate (:mod:`.tokens`) for everything
+        else."""
         msgs = self.messages()
         if self.kind == "model" and self.reported_tokens is not None:
-            head = MESSAGE_OVERHEAD_TOKENS + max(
-                self.reported_tokens, 0
-            )  # the provider's count of its own message
+            # The provider's count of its own message when it is the larger: the context
+            # builder's budget is then never below the estimate of what it sends.
+            head = max(MESSAGE_OVERHEAD_TOKENS + self.reported_tokens, estimate_message(msgs[0]))
             return head + sum(estimate_message(m) for m in msgs[1:])
         return sum(estimate_message(m) for m in msgs)
 
 
-def result_text(status: str, observation: Any) -> str:
+def result_text(
+    status: str, observation: Any, limit: int = RESULT_CHARS, facts: Sequence[Fact] = ()
+) -> str:
     """A settled call's result as the buffer keeps it: the observation's JSON when it
-    succeeded, ``{"status", "detail"}`` otherwise, clipped to :data:`RESULT_CHARS`."""
+    succeeded, ``{"status", "detail"}`` otherwise; past ``limit`` characters its first two
+    thirds and its last third are kept around a ``[... N chars clipped ...]`` mark, which
+    names the ``facts`` (found in the whole result) that were in the part clipped."""
     if status == "succeeded":
         text = json.dumps(observation, sort_keys=True, default=str)
     else:
         text = json.dumps({"status": status, "detail": observation}, sort_keys=True, default=str)
-    if len(text) > RESULT_CHARS:
-        text = text[: RESULT_CHARS - 40] + f"... [{len(text) - RESULT_CHARS + 40} chars clipped]"
-    return text
+    if len(text) <= limit:
+        return text
+    room = max(limit - 40, 0)
+    head, tail = room * 2 // 3, room - room * 2 // 3
+    kept = text[:head] + text[len(text) - tail :]
+    lost = [f.text for f in facts if not f.ids or not all(i in kept for i in f.ids)]
+    lost = [x for x in lost if json.dumps(x)[1:-1] not in kept]
+    note = f"; in them: {' | '.join(lost)}" if lost else ""
+    if note:  # the facts take their room from the head
+        head = max(head - len(note), 0)
+    gone = len(text) - head - tail
+    mark = f" [... {gone} chars clipped{note} ...] "
+    return text[:head] + mark + (text[-tail:] if tail else "")
 
 
 class Buffer(BaseModel):

@@ -19,7 +19,7 @@ an error text as the summary.
 from __future__ import annotations
 
 import json
-import re
+from collections import Counter
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -27,7 +27,20 @@ from pydantic import BaseModel, Field
 
 from ..errors import SummaryFailed, TorporError
 from ..messages import Message, Model, ModelResponse, ToolSpec
-from .buffer import Buffer, Unit
+from .buffer import Buffer, CallItem, Unit
+from .context import RankedLine
+from .facts import (
+    Fact,
+    candidates,
+    content_words,
+    decode_result,
+    identifiers,
+    result_facts,
+    shape,
+    supersede,
+    text_segments,
+    value_segments,
+)
 from .tokens import estimate_text
 
 
@@ -46,10 +59,12 @@ class ModelCaller(Protocol):
 
 
 class SummaryLine(BaseModel):
-    """One line of the running summary: the ``turn`` it summarizes, its ``text``, and its
+    """One line of the running summary: the ``turn`` it summarizes, its ``text``, its
     ``weight`` (2: carries a fact — a decision, an error, an identifier, an operator's words;
-    1: a plain record of what ran). Past the summary's budget, weight-1 lines go first, oldest
-    first."""
+    1: a plain record of what ran), its ``score`` (how salient the fact is, :mod:`.facts`) and
+    whether it is ``pinned`` (an operator's instruction not superseded: never cut); ``fact``:
+    the record it shows, when it is one (kind, identifiers, provenance). Past a limit, plain
+    lines go first, then the least salient facts (ties: the oldest first)."""
 
     turn: int
     text: str
@@ -57,6 +72,13 @@ class SummaryLine(BaseModel):
     #: The fact part alone (no call descriptions, no refs): what the line is shortened to
     #: before facts are dropped.
     core: str = ""
+    score: float = 0.0
+    pinned: bool = False
+    fact: Fact | None = None
+
+    def shown(self) -> str:
+        """The line as the summary section shows it."""
+        return f"- [t{self.turn}] {self.text}"
 
 
 class Summary(BaseModel):
@@ -67,8 +89,8 @@ class Summary(BaseModel):
     model_turns_folded: int = 0
     dropped_lines: int = 0
 
-    def text(self) -> str:
-        """The summary as its context section shows it (empty before the first compaction)."""
+    def header(self) -> str:
+        """The summary's first line (empty before the first compaction)."""
         if not self.lines and not self.turns_folded:
             return ""
         head = (
@@ -77,36 +99,78 @@ class Summary(BaseModel):
         )
         if self.dropped_lines:
             head += f"; {self.dropped_lines} low-value lines dropped"
-        return head + ")\n" + "\n".join(f"- [t{x.turn}] {x.text}" for x in self.lines)
+        return head + ")"
+
+    def text(self) -> str:
+        """The whole summary (empty before the first compaction)."""
+        head = self.header()
+        if not head:
+            return ""
+        return head + "\n" + "\n".join(x.shown() for x in self.lines)
 
     def tokens(self) -> int:
         return estimate_text(self.text())
 
+    def ranked(self) -> tuple[RankedLine, ...]:
+        """The lines with their rank for the context builder (a pinned line is never cut;
+        plain lines rank below every fact)."""
+        return tuple(
+            RankedLine(x.shown(), x.score + (100.0 if x.weight > 1 else 0.0), x.pinned)
+            for x in self.lines
+        )
+
+    def folded(
+        self, units: Sequence[Unit], lines: Sequence[SummaryLine], keep_tokens: int
+    ) -> Summary:
+        """The summary after ``units`` are folded into it as ``lines`` (:func:`merged`),
+        within ``keep_tokens`` (:meth:`trimmed`)."""
+        return Summary(
+            lines=merged(self.lines, lines),
+            turns_folded=self.turns_folded + len(units),
+            model_turns_folded=self.model_turns_folded + sum(u.kind == "model" for u in units),
+            dropped_lines=self.dropped_lines,
+        ).trimmed(keep_tokens)
+
     def trimmed(self, max_tokens: int) -> Summary:
-        """The summary within ``max_tokens``: weight-1 lines dropped oldest first, then weight-2
-        lines oldest first."""
+        """The summary within ``max_tokens``: plain (weight-1) lines dropped first, then fact
+        lines shortened to their facts, then the least salient facts dropped (ties: the oldest
+        first); pinned lines last of all, oldest first."""
         lines = list(self.lines)
         dropped = self.dropped_lines
         size = self.tokens() + 12  # (room for the header's count of dropped lines)
         # (Token counts are kept by difference: the estimate of a line does not depend on the
         # others, within a token of rounding per line.)
-        for stage in ("plain", "shorten", "facts"):
-            i = 0
-            while size > max_tokens and i < len(lines):
-                x = lines[i]
-                if (stage == "plain" and x.weight == 1) or stage == "facts":
-                    size -= estimate_text(f"- [t{x.turn}] {x.text}\n")
-                    del lines[i]
-                    dropped += 1
-                    continue
-                if stage == "shorten" and x.core and x.core != x.text:
-                    size -= estimate_text(x.text) - estimate_text(x.core)
-                    lines[i] = x.model_copy(update={"text": x.core})
-                i += 1
+        for stage in ("plain", "shorten", "facts", "pinned"):
+            if size <= max_tokens:
+                break
+            if stage == "shorten":
+                for i, x in enumerate(lines):
+                    if size <= max_tokens:
+                        break
+                    if x.core and x.core != x.text:
+                        size -= estimate_text(x.text) - estimate_text(x.core)
+                        lines[i] = x.model_copy(update={"text": x.core})
+                continue
+            fact, pinned = {"plain": (False, False), "facts": (True, False)}.get(
+                stage, (True, True)
+            )
+            pick = [i for i, x in enumerate(lines) if (x.weight > 1) == fact and x.pinned == pinned]
+            pick.sort(key=lambda i: (lines[i].score, lines[i].turn, i))
+            gone: set[int] = set()
+            for i in pick:
+                if size <= max_tokens:
+                    break
+                size -= estimate_text(lines[i].shown() + "\n")
+                gone.add(i)
+            dropped += len(gone)
+            lines = [x for i, x in enumerate(lines) if i not in gone]
         out = self.model_copy(update={"lines": lines, "dropped_lines": dropped})
         while lines and out.tokens() > max_tokens:  # rounding, the header: until it holds
-            plain = [i for i, x in enumerate(lines) if x.weight == 1]
-            del lines[plain[0] if plain else 0]
+            worst = min(
+                range(len(lines)),
+                key=lambda i: (lines[i].pinned, lines[i].weight, lines[i].score, lines[i].turn),
+            )
+            del lines[worst]
             out = self.model_copy(update={"lines": lines, "dropped_lines": out.dropped_lines + 1})
         return out
 
@@ -124,32 +188,11 @@ class Summarizer(Protocol):
 
 # ------------------------------------------------------------------ the extractive summarizer
 
-_EXT = "py|md|json|txt|toml|yaml|yml|cfg|ini|sql|js|ts|rs|go|c|h|log|csv|lock"
-_PATH = rf"(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:{_EXT})\b"
-_HEX = r"\b[0-9a-f]{7,64}\b"
-_ID = r"\b(?=[\w:-]*\d)[A-Za-z]\w*(?:[-:]\w+)+"
-_NUM = r"(?<![\w.])\d{3,}(?:\.\d+)?\b|#\d+"
-#: Identifiers kept verbatim: paths, hex hashes, ids with a digit, numbers of 3+ digits, #seq.
-IDENTIFIER = re.compile(f"{_PATH}|{_HEX}|{_ID}|{_NUM}")
-#: The identifiers that make a line a fact by themselves (a bare number does not: it is kept
-#: verbatim with the others, but "turn 123" alone is no reason to keep a line).
-STRONG_IDENTIFIER = re.compile(f"{_PATH}|{_HEX}|{_ID}")
-#: A sentence that carries a conclusion, a decision and its reason, an error and its fix, or a
-#: failed approach and why.
-SIGNAL = re.compile(
-    r"\b(decid\w*|decision|because|since|so that|conclu\w*|found|result\w*|therefore|chose|"
-    r"choose|instead|error\w*|fail\w*|fix\w*|broke\w*|work\w*around|didn't work|does not work|"
-    r"doesn't work|must|never|always|do not|don't|should|note|important|blocked|denied)\b",
-    re.IGNORECASE,
-)
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
-#: Most identifiers kept from one unit's tool results (the model's text keeps all of its own).
-MAX_RESULT_IDS = 8
-SENTENCE_CHARS = 300
-
-
-def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+#: Shortest argument string searched for facts (a path or a name alone is the call's own
+#: description; a message, a note or a document the agent writes is searched).
+ARG_TEXT_CHARS = 60
+#: Longest operator message or note kept in the summary, in characters.
+OPERATOR_CHARS = 600
 
 
 def _args_text(args: object) -> str:
@@ -157,66 +200,126 @@ def _args_text(args: object) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def _ids(text: str) -> list[str]:
-    seen: dict[str, None] = {}
-    for m in IDENTIFIER.finditer(text):
-        seen.setdefault(m.group(), None)
-    return list(seen)
+def call_label(tool: str, args: object, status: str, step: str | None) -> str:
+    """A call as the summary names it: ``tool(args) -> status [step]``."""
+    where = f" [{step}]" if step else ""
+    return f"{tool}({_args_text(args)}) -> {status}{where}"
 
 
-def extract_unit(u: Unit) -> SummaryLine:
-    """The summary line of one unit (see the module doc)."""
-    parts: list[str] = []
-    weight = 1
+def call_facts(c: CallItem, *, turn: int, goal: str = "") -> list[Fact]:
+    """The facts of a settled call's result: those found when it settled (``c.facts``), or
+    found now in its buffered text (decoded) for a call buffered before facts were kept."""
+    if c.facts is not None:
+        return list(c.facts)
+    if c.status == "pending":
+        return []
+    value = decode_result(c.result)
+    if c.status != "succeeded" and isinstance(value, dict) and "detail" in value:
+        value = value["detail"]
+    return result_facts(
+        value,
+        status=c.status,
+        turn=turn,
+        step=c.step,
+        goal=goal,
+        label=call_label(c.tool, c.args, c.status, c.step),
+        args=c.args,
+    )
+
+
+def unit_lines(u: Unit, *, goal: str = "", shapes: Counter[str] | None = None) -> list[SummaryLine]:
+    """The summary lines of one unit: one per fact found in it (:mod:`.facts`: the model's or
+    operator's text, the calls' arguments and results), in order, then one plain line of what
+    ran (each call as ``tool(args) -> outcome [step]``, and the unit's refs)."""
+    goal_words = frozenset(content_words(goal))
+    facts: list[Fact] = []
     if u.kind == "operator":
-        parts.append(f"operator said: {u.text[: SENTENCE_CHARS * 2]}")
-        weight = 2
+        text = f"operator said: {u.text[:OPERATOR_CHARS]}"
+        facts.append(
+            Fact(
+                kind="instruction",
+                text=text,
+                ids=identifiers(u.text),
+                turn=u.turn,
+                source="operator",
+                score=10.0,
+                pinned=True,
+            )
+        )
     elif u.kind == "note":
-        parts.append(f"note: {u.text[:SENTENCE_CHARS]}")
-        weight = 2
+        text = f"note: {u.text[:OPERATOR_CHARS]}"
+        facts.append(Fact(kind="finding", text=text, turn=u.turn, source="note", score=4.0))
     else:
-        keep = [s[:SENTENCE_CHARS] for s in _sentences(u.text) if SIGNAL.search(s)]
-        keep += [
-            s[:SENTENCE_CHARS]
-            for s in _sentences(u.text)
-            if s[:SENTENCE_CHARS] not in keep and STRONG_IDENTIFIER.search(s)
-        ]
-        if keep:
-            parts.append(" ".join(keep))
-            weight = 2
+        segs = text_segments(u.text, "model")
+        step = u.refs[0] if u.refs else None
+        counts = shapes if shapes is not None else Counter(shape(s.text) for s in segs)
+        facts += candidates(segs, goal_words, counts, u.turn, step)
     for c in u.calls:
-        where = f" [{c.step}]" if c.step else ""
-        call = f"{c.tool}({_args_text(c.args)}) -> {c.status}{where}"
-        if c.status not in ("succeeded", "pending"):
-            call += f": {c.result[:SENTENCE_CHARS]}"
-            weight = 2
-        parts.append(call)
-    found = [i for i in _ids(" ".join(c.result for c in u.calls if c.status == "succeeded"))]
-    found = [i for i in found if i not in " ".join(parts)][:MAX_RESULT_IDS]
-    if found:
-        parts.append("ids: " + ", ".join(found))
-        if any(STRONG_IDENTIFIER.fullmatch(i) for i in found):
-            weight = 2
-    core = [p for p in parts if not any(p.startswith(f"{c.tool}(") for c in u.calls)]
+        segs = value_segments(c.args, "args", min_chars=ARG_TEXT_CHARS)
+        facts += candidates(segs, goal_words, Counter(), u.turn, c.step)
+        facts += call_facts(c, turn=u.turn, goal=goal)
+    seen: set[str] = set()
+    out: list[SummaryLine] = []
+    for f in facts:
+        if f.text in seen:
+            continue
+        seen.add(f.text)
+        out.append(
+            SummaryLine(turn=u.turn, text=f.text, weight=2, score=f.score, pinned=f.pinned, fact=f)
+        )
+    ran = [call_label(c.tool, c.args, c.status, c.step) for c in u.calls]
+    ran = [x for x in ran if not any(line.text.startswith(x) for line in out)]
     if u.refs:
-        parts.append("refs: " + ", ".join(u.refs))
+        ran.append("refs: " + ", ".join(u.refs))
+    if ran:
+        out.append(SummaryLine(turn=u.turn, text="; ".join(ran)))
+    return out
+
+
+def extract_unit(u: Unit, *, goal: str = "") -> SummaryLine:
+    """One unit as a single summary line (what a :class:`ModelSummarizer` is shown): its facts,
+    then what ran; weight 2 when it has a fact, ``core`` its facts alone."""
+    lines = unit_lines(u, goal=goal)
+    facts = [x.text for x in lines if x.weight > 1]
     return SummaryLine(
         turn=u.turn,
-        text="; ".join(parts),
-        weight=weight,
-        core="; ".join(core) if weight > 1 else "",
+        text="; ".join(x.text for x in lines),
+        weight=2 if facts else 1,
+        core="; ".join(facts),
+        score=max((x.score for x in lines), default=0.0),
     )
 
 
 class ExtractiveSummarizer:
-    """The deterministic default: one :func:`extract_unit` line per unit; never fails."""
+    """The deterministic default: the :func:`unit_lines` of each unit, a fact said before
+    (the same text) kept once; never fails. ``goal``: the agent's goal (its words make a
+    fact more relevant)."""
 
     name = "extractive"
+
+    def __init__(self, goal: str = ""):
+        self.goal = goal
 
     def summarize(
         self, ctx: ModelCaller, units: Sequence[Unit], summary: Summary
     ) -> list[SummaryLine]:
-        return [extract_unit(u) for u in units]
+        # Novelty: what the model says in the same shape turn after turn is a template.
+        shapes: Counter[str] = Counter(
+            shape(s.text)
+            for u in units
+            if u.kind in ("model", "plan")
+            for s in text_segments(u.text, "model")
+        )
+        shapes.update(shape(x.text) for x in summary.lines if x.weight > 1)
+        out: list[SummaryLine] = []
+        known = {x.text for x in summary.lines if x.weight > 1}
+        for u in units:
+            for line in unit_lines(u, goal=self.goal, shapes=shapes):
+                if line.weight > 1 and line.text in known:
+                    continue  # said before: the older line stands
+                known.add(line.text)
+                out.append(line)
+        return out
 
 
 class ModelSummarizer:
@@ -253,6 +356,22 @@ class ModelSummarizer:
             raise SummaryFailed("the summarizer model answered nothing")
         last = units[-1].turn
         return [SummaryLine(turn=last, text=x, weight=2) for x in lines]
+
+
+def merged(old: Sequence[SummaryLine], new: Sequence[SummaryLine]) -> list[SummaryLine]:
+    """The summary's lines after ``new`` are added to ``old``: an operator's instruction that
+    restates an earlier pinned one (:func:`.facts.supersede`) unpins it (it stays, ranked like
+    any fact, marked ``superseded_by``)."""
+    out = list(old)
+    for x in new:
+        if x.pinned and x.fact is not None and x.fact.kind == "instruction":
+            for i, y in enumerate(out):
+                if y.pinned and y.fact is not None:
+                    (f,) = supersede([y.fact], x.fact)
+                    if not f.pinned:
+                        out[i] = y.model_copy(update={"fact": f, "pinned": False})
+        out.append(x)
+    return out
 
 
 def due(buffer: Buffer, buffer_tokens: int, compact_at: float) -> bool:

@@ -21,8 +21,13 @@ class Memory:
     the estimate of :mod:`torpor.memory.tokens`; ``buffer_share``: the part of it the working
     buffer may hold before compaction is due, once it passes ``compact_at`` of that part
     (compaction then folds the oldest settled units into the summary until the buffer is under
-    ``compact_to`` of its part); ``summary_share``: the most the running summary may take (its
-    least valuable, oldest lines are dropped past it); ``summarizer``: ``None`` for the
+    ``compact_to`` of its part); ``summary_share``: the part of the budget the running summary
+    takes before the sections after it (buffer, plan, checkpoint …) take theirs — it then grows
+    into whatever they leave unused, its least relevant lines left out first (the summary
+    keeps at most ``budget_tokens`` of lines); ``result_chars``: the longest tool result the
+    buffer keeps, in characters, and at most a third of the buffer's part
+    (:attr:`result_clip`; a longer one keeps its head and tail and the clip names the facts of
+    its middle; its facts are found in the whole of it); ``summarizer``: ``None`` for the
     deterministic extractive summarizer, or a :class:`~torpor.memory.ModelSummarizer`;
     ``sections``: providers of extra sections (:data:`~torpor.memory.SectionProvider`, e.g.
     episodes); ``artifact_chars``: longest excerpt of an artifact the next step needs.
@@ -36,6 +41,7 @@ class Memory:
     summarizer: Summarizer | None = None
     sections: Sequence[SectionProvider] = field(default_factory=tuple)
     artifact_chars: int = 2000
+    result_chars: int = 8000
 
     def __post_init__(self) -> None:
         if self.budget_tokens < 256:
@@ -44,6 +50,8 @@ class Memory:
             v = getattr(self, name)
             if not 0 < v <= 1:
                 raise BadInputError(f"Memory({name}={v}): must be in (0, 1]")
+        if self.result_chars < 200:
+            raise BadInputError(f"Memory(result_chars={self.result_chars}): at least 200")
         if self.compact_to >= self.compact_at:
             raise BadInputError(
                 f"Memory(compact_to={self.compact_to}) must be below compact_at={self.compact_at}"
@@ -58,5 +66,18 @@ class Memory:
 
     @property
     def summary_tokens(self) -> int:
-        """The most the running summary may take."""
+        """The summary's part of the budget before the lower-priority sections take theirs
+        (it grows past it into what they leave)."""
         return int(self.budget_tokens * self.summary_share)
+
+    @property
+    def result_clip(self) -> int:
+        """The clip applied to a tool result in the buffer, in characters: ``result_chars``,
+        but at most a third of the buffer's part (at two characters a token, digits counted
+        twice), so one result never crowds the summary out of a small budget."""
+        return max(200, min(self.result_chars, self.buffer_tokens * 2 // 3))
+
+    @property
+    def summary_keep_tokens(self) -> int:
+        """The most the running summary keeps (the whole budget: more could never be sent)."""
+        return self.budget_tokens

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from .. import serde
 from ..errors import BadInputError
@@ -49,6 +49,15 @@ PRIORITIES: dict[str, int] = {
 Placement = Literal["system", "goal", "brief", "conversation"]
 
 
+class RankedLine(NamedTuple):
+    """A line of a ranked section (``ContextSection(ranked=...)``): cut lowest ``rank`` first
+    (ties: the earlier line first), never when ``pinned``."""
+
+    text: str
+    rank: float
+    pinned: bool = False
+
+
 @dataclass(frozen=True)
 class ContextSection:
     """One part of a context.
@@ -67,6 +76,8 @@ class ContextSection:
     pinned: frozenset[int] = frozenset()
     unit_tokens: tuple[int, ...] | None = None
     placement: Placement = "brief"
+    ranked: tuple[RankedLine, ...] = ()
+    cap: int | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -76,8 +87,12 @@ class ContextSection:
                 f"ContextSection {self.name!r}: {len(self.unit_tokens)} unit_tokens for "
                 f"{len(self.units)} units"
             )
-        if self.text and self.units:
+        if (self.text or self.ranked) and self.units:
             raise BadInputError(f"ContextSection {self.name!r}: give text or units, not both")
+        if self.cap is not None and (self.cap < 0 or self.units):
+            raise BadInputError(
+                f"ContextSection {self.name!r}: cap={self.cap} must be >= 0, on a text section"
+            )
 
 
 @dataclass(frozen=True)
@@ -153,6 +168,53 @@ def _truncate(text: str, name: str, tokens: int) -> str:
     return head + " [...]"
 
 
+def _left_out(n: int) -> str:
+    return f"({n} less relevant lines left out of this context)"
+
+
+#: Tokens of the line a cut ranked section ends with (for any count up to a billion).
+_NOTE_TOKENS = _estimate_text("\n" + _left_out(10**9))
+
+
+def _ranked_fit(s: ContextSection, allowance: int) -> tuple[str, int, bool]:
+    """The text of ranked section ``s`` within ``allowance`` tokens (its pinned lines and head
+    whatever the allowance: they are charged before any section): ``(text, tokens, cut)``."""
+    name = s.name if s.placement == "brief" else ""
+    lines = [x.text for x in s.ranked]
+    whole = "\n".join([s.text, *lines]) if s.text else "\n".join(lines)
+    need = section_tokens(whole, name)
+    if need <= allowance:
+        return whole, need, False
+    # Each line's cost alone: their sum is never below the text's estimate (ceilings).
+    cost = [_estimate_text(x + "\n") for x in lines]
+    size = section_tokens(s.text, name) + _NOTE_TOKENS  # the head, the line of what was left out
+    keep = {i for i, x in enumerate(s.ranked) if x.pinned}
+    size += sum(cost[i] for i in keep)
+    order = sorted(
+        (i for i in range(len(lines)) if i not in keep), key=lambda i: (-s.ranked[i].rank, -i)
+    )
+    for i in order:
+        if size + cost[i] <= allowance:
+            keep.add(i)
+            size += cost[i]
+    left_out = len(lines) - len(keep)
+    body = [lines[i] for i in sorted(keep)]
+    note = _left_out(left_out)
+    text = "\n".join([*([s.text] if s.text else []), *body, note])
+    return text, section_tokens(text, name), True
+
+
+def _reserved(s: ContextSection) -> int:
+    """Tokens a ranked section must have whatever the budget: its head and pinned lines."""
+    if not s.ranked or not any(x.pinned for x in s.ranked):
+        return 0
+    name = s.name if s.placement == "brief" else ""
+    pinned = [x.text for x in s.ranked if x.pinned]
+    return (
+        section_tokens(s.text, name) + _NOTE_TOKENS + sum(_estimate_text(x + "\n") for x in pinned)
+    )
+
+
 def build_context(
     budget_tokens: int, sections: Sequence[ContextSection], *, fixed_tokens: int = 0
 ) -> BuiltContext:
@@ -160,7 +222,7 @@ def build_context(
 
     ``fixed_tokens``: tokens charged before anything (the tool definitions sent with the call).
     Raises BadInputError for duplicate section names or a budget too small to hold the fixed
-    tokens and the pinned units.
+    tokens and the pinned units and lines.
     """
     names = [s.name for s in sections]
     dup = {n for n in names if names.count(n) > 1}
@@ -169,10 +231,12 @@ def build_context(
     left = budget_tokens - fixed_tokens - REQUEST_OVERHEAD_TOKENS
     costs = {s.name: _unit_costs(s) for s in sections if s.units}
     pinned_cost = sum(costs[s.name][i] for s in sections if s.units for i in s.pinned)
+    reserved = {s.name: _reserved(s) for s in sections if s.ranked}
+    pinned_cost += sum(reserved.values())
     if pinned_cost > left:
         raise BadInputError(
             f"context budget of {budget_tokens} tokens cannot hold the tool definitions "
-            f"({fixed_tokens}) and the units that must stay ({pinned_cost}): raise "
+            f"({fixed_tokens}) and the units and lines that must stay ({pinned_cost}): raise "
             "Memory(budget_tokens=...)"
         )
     left -= pinned_cost
@@ -180,6 +244,7 @@ def build_context(
     kept_units: dict[str, list[int]] = {}
     spent: dict[str, int] = {}
     cut: list[str] = []
+    capped: list[ContextSection] = []  # cut by their own cap: they grow in the second pass
     stopped = False
     for s in sorted(sections, key=lambda s: -s.priority):  # stable: ties keep their order
         if s.units:
@@ -201,24 +266,36 @@ def build_context(
                 stopped = True
             kept_units[s.name] = sorted(keep)
             continue
-        if not s.text:
+        if not s.text and not s.ranked:
             spent[s.name] = 0
             continue
-        need = section_tokens(s.text, s.name if s.placement == "brief" else "")
-        if not stopped and need <= left:
-            texts[s.name] = s.text
-            left -= need
-            spent[s.name] = need
-            continue
-        cut.append(s.name)
-        spent[s.name] = 0
-        if not stopped:
-            head = _truncate(s.text, s.name if s.placement == "brief" else "", left)
-            if head:
-                texts[s.name] = head
-                spent[s.name] = section_tokens(head, s.name if s.placement == "brief" else "")
-                left -= spent[s.name]
-        stopped = True
+        own = reserved.get(s.name, 0)
+        room = left + own
+        by_cap = s.cap is not None and s.cap < room
+        if by_cap:
+            room = max(s.cap or 0, own)
+        if stopped:
+            room = own
+        text, used, was_cut = _fit(s, room)
+        if text:
+            texts[s.name] = text
+        spent[s.name] = used
+        left -= used - own
+        if was_cut:
+            if by_cap and not stopped:
+                capped.append(s)
+            else:
+                cut.append(s.name)
+                stopped = True
+    for s in capped:  # the second pass: into what the others left
+        own = reserved.get(s.name, 0)
+        text, used, was_cut = _fit(s, spent[s.name] + left)
+        if text:
+            texts[s.name] = text
+        left -= used - spent[s.name]
+        spent[s.name] = used
+        if was_cut:
+            cut.append(s.name)
     messages = _assemble(sections, texts, kept_units)
     total = budget_tokens - left
     return BuiltContext(
@@ -229,6 +306,19 @@ def build_context(
         budget_tokens=budget_tokens,
         texts=texts,
     )
+
+
+def _fit(s: ContextSection, room: int) -> tuple[str, int, bool]:
+    """A text section within ``room`` tokens: ``(text, tokens, cut)`` — a ranked one leaves
+    out its lowest-ranked lines, a plain one keeps its head."""
+    if s.ranked:
+        return _ranked_fit(s, room)
+    name = s.name if s.placement == "brief" else ""
+    need = section_tokens(s.text, name)
+    if need <= room:
+        return s.text, need, False
+    head = _truncate(s.text, name, room)
+    return head, section_tokens(head, name) if head else 0, True
 
 
 def _assemble(

@@ -5,7 +5,7 @@ its context with, :func:`~torpor.memory.working.next_context`)."""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
@@ -14,6 +14,18 @@ from ..history import RunState
 from ..messages import Message
 from .context import BuiltContext
 from .working import SNAPSHOT_VERSION, AgentSnapshot, model_turns, next_context, sections_of
+
+#: What each of the agent's sections holds (``torpor context RUN`` shows it; docs/context.md).
+SECTION_HOLDS: dict[str, str] = {
+    "system": "model turns so far, the agent's and planner's instructions",
+    "goal": "the goal, the completion criteria, the input",
+    "summary": "facts of the folded turns, most relevant kept; operator instructions pinned",
+    "plan": "the current plan version, each step's status",
+    "checkpoint": "the latest checkpoint's four answers",
+    "episodes": "lessons of earlier runs (recorded at the start)",
+    "artifacts": "excerpts of the artifacts the plan names",
+    "buffer": "the recent turns, whole (tool results clipped head and tail)",
+}
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,9 @@ class ContextView:
     compactions: int
     checkpoint_seq: int
     built: BuiltContext
+    #: The limits in force (budget parts, the tool-result clip, the plan-version cap, the
+    #: lowered budget after a provider's "context too long"), as the checkpoint recorded them.
+    limits: dict[str, int] = field(default_factory=dict)
 
 
 def snapshot_of(state: RunState) -> AgentSnapshot | None:
@@ -71,6 +86,9 @@ def context_view(state: RunState) -> ContextView | None:
     if snap is None:
         return None
     built = next_context(snap, instructions=snap.instructions, extra=snap.extra_sections())
+    limits = dict(snap.limits)
+    if snap.limit_tokens:
+        limits["limit_tokens"] = snap.limit_tokens
     out: list[SectionView] = []
     for s in sections_of(snap, instructions=snap.instructions, extra=snap.extra_sections()):
         if s.units:
@@ -98,6 +116,10 @@ def context_view(state: RunState) -> ContextView | None:
         compactions=snap.compactions,
         checkpoint_seq=state.user_checkpoint_seq,
         built=built,
+        limits={
+            **snap.limits,
+            **({"limit_tokens": snap.limit_tokens} if snap.limit_tokens else {}),
+        },
     )
 
 
@@ -140,3 +162,27 @@ def no_context_reason(state: RunState) -> str:
         f"run {rid!r} is not an agent run: its checkpoint (seq {state.user_checkpoint_seq}) is "
         f"the workflow's own state, not an agent's working memory (`torpor show {rid}` shows it)"
     )
+
+
+def holds(name: str) -> str:
+    """What section ``name`` holds (``""`` for a provider's own section)."""
+    return SECTION_HOLDS.get(name, "")
+
+
+def limits_line(limits: dict[str, int]) -> str:
+    """The limits as ``torpor context RUN`` prints them, in one line (docs/context.md)."""
+    parts = []
+    if "budget_tokens" in limits:
+        parts.append(f"budget {limits['budget_tokens']} tokens")
+    if "limit_tokens" in limits:
+        parts.append(f"lowered to {limits['limit_tokens']} after a 'context too long'")
+    if "buffer_tokens" in limits:
+        parts.append(f"buffer part {limits['buffer_tokens']}")
+    if "summary_tokens" in limits:
+        parts.append(f"summary first takes {limits['summary_tokens']}, then what is left")
+    if "result_chars" in limits:
+        parts.append(f"tool results clipped at {limits['result_chars']} chars (head and tail)")
+    if "max_plan_versions" in limits:
+        v = limits.get("plan_version", 0)
+        parts.append(f"plan version {v} of at most {limits['max_plan_versions']}")
+    return "limits: " + "; ".join(parts)

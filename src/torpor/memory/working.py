@@ -87,6 +87,12 @@ class AgentSnapshot(BaseModel):
     #: latest context built: what ``torpor context RUN`` shows for them.
     instructions: str = ""
     extra: list[tuple[str, int, str]] = Field(default_factory=list)
+    #: The context's budget after a provider refused one as too long (0: none; the lower of
+    #: it and ``budget_tokens`` holds).
+    limit_tokens: int = 0
+    #: The limits in force when it was saved (budget parts, result clip, plan-version cap):
+    #: what ``torpor context RUN`` shows.
+    limits: dict[str, int] = Field(default_factory=dict)
 
     def extra_sections(self) -> list[ContextSection]:
         return [ContextSection(n, p, t) for n, p, t in self.extra]
@@ -172,7 +178,13 @@ def sections_of(
     system = "\n\n".join(x for x in (status, snap.system_text, instructions) if x)
     return [
         ContextSection("system", PRIORITIES["goal"], system, placement="system"),
-        ContextSection("summary", PRIORITIES["summary"], snap.summary.text()),
+        ContextSection(
+            "summary",
+            PRIORITIES["summary"],
+            snap.summary.header(),
+            ranked=snap.summary.ranked(),
+            cap=scale(snap.summary_tokens),
+        ),
         ContextSection("plan", PRIORITIES["plan"], plan_text(snap)),
         ContextSection("checkpoint", PRIORITIES["checkpoint"], answers_text(snap.answers)),
         *extra,
@@ -196,7 +208,10 @@ def next_context(
     The budget is ``snap.budget_tokens`` divided by the calibration ratio (so a provider that
     counts more than the estimate is given less by the estimate); the tool definitions are
     charged first."""
-    budget = int(snap.budget_tokens / max(snap.calibration.ratio, 1.0))
+    budget = snap.budget_tokens
+    if snap.limit_tokens:
+        budget = min(budget, snap.limit_tokens)
+    budget = int(budget / max(snap.calibration.ratio, 1.0))
     return build_context(
         budget,
         sections_of(snap, instructions=instructions, extra=extra),

@@ -5,6 +5,7 @@ each wire format. Prices and the translation of SDK errors are here."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from ...errors import (
+    ModelContextTooLongError,
     ModelError,
     ModelRateLimitedError,
     ModelRequestError,
@@ -74,6 +76,34 @@ def _detail(exc: Any) -> str:
     return f"HTTP {status}: {msg or exc}"
 
 
+_TOO_LONG = re.compile(
+    r"context[_ ]length[_ ]exceeded|maximum context length|prompt is too long|"
+    r"context window|too many (input )?tokens|request[_ ]too[_ ]large|reduce the length",
+    re.IGNORECASE,
+)
+_OPENAI_SIZES = re.compile(r"maximum context length is (\d+) tokens.*?(\d+) tokens", re.S)
+_ANTHROPIC_SIZES = re.compile(r"(\d+) tokens > (\d+)")
+
+
+def context_too_long(status: int, body: Any, message: str) -> tuple[int | None, int | None] | None:
+    """``(limit, sent)`` when a provider's error answer says the context is too long (either
+    may be None when the message does not say it), else None. The shapes: OpenAI's 400 with
+    ``code: context_length_exceeded`` ("This model's maximum context length is 8192 tokens.
+    However, your messages resulted in 9000 tokens…"), Anthropic's 400 ``prompt is too long:
+    210000 tokens > 200000 maximum`` or 413 ``request_too_large``."""
+    err = body.get("error", body) if isinstance(body, dict) else None
+    code = str(err.get("code") or err.get("type") or "") if isinstance(err, dict) else ""
+    if status not in (400, 413) or not (_TOO_LONG.search(code) or _TOO_LONG.search(message)):
+        return None
+    m = _OPENAI_SIZES.search(message)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    m = _ANTHROPIC_SIZES.search(message)
+    if m:
+        return int(m.group(2)), int(m.group(1))
+    return None, None
+
+
 @contextmanager
 def sdk_errors(model_id: str, sdk: Any, base: type[BaseException]) -> Iterator[None]:
     """Translate an official SDK's errors into :class:`ModelError` subclasses, at the seam.
@@ -94,6 +124,12 @@ def sdk_errors(model_id: str, sdk: Any, base: type[BaseException]) -> Iterator[N
     except sdk.APIConnectionError as exc:
         raise ModelUnavailableError(model_id, f"connection failed: {exc}") from exc
     except sdk.APIStatusError as exc:
+        too_long = context_too_long(exc.status_code, getattr(exc, "body", None), _detail(exc))
+        if too_long is not None:
+            limit, sent = too_long
+            raise ModelContextTooLongError(
+                model_id, _detail(exc), status=exc.status_code, limit=limit, sent=sent
+            ) from exc
         cls = ModelUnavailableError if exc.status_code >= 500 else ModelRequestError
         raise cls(model_id, _detail(exc), status=exc.status_code) from exc
     except base as exc:
