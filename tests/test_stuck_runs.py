@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -545,6 +546,8 @@ def test_show_and_resume_say_what_is_going_on(store_url: str, tmp_path: Path) ->
         stderr=subprocess.PIPE,
         text=True,
     )
+    guard = threading.Timer(HANG_S, resuming.kill)  # a hang guard: the line never came
+    guard.start()
     try:
         assert resuming.stderr is not None
         said = ""
@@ -566,6 +569,7 @@ def test_show_and_resume_say_what_is_going_on(store_url: str, tmp_path: Path) ->
         assert finish.stdout.strip() == "finished", finish.stdout + finish.stderr
         out, err = resuming.communicate(timeout=HANG_S)  # hang guard
     finally:
+        guard.cancel()
         resuming.kill()
     assert resuming.returncode == 0, out + said + err
     show = _cli(store_url, tmp_path, "show", "s1")
