@@ -30,18 +30,32 @@ class Service:
         self.lock = threading.Lock()
         self.charges: list[dict[str, Any]] = []
         self.scripts: dict[str, list[dict[str, Any]]] = {}
+        self.released: dict[str, threading.Event] = {}
         self.url = ""
 
     def script(self, key: str, *steps: dict[str, Any]) -> None:
         """What the client's next attempts for ``key`` do before sending: ``{"hang_s": s}``
         (stuck before the request leaves), ``{"fail": True}`` (give up without sending),
-        ``{"delay_s": s}`` (the service records the charge, then answers late)."""
+        ``{"delay_s": s}`` (the service records the charge, then answers late), ``{"hold":
+        True}`` (stuck before sending until :meth:`release`: a hang no load can shorten)."""
         with self.lock:
             self.scripts[key] = list(steps)
+
+    def release(self, key: str) -> None:
+        """Let the attempts of ``key`` held by a ``{"hold": True}`` step go on and send."""
+        self._released(key).set()
+
+    def _released(self, key: str) -> threading.Event:
+        with self.lock:
+            return self.released.setdefault(key, threading.Event())
 
     def count(self, key: str | None = None) -> int:
         with self.lock:
             return sum(1 for c in self.charges if key is None or c["key"] == key)
+
+
+#: A hang guard only: a held attempt gives up waiting for its release after this long.
+HOLD_GUARD_S = 300.0
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -71,6 +85,9 @@ class _Handler(BaseHTTPRequestHandler):
             with svc.lock:
                 found = [c for c in svc.charges if c["key"] == key]
             self._reply(200, {"charges": found})
+        elif url.path == "/hold":  # a held attempt waits here until the test releases it
+            released = svc._released(key).wait(HOLD_GUARD_S)
+            self._reply(200, {"released": released})
         else:
             self._reply(404, {"error": url.path})
 
@@ -114,6 +131,10 @@ def charge(url: str, amount: int, idempotency_key: str) -> dict[str, Any]:
     """The effect: follow the service's script for this attempt, then POST the charge."""
     step = _get(f"{url}/script?key={urllib.parse.quote(idempotency_key)}")
     time.sleep(float(step.get("hang_s", 0)))
+    if step.get("hold"):
+        q = urllib.parse.quote(idempotency_key)
+        with urllib.request.urlopen(f"{url}/hold?key={q}", timeout=HOLD_GUARD_S + 10) as r:
+            r.read()
     if step.get("fail"):
         raise ConnectionError("the service refused the connection (nothing sent)")
     req = urllib.request.Request(

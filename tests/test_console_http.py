@@ -162,6 +162,7 @@ def test_no_anonymous_access(console: ConsoleEnv) -> None:
     assert _inbox(console, "anon-1") == []
 
 
+@pytest.mark.proc  # the console fixture is a server process
 def test_wrong_passwords_are_throttled(console: ConsoleEnv) -> None:
     http = Http(console.url)
     for _ in range(5):
@@ -170,6 +171,7 @@ def test_wrong_passwords_are_throttled(console: ConsoleEnv) -> None:
     assert Http(console.url).login("alice") == 303  # another person is not affected
 
 
+@pytest.mark.proc  # the console fixture is a server process
 def test_csrf_token_and_origin_are_checked(console: ConsoleEnv) -> None:
     _ship(console, "csrf-1")
     aid, hashes = _aid(console, "csrf-1")
@@ -196,6 +198,7 @@ def test_csrf_token_and_origin_are_checked(console: ConsoleEnv) -> None:
     assert status == 403 and "CSRF" in body
 
 
+@pytest.mark.proc  # the console fixture is a server process
 def test_headers_hosts_and_downloads(console: ConsoleEnv) -> None:
     _ship(console, "dl-1", diff="<html><script>alert(1)</script></html>")
     http = Http(console.url)
@@ -236,6 +239,7 @@ def _act(http: Http, run_id: str, action: str, form: dict[str, str]) -> str:
     return page[start : page.index("</p>", start)]
 
 
+@pytest.mark.proc  # the console fixture is a server process
 def test_every_action_is_recorded_with_the_person(console: ConsoleEnv) -> None:
     with console.runtime() as rt:
         rt.run("console.gate", None, run_id="act-signal")

@@ -20,6 +20,7 @@ import pytest
 
 import http_kit
 import torpor
+from conftest import HANG_S
 from torpor import Agent, CodePlanner, PlanView, Proposal, Tools, step
 
 FAST_RETRY = torpor.Retry(attempts=3, initial=0.01, max_wait=0.05)
@@ -154,20 +155,29 @@ def test_an_attempt_left_running_is_never_overlapped_even_once_a_person_says_abs
     still runs in this process: resuming here starts no attempt beside it; once it ended, its
     return is the result."""
     key = "early/charge"
-    svc.script(key, {"hang_s": 1.2})
+    svc.script(key, {"hold": True})  # stuck before sending until released below
     cfg = {"url": svc.url, "timeout_s": 0.1, "grace_s": 0.2}
     with torpor.Runtime(store_url) as rt:
         client = torpor.Client(rt.store)
         res = rt.run("timeouts.charge", cfg, run_id="early")
-        for _ in range(20):
-            if res.outcome != "unresolved":
-                break
-            assert svc.count(key) == 0 or "earlier attempt" in res.reason, res.reason
+        assert res.outcome == "unresolved", res.reason
+        # Still held: every resume finds the attempt running and starts nothing beside it.
+        for _ in range(2):
+            client.resolve("early", key, "absent", "bob", reason="looked too early")
+            res = rt.resume("early")
+            assert res.outcome == "unresolved" and "earlier attempt" in res.reason, res.reason
+        assert svc.count() == 0
+        svc.release(key)
+        deadline = time.monotonic() + HANG_S  # a hang guard
+        while res.outcome == "unresolved" and time.monotonic() < deadline:
+            # Until the released attempt's thread has returned, a resume still finds it running.
+            assert "earlier attempt" in res.reason, res.reason
+            time.sleep(0.05)
             client.resolve("early", key, "absent", "bob", reason="looked too early")
             res = rt.resume("early")
     assert res.outcome == "succeeded", res.reason
     assert res.result == {"charge": 1, "key": key}
-    settle(svc, 1.2)  # past the stuck attempt's hang: a second call would have landed by now
+    settle(svc, 1.2)  # a second call, had one been started, would have landed by now
     assert svc.count() == 1  # the stuck attempt's call only; no attempt ran beside it
     reasons = [
         e.payload.reason  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -458,7 +459,7 @@ import torpor
 @torpor.workflow("stuck.small")
 def small(run, n):
     run.step("a", lambda: n)
-    run.sleep(5.0)
+    run.sleep(3600.0)  # due only when a clock an hour ahead says so (FINISH below)
     return run.step("b", lambda: n + 1)
 
 
@@ -466,6 +467,15 @@ def small(run, n):
 def effect(run, path):
     run.step("a", lambda: 1)
     return run.effect("touch", lambda: open(path, "a").write("x"), reconcile=None)
+"""
+
+# Finishes s1 from a process whose clock is an hour ahead: the sleep is due there.
+FINISH = """
+import time
+import small, torpor
+from torpor.testing import FakeClock
+rt = torpor.Runtime({url!r}, clock=FakeClock(time.time() + 3601))
+print(rt.resume("s1", follow_timers=False).status)
 """
 
 
@@ -513,9 +523,55 @@ def test_show_and_resume_say_what_is_going_on(store_url: str, tmp_path: Path) ->
         "--no-follow",
     )
     assert started.returncode == 0, started.stdout + started.stderr
-    resumed = _cli(store_url, tmp_path, "resume", "s1", "--import", "small")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "sleeps until" in resumed.stderr and "staying to continue it" in resumed.stderr
+    # The resume stays with the sleeping run; once it has said so (the sign, read from its
+    # stderr), another process whose clock is an hour ahead finishes the run, and the staying
+    # resume, polling, sees it finished (or running, and waits for the finisher's lease). No
+    # real timer has to outlast a loaded CLI's start.
+    resuming = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torpor.cli",
+            "--db",
+            store_url,
+            "resume",
+            "s1",
+            "--import",
+            "small",
+            "--wait",  # the finisher may hold the lease when this resume looks again
+        ],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT / "src")])),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    guard = threading.Timer(HANG_S, resuming.kill)  # a hang guard: the line never came
+    guard.start()
+    try:
+        assert resuming.stderr is not None
+        said = ""
+        while "staying to continue it" not in said.replace("\n", " "):
+            line = resuming.stderr.readline()  # blocks until a line, or '' once it exits
+            if not line:
+                break
+            said += line
+        said = said.replace("\n", " ")
+        assert "sleeps until" in said and "staying to continue it" in said, said
+        finish = subprocess.run(
+            [sys.executable, "-c", FINISH.format(url=store_url)],
+            cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT / "src")])),
+            capture_output=True,
+            text=True,
+            timeout=HANG_S,
+        )
+        assert finish.stdout.strip() == "finished", finish.stdout + finish.stderr
+        out, err = resuming.communicate(timeout=HANG_S)  # hang guard
+    finally:
+        guard.cancel()
+        resuming.kill()
+    assert resuming.returncode == 0, out + said + err
     show = _cli(store_url, tmp_path, "show", "s1")
     assert "succeeded" in show.stdout and "establishing" not in show.stdout, show.stdout
     # A live holder: in progress, not "reconcile effects in doubt".

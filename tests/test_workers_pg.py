@@ -71,8 +71,8 @@ def flow(run, n):
 def test_eight_workers_sigkill_chaos(
     tmp_path: Path, pg_url: str, pg_database: str, runtime_for: Any
 ) -> None:
-    """8 worker processes, 200 runs with 2 effects each, random SIGKILLs throughout (each
-    replaced): every run succeeds and every effect key is in the ledger exactly once."""
+    """8 worker processes, 200 runs (or more) with 2 effects each, random SIGKILLs throughout
+    (each replaced): every run succeeds and every effect key is in the ledger exactly once."""
     ledger = ledger_url(pg_database)
     mod = write_module(tmp_path, "chaos_wf", CHAOS)
     ws = Workers(tmp_path, pg_url, ledger, mod, ttl=2.0, hb=0.5, concurrency=2)
@@ -83,50 +83,63 @@ def test_eight_workers_sigkill_chaos(
     print(f"8 workers started in {time.monotonic() - t_start:.1f}s")
     rt = runtime_for(pg_url)
     client = torpor.Client(rt.store)
-    n_runs = 200
-    for i in range(n_runs):
-        rt.start("chaos.flow", i, run_id=f"run-{i:03d}")
+    n_runs = 0
+
+    def start(n: int) -> None:
+        nonlocal n_runs
+        for i in range(n_runs, n_runs + n):
+            rt.start("chaos.flow", i, run_id=f"run-{i:04d}")
+        n_runs += n
+
+    start(200)
     rng = random.Random(3)
     kills = 0
+    min_kills = 8
     t0 = time.monotonic()
     try:
 
         def finished() -> int:
-            return len(client.runs(status="finished", limit=10_000))
+            return len(client.runs(status="finished", limit=100_000))
 
         def busy() -> list[int]:
             """Started workers that hold a lease right now (killing them loses work)."""
-            owners = {r.lease_owner for r in client.runs(status="running", limit=10_000)}
+            owners = {r.lease_owner for r in client.runs(status="running", limit=100_000)}
             pids = {int(o.split(":")[1]) for o in owners if o}
             return [p for p in ws.ready() if p in pids]
 
-        # Every 0.2-0.5 s, SIGKILL a random busy worker and start a replacement, keeping at
-        # least 5 started (a new process takes seconds to import on a loaded 2-core machine).
-        while finished() < n_runs and time.monotonic() - t0 < 60:
+        # Every 0.2-0.5 s, SIGKILL a random busy worker (the store shows it holding a running
+        # run's lease: a run in flight) and start a replacement, keeping at least 5 started (a
+        # new process takes seconds to import on a loaded 2-core machine). Until the loop has
+        # killed min_kills busy workers, more runs are started whenever fewer than 20 are left,
+        # so runs are in flight however slowly the replacements come up (no time window).
+        deadline = time.monotonic() + HANG_S  # a hang guard
+        while finished() < n_runs and time.monotonic() < deadline:
             time.sleep(rng.uniform(0.2, 0.5))
+            if kills < min_kills and n_runs - finished() < 20:
+                start(20)
             victims = busy()
             if victims and len(ws.ready()) >= 5:
                 ws.kill(rng.choice(victims), signal.SIGKILL)
                 kills += 1
                 ws.spawn()
-        wait_until(lambda: finished() == n_runs, 30, "every run to finish")
+        wait_until(lambda: finished() == n_runs, HANG_S, "every run to finish")
     finally:
         ws.stop_all()
         elapsed = time.monotonic() - t0
     print(f"{n_runs} runs, {kills} SIGKILLs, {elapsed:.1f}s")
-    assert kills >= 8, "the chaos loop must have killed workers while runs were in flight"
+    assert kills >= min_kills, "the chaos loop must have killed workers while runs were in flight"
 
     outcomes = Counter(r.outcome for r in client.runs(limit=10_000))
     assert outcomes == {"succeeded": n_runs}, outcomes
     applied = Counter(k for (k,) in query(ledger, "SELECT key FROM applied"))
-    expected = {f"run-{i:03d}/e{j}" for i in range(n_runs) for j in (1, 2)}
+    expected = {f"run-{i:04d}/e{j}" for i in range(n_runs) for j in (1, 2)}
     assert set(applied) == expected
     dupes = {k: n for k, n in applied.items() if n != 1}
     assert not dupes, f"effects applied more than once: {dupes}"
     # Every run's history is well-formed: one owner per epoch, epochs only grow.
     retaken = 0
     for i in range(n_runs):
-        owners = lease_owners(client.events(f"run-{i:03d}"))
+        owners = lease_owners(client.events(f"run-{i:04d}"))
         retaken += len(owners) > 1
     print(f"{retaken} runs were taken over by another worker after a kill")
     assert retaken > 0
