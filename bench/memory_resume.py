@@ -1,26 +1,20 @@
-"""The working memory's figures (issue 17), from one invocation:
+"""The working memory's resume and compaction cost (issue 17), on the long agent
+(examples/long_agent); the planted-fact figures are bench/memory_facts.py's:
 
-    uv run python bench/memory_facts.py            # 50 and 500 turns, resume 10 vs 1,000 turns
-    uv run python bench/memory_facts.py --quick    # 50 and 200 turns, resume 10 vs 300 turns
+    uv run python bench/memory_resume.py            # resume 10 vs 1,000 turns
+    uv run python bench/memory_resume.py --quick    # resume 10 vs 300 turns
 
-1. **Planted facts.** The long agent (examples/long_agent) runs N turns; the seeded generator
-   (examples/long_agent/script.py, committed) plants facts of four kinds at random turns. The
-   process SIGKILLs itself at the checkpoint right before its last model call; a new process
-   resumes the run, and the context handed to that model call is captured. A fact is kept
-   when its key phrase is in that context (case-insensitive). Reported: kept/planted per kind
-   and overall, the context's tokens, and the full transcript's tokens (every recorded model
-   message and tool result, what a replayed conversation would send), by the same estimate.
-2. **Resume cost.** Runs of 10 and of 1,000 turns, each killed right before its last model
+1. **Resume cost.** Runs of 10 and of 1,000 turns, each killed right before its last model
    call; each resume is a fresh process whose first model call stamps the time and SIGKILLs
    (the history stays as built): wake (process spawn) to the first new model call, median of
    5, and the ratio.
-3. **Compaction cost.** The 1,000-turn run uses a model summarizer (a scripted model that
+2. **Compaction cost.** The 1,000-turn run uses a model summarizer (a scripted model that
    answers with the units' extractive lines; its usage is the estimate of what it was sent and
    what it answered): tokens spent summarizing per 1,000 turns, and the context tokens saved
    (transcript tokens minus context tokens, summed over the model calls).
 
 Everything runs on SQLite files under a temporary directory, on this machine; results are
-printed as Markdown and written to bench/results/memory_facts.json.
+printed as Markdown and written to bench/results/memory_resume.json.
 """
 
 from __future__ import annotations
@@ -176,48 +170,6 @@ def transcript_and_costs(url: str) -> dict[str, Any]:
     }
 
 
-def planted(work: Path, turns: int) -> dict[str, Any]:
-    from examples.long_agent.agent import tools
-    from examples.long_agent.script import KINDS, make_script
-
-    from torpor.agents.models import Message
-    from torpor.memory import estimate_request
-
-    url, env, build_s = build(work, turns, summarizer=False)
-    out = work / f"context-{turns}.json"
-    _spawn(["resume", url, "r", str(turns), str(out)], env)
-    dumped = json.loads(out.read_text())
-    messages = [Message.model_validate(m) for m in dumped["messages"]]
-    text = "\n".join(m.content for m in messages).lower()
-    script = make_script(turns)
-    rows = {}
-    for kind in KINDS:
-        facts = [f for f in script.facts if f.kind == kind and f.turn < dumped["turn"]]
-        kept = [f for f in facts if f.key.lower() in text]
-        rows[kind] = {
-            "kept": len(kept),
-            "planted": len(facts),
-            "lost": [f.key for f in facts if f not in kept],
-        }
-    kept_all = sum(r["kept"] for r in rows.values())
-    planted_all = sum(r["planted"] for r in rows.values())
-    ctx = estimate_request(messages, tools.specs())
-    full = transcript_and_costs(url)
-    return {
-        "turns": turns,
-        "resumed_at_turn": dumped["turn"],
-        "kinds": rows,
-        "kept": kept_all,
-        "planted": planted_all,
-        "kept_share": kept_all / planted_all,
-        "context_tokens": ctx,
-        "transcript_tokens": full["transcript_tokens"],
-        "context_share": ctx / full["transcript_tokens"],
-        "compactions": full["compactions"],
-        "build_s": build_s,
-    }
-
-
 def resume_cost(work: Path, turns: int, reps: int, *, summarizer: bool) -> dict[str, Any]:
     url, env, build_s = build(work, turns, summarizer=summarizer)
     samples = []
@@ -240,38 +192,18 @@ def _ms(samples: list[float]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="50/200 turns, resume 10 vs 300")
+    ap.add_argument("--quick", action="store_true", help="resume 10 vs 300 turns")
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
-    facts_turns = (50, 200) if args.quick else (50, 500)
     long_turns = 300 if args.quick else 1000
     with tempfile.TemporaryDirectory(prefix="torpor-memory-bench-", dir="/var/tmp") as tmp:
         work = Path(tmp)
-        facts = [planted(work, n) for n in facts_turns]
         short = resume_cost(work, 10, args.reps, summarizer=False)
         long = resume_cost(work, long_turns, args.reps, summarizer=True)
     ratio = long["median_s"] / short["median_s"]
     per_k = 1000 / long_turns
-    lines = ["## Planted facts (kept after SIGKILL + resume, in the next model call's context)", ""]
-    lines.append(
-        "| turns | identifier | decision | failed | operator | overall | context tokens "
-        + "| transcript tokens | context share |"
-    )
-    lines.append("|---|---|---|---|---|---|---|---|---|")
-    for f in facts:
-        k = f["kinds"]
-        cells = [
-            f"{k[x]['kept']}/{k[x]['planted']}"
-            for x in ("identifier", "decision", "failed", "operator")
-        ]
-        lines.append(
-            f"| {f['turns']} | "
-            + " | ".join(cells)
-            + f" | {f['kept']}/{f['planted']} ({f['kept_share']:.0%}) | {f['context_tokens']:,}"
-            f" | {f['transcript_tokens']:,} | {f['context_share']:.1%} |"
-        )
+    lines: list[str] = []
     lines += [
-        "",
         f"## Resume cost (wake to the first new model call, median of {args.reps})",
         "",
         "| turns | median | samples |",
@@ -292,9 +224,9 @@ def main() -> None:
     print(report)
     results = ROOT / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)
-    data = {"facts": facts, "resume_short": short, "resume_long": long, "ratio": ratio}
-    (results / "memory_facts.json").write_text(json.dumps(data, indent=2))
-    (results / "memory_facts.md").write_text(report + "\n")
+    data = {"resume_short": short, "resume_long": long, "ratio": ratio}
+    (results / "memory_resume.json").write_text(json.dumps(data, indent=2))
+    (results / "memory_resume.md").write_text(report + "\n")
 
 
 if __name__ == "__main__":

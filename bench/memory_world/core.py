@@ -189,11 +189,12 @@ class Names:
     avoid: set[int] = field(default_factory=set)
 
     def num(self, lo: int = 1000, hi: int = 99999) -> int:
-        while True:
+        for tries in range(10_000):  # (past 200 tries, one a distractor has will do)
             n = self.rng.randint(lo, hi)
-            if n not in self.used_nums and n not in self.avoid:
+            if n not in self.used_nums and (tries > 200 or n not in self.avoid):
                 self.used_nums.add(n)
                 return n
+        raise RuntimeError(f"no unused number left in [{lo}, {hi}]")
 
     def term(self, pool: tuple[str, ...]) -> str:
         free = [t for t in pool if t not in self.used_terms]

@@ -47,6 +47,8 @@ class Distract:
     rng: random.Random
     reserved: set[int]
     seen: set[int] = field(default_factory=set)
+    #: How many times longer than usual the next output is (set per output).
+    scale: int = 1
 
     def n(self, lo: int, hi: int) -> int:
         while True:
@@ -55,6 +57,10 @@ class Distract:
                 if v >= 100:
                     self.seen.add(v)
                 return v
+
+    def lines(self, lo: int, hi: int) -> int:
+        """A line count: ``scale`` times one in [lo, hi]."""
+        return self.rng.randint(lo, hi) * self.scale
 
     def ts(self) -> str:
         r = self.rng
@@ -102,7 +108,7 @@ def _place(lines: list[str], insert: list[str], rng: random.Random, tail: bool) 
 
 
 def pytest_run(d: Distract, insert: list[str], noisy: bool, tail: bool) -> str:
-    n_files = d.n(8, 22)
+    n_files = d.lines(8, 22)
     lines = [
         "============================= test session starts ==============================",
         f"platform linux -- Python 3.11.{d.n(2, 9)}, pytest-8.{d.n(0, 3)}.{d.n(0, 4)}, "
@@ -136,7 +142,7 @@ def pytest_run(d: Distract, insert: list[str], noisy: bool, tail: bool) -> str:
 
 def build_log(d: Distract, insert: list[str], noisy: bool, tail: bool) -> str:
     lines = [f"$ uv build --wheel && ./scripts/upload.sh  # {d.ts()}"]
-    for _ in range(d.n(10, 24)):
+    for _ in range(d.lines(10, 24)):
         lines.append(
             f"[{d.ts()}] {d.pick(('compile', 'copy', 'link', 'strip', 'hash'))} "
             f"{d.mod_path()} -> build/lib.linux-x86_64-cpython-311/{d.hexs(8)}.so "
@@ -151,7 +157,7 @@ def build_log(d: Distract, insert: list[str], noisy: bool, tail: bool) -> str:
 
 def service_log(d: Distract, insert: list[str], noisy: bool, tail: bool, svc: str = "api") -> str:
     lines = []
-    for _ in range(d.n(14, 30)):
+    for _ in range(d.lines(14, 30)):
         lines.append(
             f"{d.ts()} INFO  {svc}[{d.n(1000, 65000)}] {d.pick(VERBS)} /v1/{d.pick(MODS)}/"
             f"{d.n(1, 99999)} {d.pick(('200', '200', '204', '201', '304'))} {d.n(1, 900)}ms "
@@ -166,7 +172,7 @@ def service_log(d: Distract, insert: list[str], noisy: bool, tail: bool, svc: st
 
 def listing(d: Distract, insert: list[str], noisy: bool, tail: bool) -> str:
     lines = [f"total {d.n(100, 9000)}"]
-    for _ in range(d.n(12, 26)):
+    for _ in range(d.lines(12, 26)):
         lines.append(
             f"-rw-r--r-- 1 {d.pick(PEOPLE)} staff {d.n(100, 9_000_000):>9} Nov {d.n(1, 30):2d} "
             f"{d.n(0, 23):02d}:{d.n(0, 59):02d} {d.pick(MODS)}-{d.hexs(7)}."
@@ -181,7 +187,7 @@ def api_response(
     d: Distract, insert: dict[str, Any] | None, noisy: bool, tail: bool
 ) -> dict[str, Any]:
     items: list[dict[str, Any]] = []
-    for _ in range(d.n(5, 12)):
+    for _ in range(d.lines(5, 12)):
         items.append(
             {
                 "id": f"{d.pick(('evt', 'job', 'run', 'obj'))}_{d.hexs(12)}",
@@ -213,7 +219,7 @@ def api_response(
 
 def stack_dump(d: Distract, insert: list[str], noisy: bool, tail: bool) -> str:
     lines = [f"goroutine {d.n(1, 900)} [running]:"]
-    for _ in range(d.n(8, 16)):
+    for _ in range(d.lines(8, 16)):
         meth = d.pick(("Serve", "Flush", "Read", "Apply", "Wait"))
         fn = f"{d.pick(MODS)}.(*{d.pick(MODS).title()}).{meth}"
         lines.append(f"{fn}(0xc{d.hexs(9)}, 0x{d.hexs(4)})")
@@ -227,7 +233,7 @@ def stack_dump(d: Distract, insert: list[str], noisy: bool, tail: bool) -> str:
 
 def csv_export(d: Distract, insert: list[str], noisy: bool, tail: bool) -> str:
     lines = ["ts,tenant,job_id,rows,bytes,duration_ms,node"]
-    for _ in range(d.n(15, 30)):
+    for _ in range(d.lines(15, 30)):
         lines.append(
             f"{d.ts()},t{d.n(100, 999)},{d.hexs(10)},{d.n(1, 90000)},{d.n(1000, 9_000_000)},"
             f"{d.n(1, 9000)},{d.pick(HOSTS)}"
@@ -239,7 +245,7 @@ def csv_export(d: Distract, insert: list[str], noisy: bool, tail: bool) -> str:
 
 def git_log(d: Distract, insert: list[str], noisy: bool, tail: bool) -> str:
     lines = []
-    for _ in range(d.n(6, 12)):
+    for _ in range(d.lines(6, 12)):
         who = d.pick(PEOPLE)
         lines += [
             f"commit {d.hexs(40)}",
@@ -259,7 +265,7 @@ def git_log(d: Distract, insert: list[str], noisy: bool, tail: bool) -> str:
 
 def kubectl_table(d: Distract, insert: list[str], noisy: bool, tail: bool) -> str:
     lines = ["NAME                                READY   STATUS    RESTARTS   AGE    NODE"]
-    for _ in range(d.n(10, 22)):
+    for _ in range(d.lines(10, 22)):
         lines.append(
             f"{d.pick(MODS)}-{d.hexs(10)}-{d.hexs(5):<12} 1/1     Running   "
             f"{d.n(0, 4):<10} {d.n(1, 59)}h    {d.pick(HOSTS)}"
@@ -274,7 +280,7 @@ def kubectl_table(d: Distract, insert: list[str], noisy: bool, tail: bool) -> st
 
 def journal(d: Distract, insert: list[str], noisy: bool, tail: bool) -> str:
     lines = [f"-- Logs begin at Mon 2026-11-{d.n(1, 9):02d} 00:00:{d.n(10, 59)} UTC. --"]
-    for _ in range(d.n(14, 28)):
+    for _ in range(d.lines(14, 28)):
         lines.append(
             f"Nov {d.n(10, 30)} {d.n(0, 23):02d}:{d.n(0, 59):02d}:{d.n(0, 59):02d} "
             f"{d.pick(HOSTS)} "
@@ -289,7 +295,7 @@ def journal(d: Distract, insert: list[str], noisy: bool, tail: bool) -> str:
 
 def psql_table(d: Distract, insert: list[str], noisy: bool, tail: bool) -> str:
     lines = ["   relname    | n_live_tup | n_dead_tup |      last_autovacuum", "-" * 62]
-    for _ in range(d.n(8, 18)):
+    for _ in range(d.lines(8, 18)):
         lines.append(
             f" {d.pick(MODS):<12} | {d.n(1, 9_000_000):>10} | {d.n(0, 90000):>10} | {d.ts()}"
         )

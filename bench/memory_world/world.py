@@ -112,7 +112,9 @@ class _Builder:
         """(tool, args, text) of a shell command whose output has ``insert`` in it."""
         shapes = sh.DEV_SHAPES if self.family == "dev" else sh.HELDOUT_SHAPES
         name = self.rng.choice(sorted(shapes))
+        self.d.scale = self.rng.choice((1, 1, 1, 1, 2, 4, 8))  # some outputs run long
         text = shapes[name](self.d, insert, noisy, tail)
+        self.d.scale = 1
         s, n = self.svc(), self.d.n(2, 9999)
         cmd = {
             "pytest": f"uv run pytest -q tests/{self.d.pick(sh.MODS)} --maxfail={n}",

@@ -1,8 +1,9 @@
 """The long agent's world and script, generated from a seed: the notes files it reads (real
 files), what its scripted model says at each turn, and the facts planted along the way.
 
-Four kinds of planted fact (the bench, ``bench/memory_facts.py``, checks that each key phrase is
-still in the context of the model call after a kill and a resume):
+Four kinds of planted fact, each with a key phrase (the planted-fact bench,
+``bench/memory_facts.py``, no longer uses them: it has a world of its own,
+``bench/memory_world``, whose facts carry no such cue words):
 
 - ``identifier``: a release id written into the notes file the agent reads at that turn
   (the key is the id, e.g. ``rel-48213-qx``);
