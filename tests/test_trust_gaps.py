@@ -130,3 +130,42 @@ def test_keys_add_from_dev_zero_is_a_bounded_read_with_one_line(
     code, _, err = cli(capsys, "keys", "add", "zed", "@/dev/zero")
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "'/dev/zero' is longer than" in err and "not a public key file" in err, err
+
+
+def test_hmac_local_key_is_outside_torpor_home_so_a_planted_one_approves_nothing(
+    torpor_home: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torpor import signing
+
+    monkeypatch.setenv("TORPOR_APPROVALS", "hmac-local")
+    monkeypatch.delenv("TORPOR_SIGNING_KEY")
+    with torpor.Runtime(db_url) as rt:
+        rt.run(_ship, {"content": "v1\n"}, run_id="planted")
+        client = torpor.Client(rt.store)
+        [(aid, info)] = client.state("planted").approvals.items()
+        # A writer of TORPOR_HOME plants its own shared key there and signs with it.
+        planted = b"p" * 64
+        (torpor_home / "signing.key").write_bytes(planted)
+        at = rt.store.now_ms()
+        data = signing.hmac_bytes("planted", aid, "approve", "alice", info.hashes, at)
+        body = {
+            "approval_id": aid,
+            "decision": "approve",
+            "approver": "alice",
+            "hashes": sorted(info.hashes),
+            "comment": "",
+            "decided_at_ms": at,
+            "scheme": "hmac",
+            "signature": signing.hmac_sign(planted, data),
+        }
+        rt.store.post_inbox("planted", "decision", body, message_id="decision:forged")
+    with torpor.Runtime(db_url) as rt:
+        assert rt.resume("planted").status == "waiting"
+        refused = [e.payload for e in client.events("planted") if e.type == "approval_refused"]
+        assert refused and "does not verify with the local shared key" in refused[0].reason
+        # The one local user's own decision, made with the key in their own folder, counts.
+        client = torpor.Client(rt.store)
+        client.decide("planted", None, "approve", "alice")
+        assert rt.resume("planted").outcome == "succeeded"
+    key = Path(os.environ["TORPOR_CONFIG_DIR"]) / "hmac-local.key"
+    assert key.exists() and oct(key.stat().st_mode & 0o777) == "0o600"
