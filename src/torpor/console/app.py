@@ -33,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .. import scrub
 from ..client import Client
 from ..config import Settings
 from ..keys import Trust
@@ -105,6 +106,19 @@ def _pathq(value: Any) -> str:
     return urllib.parse.quote(str(value), safe="")
 
 
+#: Every value a console page shows: no secret this process knows, in any encoding (G12).
+CONSOLE = scrub.sink("console", "every value a console page renders: torpor.console.app")
+
+
+def _scrubbed(value: Any) -> Any:
+    """Jinja2's ``finalize``: each ``{{ value }}`` scrubbed before it is escaped."""
+    if not CONSOLE.active or not isinstance(value, str):
+        return value
+    if isinstance(value, jinja2.utils.markupsafe.Markup):
+        return jinja2.utils.markupsafe.Markup(CONSOLE.text(str(value)))
+    return CONSOLE.text(value)
+
+
 def _size(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -133,6 +147,7 @@ class Console:
             undefined=jinja2.StrictUndefined,
             trim_blocks=True,
             lstrip_blocks=True,
+            finalize=_scrubbed,
         )
         self.env.filters["pathq"] = _pathq
         self.env.filters["qs"] = lambda d: urllib.parse.urlencode(d)
