@@ -169,3 +169,32 @@ def test_hmac_local_key_is_outside_torpor_home_so_a_planted_one_approves_nothing
         assert rt.resume("planted").outcome == "succeeded"
     key = Path(os.environ["TORPOR_CONFIG_DIR"]) / "hmac-local.key"
     assert key.exists() and oct(key.stat().st_mode & 0o777) == "0o600"
+
+
+@torpor.workflow(name="trustgaps.bidi", version="1")
+def _bidi(run: torpor.Run, cfg: dict[str, str]) -> str:
+    run.artifact("patch", cfg["content"])
+    run.artifact("plain", "nothing hidden here\n")
+    return "ok"
+
+
+def test_torpor_artifacts_flags_and_escapes_bidi_and_invisible_characters(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trick = "if admin:\u202e }\u2066 return\u200b True\n"
+    with torpor.Runtime(db_url) as rt:
+        assert rt.run(_bidi, {"content": trick}, run_id="bidi").outcome == "succeeded"
+    capsys.readouterr()
+    code, out, err = cli(capsys, "artifacts", "bidi")
+    assert code == 0, err
+    flags = [x for x in out.splitlines() if x.startswith("warning:")]
+    assert len(flags) == 1 and flags[0].startswith("warning: patch v1"), out
+    assert "invisible or bidi characters (U+200B, U+202E, U+2066)" in flags[0]
+    code, out, err = cli(capsys, "artifacts", "bidi", "patch", "--escaped")
+    assert code == 0 and out == "if admin:<U+202E> }<U+2066> return<U+200B> True\n", out
+    assert "invisible or bidi characters" in err
+    # Piped without --escaped: the exact bytes (a file or a diff tool needs them), still flagged.
+    code, out, err = cli(capsys, "artifacts", "bidi", "patch")
+    assert code == 0 and out == trick and "invisible or bidi characters" in err
+    code, out, err = cli(capsys, "artifacts", "bidi", "plain")
+    assert code == 0 and err == ""
