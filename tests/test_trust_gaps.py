@@ -198,3 +198,28 @@ def test_torpor_artifacts_flags_and_escapes_bidi_and_invisible_characters(
     assert code == 0 and out == trick and "invisible or bidi characters" in err
     code, out, err = cli(capsys, "artifacts", "bidi", "plain")
     assert code == 0 and err == ""
+
+
+def test_a_decision_refused_before_it_is_sent_is_recorded_on_the_run(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with torpor.Runtime(db_url) as rt:
+        rt.run(_ship, {"content": "v1\n"}, run_id="stale")
+    # Stale: alice reviewed other content (a hash prefix the approval does not bind).
+    code, _, err = cli(capsys, "approve", "stale", "--as", "alice", "--hash", "0000beef")
+    assert code != 0 and "not the content '0000beef' you reviewed" in err, err
+    # Refused by the local keyring: bob's key was removed.
+    assert cli(capsys, "keys", "remove", "bob")[0] == 0
+    code, _, err = cli(capsys, "approve", "stale", "--as", "bob")
+    assert code != 0 and "refused" in err, err
+    with torpor.Runtime(db_url) as rt:
+        assert rt.resume("stale").status == "waiting"
+        client = torpor.Client(rt.store)
+        refused = [e.payload for e in client.events("stale") if e.type == "approval_refused"]
+        [info] = client.state("stale").approvals.values()
+        assert info.status == "requested" and not info.decisions
+    assert [(r.approver, r.decision) for r in refused] == [("alice", "approve"), ("bob", "approve")]
+    assert "refused before it was sent" in refused[0].reason and "0000beef" in refused[0].reason
+    assert "has no key in the keyring" in refused[1].reason, refused[1].reason
+    code, shown, _ = cli(capsys, "show", "stale")
+    assert "refused: 2 decision(s)" in shown and "alice: refused before it was sent" in shown
