@@ -24,7 +24,13 @@ each secret of at least :data:`PROCESS_MIN_LEN` characters). The secrets are rea
 through a registered sink: a module that writes somewhere new registers its sink (``sink("ledger",
 "...")``) and calls it; ``tests/test_secret_encodings.py`` enumerates :func:`sinks` and fails for
 a registered sink it has no probe for, and for a probe whose sink is gone. With no secret
-known, a sink returns its input unchanged at the cost of one check.
+known, a sink returns its input unchanged at the cost of one check. The secrets a process
+learns are kept for its life (a worker that meets many distinct secrets keeps them all: a sink
+cannot forget one safely).
+
+What the journal sink changes is what is stored: a value a workflow recorded outside an
+agent's vault that holds a known secret is stored with the marker, so a run resumed from the
+record sees the marker, not the secret (the price of G12).
 """
 
 from __future__ import annotations
