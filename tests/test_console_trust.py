@@ -23,7 +23,10 @@ from console_kit import ConsoleEnv, Http, csrf_of, path_of, running_console
 
 pytestmark = pytest.mark.proc  # a console server process
 
-TRICK = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-ok = True\n+ok = False \u202e# admin only\u2066 x\u200b\n"
+TRICK = (
+    "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-ok = True\n"
+    "+ok = False \u202e# admin only\u2066 x\u200b\n"
+)
 
 
 @pytest.fixture(scope="module")

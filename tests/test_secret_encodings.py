@@ -14,12 +14,12 @@ where it is checked.
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib
 import json
 import logging
 import re
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
 
@@ -102,10 +102,8 @@ def leaks(where: str, text: str) -> list[str]:
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> str:
     capsys.readouterr()
-    try:
+    with contextlib.suppress(SystemExit):
         cli_main(list(args))
-    except SystemExit:
-        pass
     out = capsys.readouterr()
     return out.out + out.err
 

@@ -156,7 +156,7 @@ class Keyring:
 
     def save(self) -> None:
         """Write the file atomically (a reader sees the old or the new keyring, never half)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)  # never loose
         text = HEADER + "".join(e.line() + "\n" for e in self.entries)
         fd, tmp = tempfile.mkstemp(prefix=".keyring-", dir=self.path.parent)
         try:
