@@ -214,7 +214,7 @@ def test_decision_signed_with_another_key_is_refused(
     with pytest.raises(torpor.errors.DecisionRefusedError, match="is not in the keyring"):
         # Checked against this machine's keyring before anything is sent.
         client.decide("forge", None, "approve", "alice", key=forger_dir / "keys" / "alice")
-    assert client.inbox("forge") == []
+    assert [m.kind for m in client.inbox("forge")] == ["refused"]  # its refusal, no decision
     (forger_dir / "keyring").write_text(f"alice {public}\n")
     with monkeypatch.context() as env:
         env.setenv("TORPOR_CONFIG_DIR", str(forger_dir))
@@ -226,7 +226,10 @@ def test_decision_signed_with_another_key_is_refused(
     assert (res.status, res.wait_kind) == ("waiting", "approval"), res
     assert "'alice''s key SHA256:" in res.reason and "is not in the keyring" in res.reason
     assert kit.ledger_entries("effect") == []
-    [refused] = [e.payload for e in client.events("forge") if e.type == "approval_refused"]
+    early, refused = [
+        e.payload for e in client.events("forge") if e.type == "approval_refused"
+    ]  # the one the client refused before sending (recorded), then the forged one
+    assert "refused before it was sent" in early.reason
     assert refused.approver == "alice" and not refused.withdrawn  # type: ignore[attr-defined]
     assert client.state("forge").approvals[next(iter(client.state("forge").approvals))].status == (
         "requested"
@@ -368,7 +371,9 @@ def test_a_request_another_person_already_decided_says_so(
         assert "approved" not in text.replace("already decided", "")
         code, text = cli("approve", "two", "--as", "alice")
         assert code == 1 and "'alice' already decided" in text, text
-        assert len(client.inbox("two")) == 1  # only alice's
+        sent = [m for m in client.inbox("two") if m.kind == "decision"]
+        assert len(sent) == 1  # only alice's (and the two refusals, recorded: issue 34)
         assert rt.resume("two").outcome == "succeeded"
         [info] = client.state("two").approvals.values()
-        assert info.approver == "alice" and info.refused == 0
+        assert info.approver == "alice" and info.refused == 2  # bob's and alice's, recorded
+        assert all("refused before it was sent" in r for r in info.refusals)

@@ -329,24 +329,31 @@ class Client:
         info = st.approvals.get(approval_id)
         if info is None:
             raise InboxError(f"run {run_id!r} has no approval {approval_id!r}")
-        if info.status == "requested" and approval_id not in pending:
-            raise InboxError(
-                f"approval {approval_id!r} takes no decision any more: its wait ended "
-                "(timed out) without one"
+        try:
+            if info.status == "requested" and approval_id not in pending:
+                raise InboxError(
+                    f"approval {approval_id!r} takes no decision any more: its wait ended "
+                    "(timed out) without one"
+                )
+            refused = candidate_refusal(st, approval_id, decision, approver)  # the fold's rule
+            if refused is not None:
+                raise InboxError(refused)
+            counted = {d.approver for d in info.decisions if d.decision == "approve"}
+            self._refuse_if_decided_in_inbox(run_id, approval_id, approver, info.required, counted)
+            if expect_hash and not any(h.startswith(expect_hash) for h in info.hashes):
+                raise InboxError(
+                    f"approval {approval_id!r} binds {info.hashes}, not the content "
+                    f"{expect_hash!r} you reviewed; review it again"
+                )
+            body = self._signed(
+                run_id, approval_id, decision, approver, info.hashes, comment, delegate, key, agent
             )
-        refused = candidate_refusal(st, approval_id, decision, approver)  # the fold's rule
-        if refused is not None:
-            raise InboxError(refused)
-        counted = {d.approver for d in info.decisions if d.decision == "approve"}
-        self._refuse_if_decided_in_inbox(run_id, approval_id, approver, info.required, counted)
-        if expect_hash and not any(h.startswith(expect_hash) for h in info.hashes):
-            raise InboxError(
-                f"approval {approval_id!r} binds {info.hashes}, not the content "
-                f"{expect_hash!r} you reviewed; review it again"
-            )
-        body = self._signed(
-            run_id, approval_id, decision, approver, info.hashes, comment, delegate, key, agent
-        )
+        except (InboxError, DecisionRefusedError) as exc:
+            from .engine.inbox import post_refusal  # only when refusing: the client stays light
+
+            why = getattr(exc, "reason", None) or str(exc)
+            post_refusal(self.store, run_id, approval_id, decision, approver, delegate, why)
+            raise
         signer = delegate or approver
         self.store.post_inbox(
             run_id,

@@ -5,8 +5,11 @@
 - ``TORPOR_DATABASE_URL`` (default ``sqlite:///$TORPOR_HOME/torpor.db``).
 - ``TORPOR_ARTIFACTS_URL`` (default ``$TORPOR_HOME/artifacts``; any fsspec URL).
 - ``TORPOR_SIGNING_KEY``: the local shared key (text) for keyed hashes of secret values (G12)
-  and, only in the local single-user approval mode, for HMAC decisions; without it a random key
-  is created once in ``$TORPOR_HOME/signing.key`` (mode 0600).
+  and, only in the local single-user approval mode, for HMAC decisions. Without it, the keyed
+  hashes use ``$TORPOR_HOME/signing.key`` (made once, random, mode 0600: it approves nothing —
+  a writer of ``TORPOR_HOME`` who replaces it only makes later hashes differ), and the
+  ``hmac-local`` mode uses ``$TORPOR_CONFIG_DIR/hmac-local.key`` (made once, outside
+  ``TORPOR_HOME``, so a writer of that folder cannot approve in that mode either).
 
 Approvals (G6; :mod:`torpor.keys`) — never read from the database nor from ``TORPOR_HOME``:
 
@@ -20,8 +23,9 @@ Approvals (G6; :mod:`torpor.keys`) — never read from the database nor from ``T
 - ``TORPOR_CONSOLE_USERS``: the web console's users file (``torpor console``; default
   ``$TORPOR_CONFIG_DIR/console-users``): who may log in, with scrypt password hashes.
 - ``TORPOR_APPROVALS``: ``keys`` (default: decisions signed per person) or ``hmac-local``
-  (also accept decisions made with the shared key above — one local user, not attributable;
-  the key must be at least 32 bytes).
+  (also accept decisions made with the shared key above — ``TORPOR_SIGNING_KEY`` or
+  ``$TORPOR_CONFIG_DIR/hmac-local.key``, never a file in ``TORPOR_HOME``; one local user, not
+  attributable; the key must be at least 32 bytes).
 """
 
 from __future__ import annotations
@@ -117,32 +121,48 @@ class Settings:
 
     def hmac_key(self) -> bytes | None:
         """The shared key HMAC decisions are made and checked with, in the ``hmac-local``
-        mode only (None otherwise); ConfigError if it is shorter than 32 bytes."""
+        mode only (None otherwise): ``TORPOR_SIGNING_KEY``, else the file
+        :meth:`hmac_key_path` in the user's own folder — never a file in ``TORPOR_HOME``, so a
+        writer of that folder cannot approve in this mode either (issue 34). Made once (random,
+        mode 0600) when missing; ConfigError if it is shorter than 32 bytes."""
         if self.approval_mode() != "hmac-local":
             return None
-        key = self.signing_key()
+        env = os.environ.get("TORPOR_SIGNING_KEY")
+        path = self.hmac_key_path()
+        key = env.encode() if env else _key_file(path)
         if len(key) < 32:
-            source = (
-                "TORPOR_SIGNING_KEY"
-                if os.environ.get("TORPOR_SIGNING_KEY")
-                else (str(self.home / "signing.key"))
-            )
+            source = "TORPOR_SIGNING_KEY" if env else str(path)
             raise ConfigError(
                 f"TORPOR_APPROVALS=hmac-local needs a shared key of at least 32 bytes; "
                 f"the one in {source} has {len(key)}"
             )
         return key
 
+    def hmac_key_path(self) -> Path:
+        """Where the ``hmac-local`` mode keeps its shared key without ``TORPOR_SIGNING_KEY``:
+        ``$TORPOR_CONFIG_DIR/hmac-local.key`` (outside ``TORPOR_HOME``, KeyringError else)."""
+        return self.config_dir() / "hmac-local.key"
+
     def signing_key(self) -> bytes:
-        """The local shared key (see module docstring): keyed hashes of secret values, and
-        HMAC decisions in the ``hmac-local`` mode."""
+        """The key of the keyed hashes that stand for secret values in the record
+        (``{"$secret": HMAC-SHA256(key, value)}``, G12): ``TORPOR_SIGNING_KEY``, else
+        ``$TORPOR_HOME/signing.key``, made once (random, mode 0600). It signs and approves
+        nothing (decisions are signed by people's keys; :meth:`hmac_key` in ``hmac-local``)."""
         env = os.environ.get("TORPOR_SIGNING_KEY")
         if env:
             return env.encode()
-        path = self.home / "signing.key"
-        if not path.exists():
-            self.home.mkdir(parents=True, exist_ok=True)
+        return _key_file(self.home / "signing.key")
+
+
+def _key_file(path: Path) -> bytes:
+    """The key in ``path`` (stripped), made once with 64 random hex digits, mode 0600."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # another process made it first: read theirs
+        else:
             with os.fdopen(fd, "w") as f:
                 f.write(secrets.token_hex(32))
-        return path.read_text().strip().encode()
+    return path.read_text().strip().encode()

@@ -36,6 +36,7 @@ from typing import Protocol
 
 from . import signing
 from .errors import KeyringError
+from .filemodes import check_private
 
 #: Names of approvers and delegates: what ``--as`` takes and ``keys/NAME`` is called.
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._@+-]{0,127}")
@@ -116,9 +117,11 @@ class Keyring:
 
     @classmethod
     def load(cls, path: Path) -> Keyring:
-        """Parse the file (KeyringError naming ``path:line`` for a malformed line)."""
+        """Parse the file (KeyringError naming ``path:line`` for a malformed line, and one
+        naming the fix for a file or folder others can write: :func:`~.filemodes.check_private`)."""
         try:
             text = path.read_text()
+            check_private(path, "the keyring")
         except FileNotFoundError:
             return cls(path)
         except OSError as exc:
@@ -153,7 +156,7 @@ class Keyring:
 
     def save(self) -> None:
         """Write the file atomically (a reader sees the old or the new keyring, never half)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)  # never loose
         text = HEADER + "".join(e.line() + "\n" for e in self.entries)
         fd, tmp = tempfile.mkstemp(prefix=".keyring-", dir=self.path.parent)
         try:

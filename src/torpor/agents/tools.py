@@ -36,6 +36,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from .. import scrub
 from ..engine.attempts import Retry, Running, Timeout, call, timeout_of
 from ..engine.effects import EffectCall, Reconciliation
 from ..errors import (
@@ -45,6 +46,7 @@ from ..errors import (
     TorporError,
 )
 from ..history import Policy
+from ..scrub import Scrubber
 from .models.base import ToolSpec
 
 
@@ -325,8 +327,11 @@ class Vault:
 
     :meth:`redact` swaps a secret for ``{"$secret": "<hash>"}``; :meth:`reveal` swaps it back
     when the value is known here (seen this execution, or given to the agent as a known
-    secret); :meth:`scrub` removes every known secret value from any JSON data before it is
-    recorded (a result or an error message that echoes a secret).
+    secret); :meth:`scrub` removes every known secret value, in each of its encodings
+    (:func:`torpor.scrub.encodings`: URL-encoded, JSON-escaped, ``repr``'d, base64), from any
+    JSON data before it is recorded (a result or an error message that echoes a secret).
+    Each value is also :func:`torpor.scrub.remember`-ed, so every registered sink of the
+    process scrubs it.
     """
 
     MIN_LEN = 4
@@ -344,6 +349,7 @@ class Vault:
         h = self.digest(value)
         if len(value) >= self.MIN_LEN:
             self._values[h] = value
+            scrub.remember(value, secret_marker(h))  # every sink of the process scrubs it too
         return h
 
     def redact(self, value: str) -> dict[str, str]:
@@ -360,28 +366,13 @@ class Vault:
     def scrubber(self) -> Scrubber:
         """A picklable :class:`Scrubber` of the secrets known now (for an attempt that runs in
         a child process)."""
-        return Scrubber(tuple((v, f"[secret:{h[:12]}]") for h, v in self._values.items()))
+        return Scrubber(tuple((v, secret_marker(h)) for h, v in self._values.items()))
 
 
-@dataclass(frozen=True)
-class Scrubber:
-    """Replaces each known secret value by its marker in JSON data (see :meth:`Vault.scrub`)."""
-
-    pairs: tuple[tuple[str, str], ...] = ()
-
-    def __call__(self, data: Any) -> Any:
-        if not self.pairs:
-            return data
-        if isinstance(data, str):
-            for value, marker in self.pairs:
-                if value in data:
-                    data = data.replace(value, marker)
-            return data
-        if isinstance(data, list):
-            return [self(x) for x in data]
-        if isinstance(data, dict):
-            return {self(k): self(v) for k, v in data.items()}
-        return data
+def secret_marker(digest: str) -> str:
+    """What stands for a secret in scrubbed text: ``[secret:`` + 12 hex digits of its keyed
+    hash + ``]``."""
+    return f"[secret:{digest[:12]}]"
 
 
 def is_secret_marker(value: Any) -> bool:

@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
-from ..errors import BadInputError
+from ..errors import BadInputError, TorporError
+from ..history import ArtifactRef
+from ..report.hidden import HIDDEN_NOTE, escape_hidden, hidden_chars
 from .context import open_client
 from .render import add_row, console, emit_json, new_table, plain
 from .root import JsonFlag, RunId
@@ -30,9 +32,20 @@ def artifacts(
         Path | None,
         typer.Option("--out", "-o", metavar="FILE", help="Write the bytes to FILE, not stdout."),
     ] = None,
+    escaped: Annotated[
+        bool,
+        typer.Option(
+            "--escaped",
+            help="Print invisible and bidi characters as <U+XXXX> (the default on a terminal).",
+        ),
+    ] = False,
     json_out: JsonFlag = False,
 ) -> None:
     """List a run's artifacts, or print one (by name or sha256) to stdout or --out FILE.
+
+    Content with invisible or bidirectional-text characters (U+202E, U+2066, zero-width…) is
+    flagged in the list and when printed, and printed escaped on a terminal (or with --escaped):
+    the bytes would read differently from what they are.
 
     Example: torpor artifacts deploy-42 patch --out patch.diff
     """
@@ -47,17 +60,33 @@ def artifacts(
                 return
             table = new_table("NAME", "VERSION", "SHA256", "SIZE", "MEDIA TYPE", "STEP")
             table.columns[2].overflow = "fold"
+            flagged = []
             for a in refs:
                 add_row(table, a.name, a.version, a.sha256, a.size, a.media_type, a.step_id)
+                try:
+                    found = _hidden(client.artifact_bytes(a.sha256)[:SCAN_BYTES], a.name)
+                except TorporError as exc:  # altered or missing: the list still shows
+                    console(stderr=True).print(plain(f"warning: {a.name} v{a.version}: {exc}"))
+                    continue
+                if found:
+                    flagged.append((a, found))
             console().print(table)
+            for a, found in flagged:
+                console().print(plain(_flag(run_id, a, found), style="yellow"))
             return
         art = client.find_artifact(run_id, ref)
         if json_out:
             emit_json(art)
             return
         data = client.artifact_bytes(art.sha256)
+    found = _hidden(data, art.name)
+    if found:
+        console(stderr=True).print(plain(_flag(run_id, art, found), style="yellow"))
     if out_file is None:
-        sys.stdout.buffer.write(data)
+        if found and (escaped or sys.stdout.isatty()):
+            sys.stdout.write(escape_hidden(data.decode("utf-8", "replace")))
+        else:
+            sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return
     try:
@@ -66,6 +95,26 @@ def artifacts(
         raise BadInputError(f"cannot write {str(out_file)!r}: {exc.strerror}") from None
     what = f"{art.name} v{art.version} ({len(data)} bytes, sha256:{art.sha256})"
     console().print(plain(f"wrote {what} to {out_file}"))
+
+
+#: How much of each artifact the list reads to flag hidden characters.
+SCAN_BYTES = 1024 * 1024
+
+
+def _hidden(data: bytes, name: str) -> list[str]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return hidden_chars(name)  # binary: only its name can mislead
+    return sorted(set(hidden_chars(text)) | set(hidden_chars(name)))
+
+
+def _flag(run_id: str, art: ArtifactRef, found: list[str]) -> str:
+    return (
+        f"warning: {art.name} v{art.version} (sha256:{art.sha256[:12]}): {HIDDEN_NOTE} "
+        f"({', '.join(found)}); `torpor artifacts {run_id} {art.sha256[:12]} --escaped` shows "
+        "them as <U+XXXX>"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,6 @@ the user's, else ``/etc/torpor/keyring``). Workers only read it.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -62,8 +61,8 @@ def init(
 ) -> None:
     """Make NAME's key pair in your own folder, print the public key, trust it locally.
 
-    Give the printed line to whoever runs the workers: they trust it with
-    `torpor keys add NAME 'ssh-ed25519 AAAA...'`.
+    Give the printed `torpor keys add` line to whoever runs the workers (a delegate's line
+    keeps its --delegate-for).
 
     Example: torpor keys init --as alice
     """
@@ -86,6 +85,7 @@ def init(
                 "fingerprint": fp,
                 "keyring": str(ring.path),
                 "delegate_for": list(people),
+                "keys_add": add_line(name, public, people),
             }
         )
         return
@@ -94,11 +94,38 @@ def init(
     out.print(plain(public))
     out.print(plain(f"fingerprint {fp}; trusted in the keyring {ring.path}"))
     out.print(
-        plain(
-            f"workers elsewhere trust it with: torpor keys add {name} '{public}'",
-            style="cyan",
-        )
+        plain(f"workers elsewhere trust it with: {add_line(name, public, people)}", style="cyan")
     )
+
+
+def add_line(name: str, public: str, people: tuple[str, ...] = ()) -> str:
+    """The ``torpor keys add`` command that trusts ``public`` for ``name`` elsewhere, with its
+    delegation (``--delegate-for``) when the key is a delegate's, so a copied line keeps it."""
+    opts = f" --delegate-for '{','.join(people)}'" if people else ""
+    return f"torpor keys add {name}{opts} '{public}'"
+
+
+#: The most ``keys add NAME @FILE`` reads of FILE: a public key line is about 100 bytes.
+MAX_PUBLIC_KEY_BYTES = 16 * 1024
+
+
+def read_public_file(path: str) -> str:
+    """The text of a public key file, read with a bound (BadInputError for a file longer than
+    :data:`MAX_PUBLIC_KEY_BYTES` — ``@/dev/zero`` — or one that is not text)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_PUBLIC_KEY_BYTES + 1)
+    except OSError as exc:
+        raise BadInputError(f"cannot read {path!r}: {exc.strerror}") from None
+    if len(data) > MAX_PUBLIC_KEY_BYTES:
+        raise BadInputError(
+            f"{path!r} is longer than {MAX_PUBLIC_KEY_BYTES} bytes: not a public key file "
+            "(expected one line 'ssh-ed25519 AAAA... [comment]')"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadInputError(f"{path!r} is not text: not a public key file") from None
 
 
 @keys_app.command("add")
@@ -125,10 +152,7 @@ def add(
     keyring_mod.check_name(name)
     text = public_key
     if public_key.startswith("@"):
-        try:
-            text = Path(public_key[1:]).read_text()
-        except OSError as exc:
-            raise BadInputError(f"cannot read {public_key[1:]!r}: {exc.strerror}") from None
+        text = read_public_file(public_key[1:])
     blob, comment = keyring_mod.parse_public(text, "PUBLIC_KEY")
     ring = keyring_mod.Keyring.load(options(ctx).settings().keyring_path())
     entry = keyring_mod.KeyEntry(name, blob, comment, _people(delegate_for))

@@ -24,7 +24,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .. import scrub
 from ..report.text import local_time as when
+
+#: Every line the CLI prints (through :func:`safe_text`, :func:`emit_json` and the one-line
+#: error): no secret this process knows, in any encoding (G12).
+CLI = scrub.sink("cli", "every line the torpor command prints: torpor.cli.render")
 
 
 def console(stderr: bool = False) -> Console:
@@ -39,7 +44,7 @@ def safe_text(value: Any) -> str:
     """``value`` as text safe to print on a terminal: control characters (C0 but newline and
     tab, DEL, C1), invisible format characters (bidirectional overrides), line separators and
     lone surrogates are shown as escapes (``\\x1b``, ``\\u202e``, ``\\ud800``)."""
-    s = str(value)
+    s = CLI.text(str(value))
     if s.isprintable():
         return s
     return "".join(
@@ -71,7 +76,7 @@ _JSON_UNSAFE = re.compile("[\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ud8
 
 def emit_json(data: Any) -> None:
     """Print ``data`` as indented JSON on stdout (the ``--json`` output)."""
-    text = json.dumps(data, indent=2, default=json_default, ensure_ascii=False)
+    text = CLI.text(json.dumps(data, indent=2, default=json_default, ensure_ascii=False))
     sys.stdout.write(_JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
 
 

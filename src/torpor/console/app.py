@@ -33,10 +33,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .. import scrub
 from ..client import Client
 from ..config import Settings
 from ..keys import Trust
 from ..report.approvals import trust_here
+from ..report.hidden import hidden_chars, is_hidden
 from ..urls import display_url
 from .actions import Audit, Delegate, Steering
 from .sessions import Session, Sessions, Throttle
@@ -105,6 +107,39 @@ def _pathq(value: Any) -> str:
     return urllib.parse.quote(str(value), safe="")
 
 
+#: Every value a console page shows: no secret this process knows, in any encoding (G12).
+CONSOLE = scrub.sink("console", "every value a console page renders: torpor.console.app")
+
+
+def _scrubbed(value: Any) -> Any:
+    """Jinja2's ``finalize``: each ``{{ value }}`` scrubbed before it is escaped."""
+    if not CONSOLE.active or not isinstance(value, str):
+        return value
+    if isinstance(value, jinja2.utils.markupsafe.Markup):
+        return jinja2.utils.markupsafe.Markup(CONSOLE.text(str(value)))
+    return CONSOLE.text(value)
+
+
+_HIDDEN_TITLE = "an invisible or bidi character"
+
+
+def _visible(value: Any) -> Any:
+    """A filter: ``value`` escaped, each invisible or bidi character shown as a marked
+    ``U+202E`` (:mod:`torpor.report.hidden`) instead of reordering or hiding what follows."""
+    text = str(value)
+    if not hidden_chars(text):
+        return text
+    esc = jinja2.utils.markupsafe.escape
+    return jinja2.utils.markupsafe.Markup(
+        "".join(
+            f'<span class="hidden-char" title="{_HIDDEN_TITLE}">U+{ord(ch):04X}</span>'
+            if is_hidden(ch)
+            else str(esc(ch))
+            for ch in text
+        )
+    )
+
+
 def _size(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -126,17 +161,20 @@ class Console:
         self.throttle_addr = Throttle(limit=30)
         self._users = Users.load(cfg.users)
         self._users_seen = self._stat(cfg.users)
-        self.steering = Steering(self.client, cfg.settings, Audit(cfg.audit), cfg.delegate)
+        self.audit = Audit(cfg.audit)
+        self.steering = Steering(self.client, cfg.settings, self.audit, cfg.delegate)
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,
             undefined=jinja2.StrictUndefined,
             trim_blocks=True,
             lstrip_blocks=True,
+            finalize=_scrubbed,
         )
         self.env.filters["pathq"] = _pathq
         self.env.filters["qs"] = lambda d: urllib.parse.urlencode(d)
         self.env.filters["size"] = _size
+        self.env.filters["visible"] = _visible
 
     # ---------------------------------------------------------------- users & trust
 
@@ -203,8 +241,30 @@ class Console:
     def refuse(
         self, request: Request, session: Session | None, status: int, message: str
     ) -> HTMLResponse:
+        """The refusal page; the refusal is also written to the audit log (issue 34): who (the
+        session's person, or ``-``), the method and path, the ``Origin`` (or ``Referer``) and
+        the client address, the status and why."""
+        self.audit_refusal(request, session, status, message)
         return self.render(
             request, session, "refused_page.html", status=status, message=message, code=status
+        )
+
+    def audit_refusal(
+        self, request: Request, session: Session | None, status: int, message: str
+    ) -> None:
+        """One audit line for a refused request (see :meth:`refuse`)."""
+        self.audit.record(
+            session.user if session else "-",
+            "request",
+            str(request.path_params.get("run_id", "")),
+            "refused",
+            status=status,
+            reason=message,
+            method=request.method,
+            path=request.url.path,
+            origin=request.headers.get("origin") or request.headers.get("referer") or "",
+            address=request.client.host if request.client else "",
+            content_type=request.headers.get("content-type", ""),
         )
 
     # ---------------------------------------------------------------- route guards

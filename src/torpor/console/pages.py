@@ -24,6 +24,7 @@ from ..keys import Trust
 from ..memory.view import context_view
 from ..queues import why_not_running
 from ..report.approvals import decision_line
+from ..report.hidden import hidden_chars
 from ..report.run import RunSummary, gather, lease_text, summarize
 from . import views
 from .views import short, when
@@ -380,21 +381,40 @@ class Content:
     text: str | None  # None: binary
     truncated: bool
     diff: list[views.DiffFile] | None
+    #: The invisible or bidi characters in the text and the name (``U+202E``…): the page is
+    #: flagged and shows them escaped (:mod:`torpor.report.hidden`).
+    hidden: list[str] = field(default_factory=list)
+    #: Why the bytes cannot be shown as bound (altered or missing in the artifact store), or
+    #: None: the page says so, and offers no decision on it.
+    problem: str | None = None
 
 
 def content(client: Client, ref: ArtifactRef) -> Content:
     """The artifact's content (hash-verified by the artifact store): text, cut at
-    :data:`MAX_TEXT_BYTES`, and the unified diff view when it is a patch."""
-    data = client.artifact_bytes(ref.sha256)
+    :data:`MAX_TEXT_BYTES`, and the unified diff view when it is a patch. Bytes the artifact
+    store cannot give as bound — altered (their sha256 differs) or missing — are a Content with
+    the ``problem`` named, not an error page."""
+    try:
+        data = client.artifact_bytes(ref.sha256)
+    except ArtifactNotFoundError:
+        raise
+    except TorporError as exc:
+        why = (
+            f"the stored bytes of this content cannot be shown as bound: {exc}. They were "
+            "altered or removed after the run recorded them; do not decide on them — run "
+            "`torpor doctor` and ask for the content again"
+        )
+        return Content(ref, None, False, None, hidden_chars(ref.name), why)
     cut = data[:MAX_TEXT_BYTES]
     try:
         text = cut.decode("utf-8")
     except UnicodeDecodeError as exc:
         if exc.start < len(cut) - 4:  # not just a character cut in half at the limit
-            return Content(ref, None, False, None)
+            return Content(ref, None, False, None, hidden_chars(ref.name))
         text = cut[: exc.start].decode("utf-8")
     diff = views.parse_diff(text) if views.looks_like_diff(ref.name, ref.media_type, text) else None
-    return Content(ref, text, len(data) > len(cut), diff)
+    hidden = sorted(set(hidden_chars(text)) | set(hidden_chars(ref.name)))
+    return Content(ref, text, len(data) > len(cut), diff, hidden)
 
 
 def find_by_hash(client: Client, run_id: str, sha256: str) -> list[ArtifactRef]:
@@ -422,7 +442,16 @@ def approval_page(client: Client, run_id: str, approval_id: str, trust: Trust | 
             refs[-1] if refs else ArtifactRef(name=f"sha256:{h[:12]}", sha256=h, version=0, size=0)
         )
         bound.append((refs, content(client, ref)))
-    return {"approval": row, "bound": bound, "state": state}
+    hidden = {h for _, shown in bound for h in shown.hidden} | set(hidden_chars(row.summary))
+    hidden |= {h for refs, _ in bound for r in refs for h in hidden_chars(r.name)}
+    problems = [shown.problem for _, shown in bound if shown.problem]
+    return {
+        "approval": row,
+        "bound": bound,
+        "state": state,
+        "hidden": sorted(hidden),
+        "problems": problems,
+    }
 
 
 __all__ = [

@@ -78,9 +78,11 @@ async def login(request: Request) -> Response:
     user = form.get("user", "").strip()
     address = request.client.host if request.client else "?"
     if c.throttle_user.blocked(user) or c.throttle_addr.blocked(address):
+        c.audit_refusal(request, None, 429, f"login as {user!r}: too many failed attempts")
         return _login_page(request, c, "Too many failed attempts: wait a few minutes.", 429)
     ok = await c.call(c.users().verify, user, form.get("password", ""))
     if not ok:
+        c.audit_refusal(request, None, 401, f"login as {user!r}: unknown user or wrong password")
         c.throttle_user.failed(user)
         c.throttle_addr.failed(address)
         return _login_page(request, c, "Unknown user or wrong password.", 401)
@@ -210,6 +212,8 @@ async def artifact_raw(request: Request, s: Session) -> Response:
         data = await c.call(c.client.artifact_bytes, sha)
     except (RunNotFoundError, ArtifactNotFoundError) as exc:
         return _not_found(request, c, s, exc)
+    except TorporError as exc:  # altered or missing in the artifact store: say so
+        return c.refuse(request, s, 409, f"{exc}: the bytes were altered or removed")
     name = urllib.parse.quote(refs[-1].name.replace("/", "_"), safe="")
     return Response(
         data,

@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator, Callable
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -36,8 +38,15 @@ def build_app(cfg: ConsoleConfig, client: Client | None = None) -> Starlette:
         if client is None:  # the console opened it
             console.close()
 
+    async def wrong_method(request: Request, exc: Exception) -> Response:
+        """A GET (say) to an action: refused as before (405), and written to the audit log."""
+        message = f"{request.method} is not allowed here: nothing was done."
+        console.audit_refusal(request, console.session_of(request), 405, message)
+        return PlainTextResponse(message, status_code=405)
+
     app = Starlette(
         routes=table,
+        exception_handlers={405: wrong_method},
         middleware=[
             Middleware(SecurityHeaders),
             Middleware(TrustedHostMiddleware, allowed_hosts=cfg.allowed_hosts),

@@ -11,7 +11,8 @@ validated by the fold like any other. Every message gets a recorded disposition 
 - a signal addressed to one wait instance (``wait_id``) goes to that wait or is refused
   (``message_refused``): the wait is unknown, already answered, or its deadline came first;
 - a decision whose signature does not verify is recorded as refused
-  (:func:`.approvals.screen`, G6);
+  (:func:`.approvals.screen`, G6); so is one its sender's client refused before sending it
+  (a ``refused`` message: stale content, an approval that no longer waits);
 - a message that reached a run after its outcome (a reopening that does not apply, a message
   posted before the store refused them) is refused with the outcome;
 - a message the fold refuses, or whose body is malformed, becomes a warning naming it, so a bad
@@ -20,12 +21,15 @@ validated by the fold like any other. Every message gets a recorded disposition 
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from collections.abc import Callable
 
-from ..errors import InboxError, PayloadError, TransitionError
+from ..errors import InboxError, PayloadError, TorporError, TransitionError
 from ..history import (
     REOPENABLE,
     ApprovalDecided,
+    ApprovalRefused,
     ApprovalRevoked,
     BudgetSet,
     CancelRequested,
@@ -42,7 +46,7 @@ from ..history import (
     type_of,
 )
 from ..store import codec
-from ..store.base import REOPENING_KINDS, Completion, InboxMessage
+from ..store.base import REOPENING_KINDS, Completion, InboxMessage, Store
 from . import approvals
 from .effects import resolution_payloads
 from .journal import Journal
@@ -150,6 +154,18 @@ def convert(
         ]
     if m.kind == "decision":
         return [ApprovalDecided(**{**b, "arrived_at_ms": m.at_ms})]
+    if m.kind == "refused":
+        # A decision its sender's client refused before sending it (stale content, an
+        # approval that no longer waits, a key the keyring refuses): recorded, never applied.
+        return [
+            ApprovalRefused(
+                approval_id=b["approval_id"],
+                approver=str(b["approver"]),
+                decision=str(b.get("decision", "")),
+                delegate=str(b.get("delegate", "")),
+                reason=str(b["reason"]),
+            )
+        ]
     if m.kind == "revoke":
         return [ApprovalRevoked(**b)]
     if m.kind == "cancel":
@@ -173,6 +189,32 @@ def convert(
             reopen.append(BudgetSet(**b["budget"], by=b["by"], reason=b.get("reason", "")))
         return reopen
     raise InboxError(f"unknown inbox message kind {m.kind!r}")
+
+
+def post_refusal(
+    store: Store,
+    run_id: str,
+    approval_id: str,
+    decision: str,
+    approver: str,
+    delegate: str | None,
+    why: str,
+) -> None:
+    """Post a decision refused before it was sent as a ``refused`` message, which the run
+    records as an ``approval_refused`` event — who, what and why (issue 34: a refusal leaves
+    a trace, G11; ``torpor show`` lists it). Best effort: for a run that finished, or a store
+    that cannot take it, the caller's refusal is all there is."""
+    body = {
+        "approval_id": approval_id,
+        "approver": approver,
+        "decision": decision,
+        "delegate": delegate or "",
+        "reason": f"refused before it was sent: {why}",
+    }
+    with contextlib.suppress(TorporError):
+        store.post_inbox(
+            run_id, "refused", body, message_id=f"refused:{run_id}:{uuid.uuid4().hex[:16]}"
+        )
 
 
 def _unanswerable(

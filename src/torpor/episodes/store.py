@@ -29,7 +29,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import faults
+from .. import faults, scrub
 from ..errors import ConfigError, EpisodeNotFoundError
 from ..history.events import SHA256_RE
 from ..store.base import Store
@@ -42,6 +42,9 @@ from .search import Filters, Searcher
 #: How many of the latest live episodes of a scope and task type a new one is checked
 #: against for contradiction.
 SUPERSEDE_WINDOW = 200
+
+#: Episodes as written (summary, lesson, conditions): no secret this process knows (G12).
+EPISODES = scrub.sink("episodes", "episode summaries, lessons and conditions as written")
 
 #: A re-ranking hook: given the query text and the hits (best first), returns them re-ordered
 #: (an embedding model's similarity, say). Optional; nothing in torpor needs a model for search.
@@ -226,11 +229,11 @@ def _record(ep: Episode) -> EpisodeRecord:
         task_type=ep.task_type,
         kind=ep.kind,
         outcome=ep.outcome,
-        summary=ep.summary,
-        lesson=ep.lesson,
+        summary=EPISODES.text(ep.summary),
+        lesson=EPISODES.text(ep.lesson),
         at_seq=ep.at_seq,
         created_at_ms=ep.created_at_ms,
-        conditions=ep.conditions,
+        conditions=EPISODES(ep.conditions),
         refs=ep.refs,
         claims=ep.claims,
         tags=" ".join(tags_for(ep.scope, ep.agent, ep.task_type, ep.outcome)),

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-from .. import serde
+from .. import scrub, serde
 from ..errors import BadInputError
 from ..messages import Message
 from .tokens import MESSAGE_OVERHEAD_TOKENS, REQUEST_OVERHEAD_TOKENS, estimate_message
@@ -47,6 +47,10 @@ PRIORITIES: dict[str, int] = {
 #: ``brief`` — a ``## name`` block appended to the system message; ``conversation`` — its units,
 #: as messages after the goal.
 Placement = Literal["system", "goal", "brief", "conversation"]
+
+
+#: The context a model is given and ``torpor context`` prints (every section, as built).
+MEMORY = scrub.sink("memory", "the context built for a model and shown by torpor context")
 
 
 class RankedLine(NamedTuple):
@@ -297,6 +301,9 @@ def build_context(
         if was_cut:
             cut.append(s.name)
     messages = _assemble(sections, texts, kept_units)
+    if MEMORY.active:  # what a model is given and `torpor context` prints: no secret (G12)
+        messages = [m.model_copy(update={"content": MEMORY.text(m.content)}) for m in messages]
+        texts = {n: MEMORY.text(t) for n, t in texts.items()}
     total = budget_tokens - left
     return BuiltContext(
         messages=messages,

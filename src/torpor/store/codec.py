@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .. import serde
+from .. import scrub, serde
 from ..errors import CorruptRecordError, NotSerializable, PayloadError
 from ..history import (
     EVENT_SCHEMA_VERSION,
@@ -37,6 +37,26 @@ from .chunks import Fetch, Sink
 #: A value offloaded to the artifact store (see :mod:`torpor.engine.journal`), as its canonical
 #: JSON shows it: the sha256 it is stored under.
 _BLOB_RE = re.compile(r'\{"\$torpor":"blob","sha256":"([0-9a-f]{64})","size":(\d+)\}')
+
+#: Every JSON text this codec stores — event payloads, checkpoints, inbox messages, on both
+#: backends — has the secrets this process knows scrubbed in all their encodings (G12).
+JOURNAL = scrub.sink(
+    "journal", "event payloads, checkpoints and inbox messages as stored: torpor.store.codec"
+)
+
+
+def _scrubbed(text: str) -> str:
+    """``text`` (JSON) with the process's known secrets replaced (:data:`JOURNAL`); if a raw
+    replacement would break the JSON, the parsed value is scrubbed and dumped again."""
+    clean = JOURNAL.text(text)
+    if clean is text or clean == text:
+        return text
+    try:
+        serde.loads(clean)
+    except ValueError:
+        return serde.dumps(JOURNAL(serde.loads(text)))
+    return clean
+
 
 #: Stands for "no default": a required field is always written.
 _REQUIRED = object()
@@ -94,7 +114,7 @@ def encode(event: Event, sink: Sink | None = None) -> dict[str, Any]:
                 data[name] = v  # already JSON data (what to_jsonable would return)
             else:
                 data[name] = serde.to_jsonable(v, f"{event.type}.{name}")
-        text = serde.dumps(data)
+        text = _scrubbed(serde.dumps(data))
     except (NotSerializable, ValueError, TypeError) as exc:
         raise PayloadError(
             event.run_id, event.step_id, f"{event.type} payload is not serializable: {exc}"
@@ -201,6 +221,7 @@ def checkpoint_text(state: RunState, sink: Sink | None = None) -> str:
         body = state.model_dump_json(exclude_defaults=True, exclude={"user_state"})
     else:
         body = state.model_dump_json(exclude_defaults=True)
+    body = _scrubbed(body)
     if sink is not None and len(body) >= chunks.CHUNK_MIN_BYTES:
         body = chunks.split_text(body, sink)
     return body + DIGEST_MARK + _digest(body)
@@ -303,7 +324,7 @@ def message_text(run_id: str, kind: str, body: dict[str, Any]) -> str:
     to be recorded later (the event that records it adds its own fields:
     :data:`~torpor.store.base.INBOX_HEADROOM_BYTES` are left for them)."""
     try:
-        text = serde.dumps(serde.to_jsonable(body))
+        text = _scrubbed(serde.dumps(serde.to_jsonable(body)))
     except NotSerializable as exc:
         raise PayloadError(run_id, None, f"{kind} message is not serializable: {exc}") from None
     size = len(text.encode())

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
+from .. import scrub
 from ..history import (
     ApprovalDecided,
     ApprovalRequested,
@@ -40,6 +41,19 @@ if TYPE_CHECKING:
     from .tracer import RunContext, Telemetry
 
 log = logging.getLogger("torpor.telemetry")
+
+#: Span status descriptions, reason attributes and exception events carry no secret this
+#: process knows, in any encoding (G12); scrubbed before they are clipped.
+TELEMETRY = scrub.sink(
+    "telemetry", "span status, reason attributes and exception events: torpor.telemetry.attempt"
+)
+
+
+def _stacktrace(error: BaseException) -> str:
+    import traceback
+
+    return "".join(traceback.format_exception(type(error), error, error.__traceback__))
+
 
 #: Outcomes whose run span is marked as an error (the others are honest stops).
 ERROR_OUTCOMES = ("failed", "unresolved")
@@ -154,8 +168,15 @@ class AttemptTrace:
         if outcome is not None:
             self.span.set_attribute("torpor.run.outcome", outcome)
         if error is not None:
-            self.span.record_exception(error)
-            self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+            message = TELEMETRY.text(f"{type(error).__name__}: {error}")
+            self.span.record_exception(
+                error,
+                attributes={
+                    "exception.message": TELEMETRY.text(str(error)),
+                    "exception.stacktrace": TELEMETRY.text(_stacktrace(error)),
+                },
+            )
+            self.span.set_status(Status(StatusCode.ERROR, message))
         self.span.end(end_time=now)
 
     # ------------------------------------------------------------------ steps
@@ -194,7 +215,7 @@ class AttemptTrace:
         status = "failed" if error is not None else "completed"
         span.set_attribute("torpor.step.status", status)
         if error is not None:
-            span.set_status(Status(StatusCode.ERROR, error[:500]))
+            span.set_status(Status(StatusCode.ERROR, TELEMETRY.text(error)[:500]))
         span.end(end_time=now)
         if self.tel.meter is not None:
             attrs = {"torpor.step.policy": policy, "torpor.step.status": status}
@@ -262,7 +283,7 @@ class AttemptTrace:
         )
         span.set_attribute("torpor.effect.outcome", outcome)
         if outcome in ("unknown", "failed"):
-            span.set_status(Status(StatusCode.ERROR, reason[:500] or outcome))
+            span.set_status(Status(StatusCode.ERROR, TELEMETRY.text(reason)[:500] or outcome))
         span.end(end_time=now)
         if self.tel.meter is not None:
             attrs = {"torpor.effect.outcome": outcome}
@@ -400,9 +421,9 @@ class AttemptTrace:
             attributes={**self.common, "torpor.run.outcome": outcome},
         )
         if outcome in ERROR_OUTCOMES:
-            span.set_status(Status(StatusCode.ERROR, p.reason[:500] or outcome))
+            span.set_status(Status(StatusCode.ERROR, TELEMETRY.text(p.reason)[:500] or outcome))
         elif p.reason:
-            span.set_attribute("torpor.run.reason", p.reason[:500])
+            span.set_attribute("torpor.run.reason", TELEMETRY.text(p.reason)[:500])
         span.end(end_time=_ms_ns(max(ev.at_ms, self.state.started_at_ms)))
         if self.tel.meter is not None:
             self.tel.runs_finished.add(
