@@ -5,12 +5,13 @@ processes killed at each child fault point on both backends, then resumed."""
 
 from __future__ import annotations
 
+import importlib
 import textwrap
 from pathlib import Path
 import pytest
 
 import torpor
-from conftest import run_python
+from conftest import HANG_S, run_python
 from torpor.testing import FileLedger, Target, explore
 
 #: A parent that fans out to two children with an effect each, waits for all, starts a third
@@ -128,3 +129,48 @@ def test_sigkill_at_each_child_point_then_resume(
     counts = FileLedger(tmp_path / FileLedger.NAME).counts()
     assert sorted(counts.values()) == [1, 1, 1, 1], counts  # every effect once
     assert len(counts) == 4, counts
+
+
+WORKER = """
+import sys, torpor
+sys.path.insert(0, {path!r})
+import treeflow
+from torpor.worker import Worker
+with torpor.Runtime({url!r}, {arts!r}) as rt:
+    print("OWNER", rt.owner, flush=True)
+    Worker(rt, concurrency=2, poll_s=0.2).run(until_idle=True, max_seconds={hang})
+"""
+
+
+@pytest.mark.proc
+def test_children_run_on_another_worker_and_wake_their_parent(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: this process starts the parent (it spawns and goes to wait, holding
+    nothing); a worker process runs the children, and their outcomes wake the parent, which
+    the worker then finishes."""
+    (tmp_path / "treeflow.py").write_text(textwrap.dedent(TREE))
+    arts = str(tmp_path / "artifacts")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("treeflow")  # registers the workflows in this process too
+    env = {"TORPOR_EXPLORE_WORLD": str(tmp_path)}
+    monkeypatch.setenv("TORPOR_EXPLORE_WORLD", str(tmp_path))
+    with torpor.Runtime(pg_url, arts) as rt:
+        rt.start("tree.root", [1, 2], run_id="pw")
+        first = rt.execute("pw")  # spawns two children and waits on them: no drive here
+        assert (first.status, first.wait_kind) == ("waiting", "children"), first
+        here = rt.owner
+    code = WORKER.format(path=str(tmp_path), url=pg_url, arts=arts, hang=HANG_S)
+    out = run_python(code, cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    worker = out.stdout.split("OWNER ", 1)[1].split()[0]
+    with torpor.Client(pg_url) as c:
+        assert c.get("pw").outcome == "succeeded", c.state("pw").outcome_reason
+        assert c.state("pw").result["got"] == [2, 4]
+        kids = c.children("pw")
+        assert len(kids) == 3
+        for k in kids:
+            owners = {e.payload.owner for e in c.events(k.run_id) if e.type == "lease_acquired"}
+            assert owners == {worker} and here not in owners, owners
+    counts = FileLedger(tmp_path / FileLedger.NAME).counts()
+    assert sorted(counts.values()) == [1, 1, 1, 1], counts
