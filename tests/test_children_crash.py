@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import textwrap
 from pathlib import Path
+
 import pytest
 
 import torpor
