@@ -214,3 +214,18 @@ def test_the_fold_refuses_success_over_an_unresolved_child() -> None:
     apply(s, _ev(s, ChildEnded(child_run_id="p.c", outcome=Outcome.SUCCEEDED, seq=12)))
     apply(s, _ev(s, RunFinished(outcome=Outcome.SUCCEEDED)))
     assert s.outcome is Outcome.SUCCEEDED
+
+
+@torpor.workflow("kids.async")
+async def async_parent(run: torpor.Run, xs: list[int]) -> Any:
+    kids = [await run.aspawn("kids.leaf", x, name=f"leaf{x}") for x in xs]
+    res = await run.await_children(kids, until="all")
+    one = await run.achild("kids.leaf", 10)
+    return [r.result for r in res] + [one.result]
+
+
+def test_the_async_forms(rt: torpor.Runtime) -> None:
+    res = rt.run("kids.async", [1, 2], run_id="as1")
+    assert (res.outcome, res.result) == ("succeeded", [1, 4, 100]), res
+    ids = [r.run_id for r in torpor.Client(rt.store).children("as1")]
+    assert ids == ["as1.child:leaf1", "as1.child:leaf2", "as1.child:kids.leaf"]
