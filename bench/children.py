@@ -2,12 +2,14 @@
 
 1. **Parent wake after its last child vs a signal wake.** One idle worker process serves a
    parent that, ``--n`` times, spawns a child and waits on it, and a plain run that waits on a
-   signal as many times. A child waits for a signal too; once signalled it stamps the time in
-   its last step and ends: the parent's wake is from that stamp to the parent's next step
-   (the child's outcome append, which tells the parent in the same transaction, the wake, the
-   claim, the replay). The signal wake is from ``Client.signal`` to the waiting run's next
-   step (as ``bench/wake_latency.py``). Both alternate, round after round, on one worker, so
-   load hits both alike. Goal: parent wake p50 ≤ 2x the signal wake p50.
+   signal as many times. A child waits for a signal too; once signalled it ends: the parent's
+   wake is from the child's outcome being recorded (the ``at_ms`` of its ``run_finished``,
+   stamped by the store's clock as that append begins, the transaction that tells the parent)
+   to the parent's next step (the wake, the claim, the replay, the wait's end). The signal
+   wake is from just before ``Client.signal`` (one inbox transaction that wakes the run) to
+   the waiting run's next step (as ``bench/wake_latency.py``). Also kept: the parent's wake
+   from the child's last step (adds the child's own step append). Both alternate, round after
+   round, on one worker, so load hits both alike. Goal: parent wake p50 ≤ 2x the signal wake p50.
 2. **Fan-out on workers vs independent runs.** ``--workers`` worker processes (concurrency 1
    each); a parent spawns ``--children`` children and waits for all, against as many
    independent runs started by a client; each run does ``--steps`` steps of ``--step-ms``
@@ -131,7 +133,7 @@ def measure_wake(backend: str, n: int, idle_s: float = 0.05) -> dict[str, list[f
             try:
                 rt.start("bench.kids.parent", n, run_id="p")
                 rt.start("bench.kids.signal", n, run_id="s")
-                child_ms, signal_ms = [], []
+                child_ms, signal_ms, step_ms = [], [], []
                 for i in range(n):
                     kid = f"p.child:bench.kids.child{'' if i == 0 else f'#{i + 1}'}"
                     _until(f"child {i} waiting", lambda k=kid: _waiting(client, k))
@@ -141,13 +143,19 @@ def measure_wake(backend: str, n: int, idle_s: float = 0.05) -> dict[str, list[f
                     client.signal(kid, "go", i, message_id=f"kid-{i}")
                     _until(f"parent step {i}", lambda i=i: f"parent{i}" in _stamps(stamps))
                     st = _stamps(stamps)
-                    child_ms.append((st[f"parent{i}"] - st[f"child{i}"]) * 1000)
+                    fin = [e for e in client.events(kid) if e.type == "run_finished"][-1]
+                    child_ms.append((st[f"parent{i}"] - fin.at_ms / 1000) * 1000)
+                    step_ms.append((st[f"parent{i}"] - st[f"child{i}"]) * 1000)
                     time.sleep(idle_s)
                     t0 = time.time()
                     client.signal("s", "go", i, message_id=f"sig-{i}")
                     _until(f"signal step {i}", lambda i=i: f"signal{i}" in _stamps(stamps))
                     signal_ms.append((_stamps(stamps)[f"signal{i}"] - t0) * 1000)
-                return {"parent_wake_ms": child_ms, "signal_wake_ms": signal_ms}
+                return {
+                    "parent_wake_ms": child_ms,
+                    "signal_wake_ms": signal_ms,
+                    "parent_wake_from_last_step_ms": step_ms,
+                }
             finally:
                 workers.stop()
                 rt.close()
@@ -236,6 +244,7 @@ def run(
         out[backend] = {
             "parent_wake_p50_ms": percentile(pw, 50),
             "parent_wake_p99_ms": percentile(pw, 99),
+            "parent_wake_from_last_step_p50_ms": percentile(w["parent_wake_from_last_step_ms"], 50),
             "signal_wake_p50_ms": percentile(sw, 50),
             "signal_wake_p99_ms": percentile(sw, 99),
             "wake_ratio_p50": wake_ratio,

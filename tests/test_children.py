@@ -229,3 +229,25 @@ def test_the_async_forms(rt: torpor.Runtime) -> None:
     assert (res.outcome, res.result) == ("succeeded", [1, 4, 100]), res
     ids = [r.run_id for r in torpor.Client(rt.store).children("as1")]
     assert ids == ["as1.child:leaf1", "as1.child:leaf2", "as1.child:kids.leaf"]
+
+
+def test_the_console_run_page_lists_children_and_the_parent(rt: torpor.Runtime) -> None:
+    from pathlib import Path
+
+    import jinja2
+
+    from torpor.console import pages
+
+    rt.run("kids.fan", [1, 2], run_id="cp1")
+    c = torpor.Client(rt.store)
+    data = pages.run_page(c, "cp1", None)
+    assert [r.run_id for r in data["children"]] == [
+        "cp1.child:kids.leaf",
+        "cp1.child:kids.leaf#2",
+    ]
+    assert data["parent"] is None
+    assert pages.run_page(c, "cp1.child:kids.leaf", None)["parent"] == "cp1"
+    folder = Path(pages.__file__).parent / "templates"
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(folder), autoescape=True)
+    env.filters.update(pathq=str, size=str, qs=str)
+    env.get_template("run_page.html")  # the section parses
