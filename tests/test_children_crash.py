@@ -175,3 +175,53 @@ def test_children_run_on_another_worker_and_wake_their_parent(
             assert owners == {worker} and here not in owners, owners
     counts = FileLedger(tmp_path / FileLedger.NAME).counts()
     assert sorted(counts.values()) == [1, 1, 1, 1], counts
+
+
+LEVELS = """
+import torpor
+
+
+@torpor.workflow(name="lv.node", version="1")
+def node(run, depth):
+    if depth == 0:
+        return run.wait_for("never")
+    return run.child("lv.node", depth - 1).outcome
+"""
+
+CANCEL = """
+import sys, torpor
+from torpor import faults
+sys.path.insert(0, {path!r})
+import levels
+faults.from_env()
+with torpor.Runtime({url!r}, {arts!r}) as rt:
+    res = rt.run("lv.node", 2, run_id="top")
+    print("RESULT", res.status, res.outcome)
+"""
+
+
+@pytest.mark.proc
+@pytest.mark.parametrize("point", ["children.cancelled@1", "children.cancelled@2"])
+def test_sigkill_while_a_cancel_goes_down_the_tree(
+    point: str, store_url: str, tmp_path: Path
+) -> None:
+    """A cancel of the root, with the process killed right after a level posted the cancel
+    of its child: resumed, every level ends cancelled, each cancel recorded once."""
+    (tmp_path / "levels.py").write_text(textwrap.dedent(LEVELS))
+    code = CANCEL.format(path=str(tmp_path), url=store_url, arts=str(tmp_path / "a"))
+    first = run_python(code, cwd=tmp_path)
+    assert "RESULT waiting None" in first.stdout, first.stdout + first.stderr
+    with torpor.Client(store_url) as c:
+        c.cancel("top", by="alice", reason="enough")
+    killed = run_python(code, cwd=tmp_path, env={"TORPOR_CRASH_AT": point})
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    again = run_python(code, cwd=tmp_path)
+    assert "RESULT finished cancelled" in again.stdout, again.stdout + again.stderr
+    mid, low = "top.child:lv.node", "top.child:lv.node.child:lv.node"
+    with torpor.Client(store_url) as c:
+        for rid in ("top", mid, low):
+            assert c.get(rid).outcome == "cancelled", rid
+            cancels = [e for e in c.events(rid) if e.type == "cancel_requested"]
+            assert len(cancels) == 1, (rid, cancels)
+        assert "parent run top" in c.state(mid).cancel_reason
+        assert f"parent run {mid}" in c.state(low).cancel_reason
