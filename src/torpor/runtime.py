@@ -285,7 +285,9 @@ class Runtime:
 
     def _drive_children(self, run_id: str, follow_timers: bool, poll_s: float) -> bool:
         """Execute run ``run_id``'s unfinished children that no worker has to start (in no
-        queue with limits) and no one else holds; True when one of them finished."""
+        queue, no delayed start) and no one else holds; True when one of them finished. A
+        child that cannot be executed here (its workflow unknown, its version refused) is
+        logged and left, like a run no worker can take."""
         finished = False
         for rec in self.store.child_runs(run_id):
             if rec.status == RunStatus.FINISHED.value:
@@ -296,6 +298,11 @@ class Runtime:
                 res = self.resume(rec.run_id, follow_timers=follow_timers, poll_s=poll_s)
             except LeaseHeldError:
                 continue  # a worker has it
+            except TorporError as exc:
+                # The child cannot go on here (its code, its version, a replay that diverged):
+                # it says why where people look; the parent waits on, and is not stopped.
+                log.warning("run %s: child run %s not executed here: %s", run_id, rec.run_id, exc)
+                continue
             finished = finished or res.status == RunStatus.FINISHED.value
         return finished
 
