@@ -35,7 +35,6 @@ from .engine.effects import Reconcile
 from .engine.journal import Journal
 from .errors import NonDeterminismError, RunStopped
 from .history import ArtifactRef, Outcome, Policy, RunState
-from .workflows import check_run_id
 
 
 class Run:
@@ -351,7 +350,6 @@ class Run:
             run_id=run_id,
             dispatch=dispatch,
             name=name,
-            check_run_id=check_run_id,
         )
 
     def wait_children(

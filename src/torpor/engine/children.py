@@ -55,7 +55,7 @@ from ..history import (
     WaitStarted,
 )
 from ..store.base import Dispatch, RunRecord
-from ..workflows import get_workflow
+from ..workflows import check_run_id, get_workflow
 from .journal import Journal
 
 #: Outcomes that end a wait on a child: it will not change unless someone starts it again.
@@ -121,7 +121,6 @@ def spawn(
     run_id: str | None,
     dispatch: Dispatch | None,
     name: str | None,
-    check_run_id: Callable[[str], None],
 ) -> Child:
     """Start a child run once per spawn (see the module docstring); return its handle.
     ConfigError when ``run_id`` names a run that is not this run's child (or is this run),
