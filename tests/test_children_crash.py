@@ -103,13 +103,8 @@ with torpor.Runtime({url!r}, {arts!r}) as rt:
 @pytest.mark.proc
 @pytest.mark.parametrize(
     "point",
-    [
-        "child.created@1",
-        "child.spawned@2",
-        "wait.started@1",
-        "wait.completed@1",
-        "child.created@3",
-    ],
+    # (every other boundary of this tree is crashed by the explorer above, on SQLite)
+    ["child.created@1", "child.spawned@2", "wait.completed@1"],
 )
 def test_sigkill_at_each_child_point_then_resume(
     point: str, store_url: str, tmp_path: Path
