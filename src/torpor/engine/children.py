@@ -42,6 +42,7 @@ from ..errors import (
     PayloadError,
     RunFinishedError,
     Suspended,
+    TorporError,
 )
 from ..history import (
     REOPENABLE,
@@ -57,6 +58,7 @@ from ..history import (
 from ..store.base import Dispatch, RunRecord
 from ..workflows import check_run_id, get_workflow
 from .journal import Journal
+from .waits import GUARD_RETRIES
 
 #: Outcomes that end a wait on a child: it will not change unless someone starts it again.
 FINAL = frozenset(o.value for o in Outcome if o not in REOPENABLE)
@@ -248,13 +250,20 @@ def _settle(j: Journal, wid: str) -> None:
             f"run {j.run_id!r} waits on {w.wait_id if w else None!r}, but the code reached "
             f"wait {wid!r} on children"
         )
-    rows = {r.run_id: r for r in j.store.child_runs(j.run_id)}
-    final = [c for c in w.children if _final(rows.get(c))]
-    if len(final) < w.need:
+    for _ in range(GUARD_RETRIES):
+        rows = {r.run_id: r for r in j.store.child_runs(j.run_id)}
+        final = [c for c in w.children if _final(rows.get(c))]
+        if len(final) >= w.need:
+            break
         held = [c for c in w.children if _held(rows.get(c))]
         if held:
             _note_held(j, held, rows)
-        raise Suspended(f"waiting for {w.reason}")
+        # How many more outcomes wake this run (counted under its row's lock): a child
+        # that ended since the rows were read is counted there, and then it is enough.
+        if j.store.await_children(j.run_id, list(w.children), w.need) > 0:
+            raise Suspended(f"waiting for {w.reason}")
+    else:
+        raise TorporError(f"run {j.run_id!r} wait {wid!r}: its children keep changing")
     out = []
     for c in w.children:
         rec = rows.get(c)

@@ -274,6 +274,11 @@ class ChildRows(Protocol):
         """The child runs of ``parent``, oldest first (at most ``limit``)."""
         ...
 
+    def await_children(self, parent: str, children: list[str], need: int) -> int:
+        """Keep on ``parent``'s row how many more final outcomes of ``children`` its open
+        wait needs before a child's outcome wakes it; return that (0 or less: enough now)."""
+        ...
+
 
 class Driver(Protocol):
     """What a dialect provides: named queries and transactions on one database engine."""

@@ -672,3 +672,24 @@ INSERT INTO inbox (message_id, run_id, kind, body, at_ms)
 SELECT :message_id, p.run_id, 'child', :body, :now_ms
 FROM runs p WHERE p.run_id = :parent AND p.status <> 'finished'
 ON CONFLICT (message_id) DO NOTHING;
+
+-- name: child_need_lock
+-- Locks the parent's row first: a child's outcome and the parent's count are serialized on it,
+-- and the count (a later statement, a later snapshot) sees every outcome committed before.
+SELECT child_need FROM runs WHERE run_id = :parent FOR UPDATE;
+
+-- name: child_final_count
+-- How many of the children waited on (:children, a JSON list) have a final outcome.
+SELECT count(*) FROM runs
+WHERE parent_run_id = :parent
+  AND run_id IN (SELECT jsonb_array_elements_text(CAST(:children AS jsonb)))
+  AND status = 'finished' AND outcome NOT IN ('unresolved', 'blocked');
+
+-- name: child_need_set
+UPDATE runs SET child_need = :need WHERE run_id = :parent;
+
+-- name: child_need_taken
+-- A final child outcome: one fewer needed; returns what is left (NULL: no count kept).
+UPDATE runs SET child_need = child_need - 1
+WHERE run_id = :parent AND child_need IS NOT NULL
+RETURNING child_need;

@@ -595,3 +595,22 @@ SELECT :message_id, p.run_id, 'child', :body, :now_ms,
        (SELECT COALESCE(max(arrival), 0) + 1 FROM inbox WHERE run_id = p.run_id)
 FROM runs p WHERE p.run_id = :parent AND p.status != 'finished'
 ON CONFLICT (message_id) DO NOTHING;
+
+-- name: child_need_lock
+-- (Inside a write transaction, which holds SQLite's write lock.)
+SELECT child_need FROM runs WHERE run_id = :parent;
+
+-- name: child_final_count
+-- How many of the children waited on (:children, a JSON list) have a final outcome.
+SELECT count(*) FROM runs
+WHERE parent_run_id = :parent AND run_id IN (SELECT value FROM json_each(:children))
+  AND status = 'finished' AND outcome NOT IN ('unresolved', 'blocked');
+
+-- name: child_need_set
+UPDATE runs SET child_need = :need WHERE run_id = :parent;
+
+-- name: child_need_taken
+-- A final child outcome: one fewer needed; returns what is left (NULL: no count kept).
+UPDATE runs SET child_need = child_need - 1
+WHERE run_id = :parent AND child_need IS NOT NULL
+RETURNING child_need;
