@@ -11,7 +11,9 @@ waits on it durably.
   wait): the parent holds no lease and no process. When a child's outcome is recorded, the
   store posts a ``child`` message to the parent's inbox and wakes it *in the same transaction*
   (:func:`torpor.store.children.tell_parent`), so no crash leaves a parent asleep over a
-  finished child. The wait is decided by the children's run rows, read when the parent wakes:
+  finished child; it is woken once its wait may be over (the count of outcomes it still
+  needs, kept on its row by :meth:`~torpor.store.base.ChildRows.await_children` before it
+  suspends), so a fan-in wakes it once, not once per child. The wait is decided by the children's run rows, read when the parent wakes:
   it ends once ``need`` of them (all, the first, any n) reached a **final** outcome
   (``succeeded``, ``succeeded_with_warnings``, ``stopped_safe``, ``failed``, ``cancelled``); the
   parent's step records each child's outcome, reason and result, so replay never asks again.
