@@ -13,10 +13,11 @@ waits on it durably.
   (:func:`torpor.store.children.tell_parent`), so no crash leaves a parent asleep over a
   finished child; it is woken once its wait may be over (the count of outcomes it still
   needs, kept on its row by :meth:`~torpor.store.base.ChildRows.await_children` before it
-  suspends), so a fan-in wakes it once, not once per child. The wait is decided by the children's run rows, read when the parent wakes:
-  it ends once ``need`` of them (all, the first, any n) reached a **final** outcome
-  (``succeeded``, ``succeeded_with_warnings``, ``stopped_safe``, ``failed``, ``cancelled``); the
-  parent's step records each child's outcome, reason and result, so replay never asks again.
+  suspends), so a fan-in wakes it once, not once per child. The wait is decided by the
+  children's run rows, read when the parent wakes: it ends once ``need`` of them (all, the
+  first, any n) reached a **final** outcome (``succeeded``, ``succeeded_with_warnings``,
+  ``stopped_safe``, ``failed``, ``cancelled``); the parent's step records each child's
+  outcome, reason and result, so replay never asks again.
 - **Tree rules**: a child's failure is a value (:class:`ChildResult`), not an exception. A
   child that ends ``unresolved`` or ``blocked`` does not end a wait — a person may still settle
   it and it may go on — and the parent, still waiting, needs attention naming it (``ls``,
