@@ -1,15 +1,16 @@
 """Child runs (issue 37): what a tree costs, against its plain peers measured in the same run.
 
-1. **Parent wake after its last child vs a signal wake.** One idle worker process serves a
-   parent that, ``--n`` times, spawns a child and waits on it, and a plain run that waits on a
-   signal as many times. A child waits for a signal too; once signalled it ends: the parent's
-   wake is from the child's outcome being recorded (the ``at_ms`` of its ``run_finished``,
-   stamped by the store's clock as that append begins, the transaction that tells the parent)
-   to the parent's next step (the wake, the claim, the replay, the wait's end). The signal
-   wake is from just before ``Client.signal`` (one inbox transaction that wakes the run) to
-   the waiting run's next step (as ``bench/wake_latency.py``). Also kept: the parent's wake
-   from the child's last step (adds the child's own step append). Both alternate, round after
-   round, on one worker, so load hits both alike. Goal: parent wake p50 ≤ 2x the signal wake p50.
+1. **Parent wake after its last child vs a signal wake.** One idle worker process (one
+   thread: ``--wake-concurrency``) serves a parent that, ``--n`` times, spawns a child and
+   waits on it, and a plain run that waits on a signal as many times. A child waits for a
+   signal too; once signalled it ends. The parent's wake is from the child's outcome being
+   recorded (the ``at_ms`` of its ``run_finished``, stamped by the store's clock as that
+   append begins: the transaction that tells the parent) to the parent's next step (the wake,
+   the claim, the replay, the wait's end). The signal wake is from just before
+   ``Client.signal`` (one inbox transaction that wakes the run) to the waiting run's next step
+   (as ``bench/wake_latency.py``). Also kept: the parent's wake from the child's last step
+   (adds the child's own step append). Both alternate, round after round, on one worker, so
+   load hits both alike. Goal: parent wake p50 ≤ 2x the signal wake p50.
 2. **Fan-out on workers vs independent runs.** ``--workers`` worker processes (concurrency 1
    each); a parent spawns ``--children`` children and waits for all, against as many
    independent runs started by a client; each run does ``--steps`` steps of ``--step-ms``
@@ -115,8 +116,13 @@ def _until(what: str, cond: Any, hang_s: float = 300.0, poll_s: float = 0.001) -
         time.sleep(poll_s)
 
 
-def measure_wake(backend: str, n: int, idle_s: float = 0.05) -> dict[str, list[float]]:
-    """Parent-wake and signal-wake latencies (ms), alternating, on one idle worker."""
+def measure_wake(
+    backend: str, n: int, idle_s: float = 0.05, concurrency: int = 1
+) -> dict[str, list[float]]:
+    """Parent-wake and signal-wake latencies (ms), alternating, on one idle worker process of
+    ``concurrency`` threads (1, as ``bench/wake_latency.py``: with 2 on SQLite, the parent's
+    claim can collide with the child's lease release in the same process, and SQLite's busy
+    handler sleeps; that is the worker's cost, measured with ``--wake-concurrency 2``)."""
     import torpor
 
     with tempfile.TemporaryDirectory(prefix="torpor-kids-") as d:
@@ -128,7 +134,7 @@ def measure_wake(backend: str, n: int, idle_s: float = 0.05) -> dict[str, list[f
         with store_url(backend, tmp) as url:
             rt = torpor.Runtime(url)
             client = torpor.Client(rt.store)
-            workers = WorkerProcs(url, tmp, mod, concurrency=2)
+            workers = WorkerProcs(url, tmp, mod, concurrency=concurrency)
             workers.start(1, gated=False)
             try:
                 rt.start("bench.kids.parent", n, run_id="p")
@@ -228,13 +234,17 @@ def run(
     steps: int,
     step_ms: float,
     reps: int,
+    wake_concurrency: int = 1,
 ) -> dict[str, Any]:
     """Both measurements per backend, as one result dict (what ``python -m bench`` keeps)."""
     import os
 
-    out: dict[str, Any] = {"load_avg_at_start": os.getloadavg()}
+    out: dict[str, Any] = {
+        "load_avg_at_start": os.getloadavg(),
+        "wake_worker_concurrency": wake_concurrency,
+    }
     for backend in backends:
-        w = measure_wake(backend, n)
+        w = measure_wake(backend, n, concurrency=wake_concurrency)
         f = measure_fan(backend, children, workers_n, steps, step_ms, reps)
         pw, sw = w["parent_wake_ms"], w["signal_wake_ms"]
         wake_ratio = statistics.median(pw) / statistics.median(sw)
@@ -298,6 +308,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5, help="steps per child run")
     ap.add_argument("--step-ms", type=float, default=100.0, help="each step's wait")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument(
+        "--wake-concurrency", type=int, default=1, help="threads of the wake bench's worker"
+    )
     args = ap.parse_args()
     res = run(
         args.backends.split(","),
@@ -307,6 +320,7 @@ def main() -> None:
         args.steps,
         args.step_ms,
         args.reps,
+        args.wake_concurrency,
     )
     print("Child runs: parent wake vs signal wake; a tree on workers vs independent runs\n")
     print(report(res))
