@@ -886,6 +886,20 @@ def report(res: dict[str, Any]) -> str:
                 ms = f"{v['p50_ms']:.1f} | {v['p99_ms']:.1f} | {v['max_ms']:.1f}"
                 L.append(f"| {b} | {v['n']} | {ms} |")
         L.append("")
+    if res.get("children"):
+        import children as _children  # (bench/children.py, issue 37)
+
+        L.append("## Child runs (issue 37)\n")
+        L.append(
+            "Parent wake after its last child vs a signal wake, alternating on one idle worker; "
+            "a tree of children on worker processes vs as many independent runs "
+            "(`bench/children.py`).\n"
+        )
+        if "error" in res["children"]:
+            L.append(f"failed: {res['children']['error']}\n")
+        else:
+            L.append(_children.report(res["children"]))
+            L.append("")
     if res["effects"]:
         L.append("## Effect overhead (intent + observation vs a plain step)\n")
         L.append(
@@ -1116,8 +1130,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=1000, help="steps per per-step run")
     ap.add_argument(
         "--sections",
-        default="per_step,resume,wake,effects,cold,kill",
-        help="comma-separated subset of per_step,resume,wake,effects,cold,kill",
+        default="per_step,resume,wake,effects,cold,kill,children",
+        help="comma-separated subset of per_step,resume,wake,effects,cold,kill,children",
     )
     ap.add_argument(
         "--cold-runs",
@@ -1167,6 +1181,7 @@ def main(argv: list[str] | None = None) -> int:
         "effects": {},
         "cold": {},
         "kill": {},
+        "children": {},
     }
     systems: list[System] = []
     if "per_step" in sections:
@@ -1227,6 +1242,22 @@ def main(argv: list[str] | None = None) -> int:
         res["wake"] = measure_wake(base, 50 if args.quick else 200)
     if "effects" in sections:
         res["effects"] = measure_effects(base, [10, 100, 1000], reps)
+    if "children" in sections:
+        import children
+
+        try:
+            res["children"] = children.run(
+                ["sqlite"] + (["postgres"] if base else []),
+                n=20 if args.quick else 50,
+                children=100,
+                workers_n=8,
+                steps=5,
+                step_ms=100.0,
+                reps=2 if args.quick else 3,
+            )
+        except Exception as exc:  # a failed measurement is reported, not fatal
+            res["children"] = {"error": f"{type(exc).__name__}: {exc}"}
+            traceback.print_exc()
     if "cold" in sections:
         try:
             res["cold"] = measure_cold(args.cold_runs or (9 if args.quick else 11))

@@ -17,7 +17,16 @@ from torpor.errors import (
     RunNotFoundError,
     SchemaVersionError,
 )
-from torpor.history import Event, RunStarted, RunState, StepCompleted, StepStarted, apply, fold
+from torpor.history import (
+    EffectIntended,
+    Event,
+    RunStarted,
+    RunState,
+    StepCompleted,
+    StepStarted,
+    apply,
+    fold,
+)
 from torpor.store import SQLStore, open_store
 
 
@@ -608,3 +617,140 @@ def test_retention_rows_and_an_archive_restored_under_another_id(store: SQLStore
     assert [e.type for e in store.read_events("r1-copy")] == [
         e.type for e in store.read_events("r1")
     ]
+
+
+def test_child_rows_and_the_outcome_told_to_the_parent(store: SQLStore) -> None:
+    """Issue 37: a run created with a parent is listed as its child; recording a child's
+    outcome posts a ``child`` message to the parent and wakes it, in the same transaction —
+    once per outcome — and tells a finished parent nothing."""
+    from torpor.history import Outcome, RunFinished, WaitStarted
+
+    _start(store, "p")
+    for kid in ("p.b", "p.a"):
+        assert store.create_run(kid, RunStarted(workflow="wf", version="1", parent="p"))
+    assert [r.run_id for r in store.child_runs("p")] == ["p.b", "p.a"]  # oldest first
+    assert store.run_parent("p.a") == "p" and store.run_parent("p") is None
+    assert store.run_parent("nope") is None and store.child_runs("nope") == []
+    # The parent goes to wait (holding nothing).
+    lp = store.acquire_lease("p", "host-a:1:x", ttl_s=30)
+    ps = store.load("p")
+    evs = []
+    for pl in (
+        _lease_acquired(lp),
+        StepStarted(step_id="children", policy="read"),
+        WaitStarted(wait_id="children", kind="children", name="p.a", children=["p.a"], need=1),
+    ):
+        ev = _ev(ps, pl, lp.epoch)
+        apply(ps, ev)
+        evs.append(ev)
+    store.append(lp, evs, ps)
+    store.release_lease(lp)
+    assert store.get_run("p").status == "waiting" and "p" not in store.runnable_runs()
+    # The child ends: its outcome append tells the parent.
+    lc = store.acquire_lease("p.a", "host-a:1:x", ttl_s=30)
+    cs = store.load("p.a")
+    evs = []
+    for pl in (_lease_acquired(lc), RunFinished(outcome=Outcome.FAILED, reason="boom")):
+        ev = _ev(cs, pl, lc.epoch)
+        apply(cs, ev)
+        evs.append(ev)
+    store.append(lc, evs, cs, if_inbox_empty=True)
+    msgs = store.pending_inbox("p")
+    assert [(m.kind, m.body) for m in msgs] == [
+        ("child", {"child": "p.a", "outcome": "failed", "seq": cs.seq})
+    ]
+    assert msgs[0].message_id == f"child:p.a:{cs.seq}"
+    assert "p" in store.runnable_runs()  # woken
+    # A finished parent is told nothing (it takes no message).
+    _start(store, "q")
+    assert store.create_run("q.a", RunStarted(workflow="wf", version="1", parent="q"))
+    for rid, outcome in (("q", Outcome.SUCCEEDED), ("q.a", Outcome.CANCELLED)):
+        lease = store.acquire_lease(rid, "host-a:1:x", ttl_s=30)
+        st = store.load(rid)
+        evs = []
+        for pl in (_lease_acquired(lease), RunFinished(outcome=outcome)):
+            ev = _ev(st, pl, lease.epoch)
+            apply(st, ev)
+            evs.append(ev)
+        store.append(lease, evs, st, if_inbox_empty=True)
+    assert store.pending_inbox("q") == []
+
+
+def _lease_acquired(lease: Any) -> Any:
+    from torpor.history import LeaseAcquired
+
+    return LeaseAcquired(owner=lease.owner, epoch=lease.epoch)
+
+
+def test_a_fan_in_wakes_its_parent_once_enough_children_ended(store: SQLStore) -> None:
+    """Issue 37: with the count of outcomes its wait still needs kept on its row, a parent is
+    woken by the outcome that makes it enough — and by an unresolved one at once — not by
+    every child."""
+    from torpor.history import Outcome, RunFinished, WaitStarted
+
+    _start(store, "f")
+    kids = ["f.1", "f.2", "f.3", "f.4"]
+    for kid in kids:
+        assert store.create_run(kid, RunStarted(workflow="wf", version="1", parent="f"))
+
+    def finish(rid: str, outcome: Outcome) -> None:
+        lease = store.acquire_lease(rid, "host-a:1:x", ttl_s=30)
+        st = store.load(rid)
+        evs = []
+        for pl in (_lease_acquired(lease), RunFinished(outcome=outcome)):
+            ev = _ev(st, pl, lease.epoch)
+            apply(st, ev)
+            evs.append(ev)
+        store.append(lease, evs, st, if_inbox_empty=True)
+
+    finish("f.1", Outcome.SUCCEEDED)  # before the wait: counted when the parent keeps count
+    lp = store.acquire_lease("f", "host-a:1:x", ttl_s=30)
+    ps = store.load("f")
+    evs = []
+    for pl in (
+        _lease_acquired(lp),
+        StepStarted(step_id="children", policy="read"),
+        WaitStarted(wait_id="children", kind="children", name="f", children=kids[:3], need=3),
+    ):
+        ev = _ev(ps, pl, lp.epoch)
+        apply(ps, ev)
+        evs.append(ev)
+    store.append(lp, evs, ps, consumes=[(m.message_id, ps.seq) for m in store.pending_inbox("f")])
+    assert store.await_children("f", kids[:3], 3) == 2
+    store.release_lease(lp)
+    assert "f" not in store.runnable_runs()
+    finish("f.4", Outcome.SUCCEEDED)  # not waited on: wakes early at worst, never late
+    finish("f.2", Outcome.FAILED)
+    assert "f" in store.runnable_runs()  # enough: 2 of the 2 still needed (f.4 counted too)
+    # An unresolved child wakes its parent whatever the count.
+    _start(store, "g")
+    assert store.create_run("g.1", RunStarted(workflow="wf", version="1", parent="g"))
+    assert store.create_run("g.2", RunStarted(workflow="wf", version="1", parent="g"))
+    lg = store.acquire_lease("g", "host-a:1:x", ttl_s=30)
+    gs = store.load("g")
+    evs = []
+    for pl in (
+        _lease_acquired(lg),
+        StepStarted(step_id="children", policy="read"),
+        WaitStarted(wait_id="children", kind="children", name="g", children=["g.1", "g.2"], need=2),
+    ):
+        ev = _ev(gs, pl, lg.epoch)
+        apply(gs, ev)
+        evs.append(ev)
+    store.append(lg, evs, gs)
+    assert store.await_children("g", ["g.1", "g.2"], 2) == 2
+    store.release_lease(lg)
+    lc = store.acquire_lease("g.1", "host-a:1:x", ttl_s=30)
+    cs = store.load("g.1")
+    evs = []
+    for pl in (
+        _lease_acquired(lc),
+        StepStarted(step_id="send", policy="effect"),
+        EffectIntended(step_id="send", key="g.1/send", operation="send"),
+        RunFinished(outcome=Outcome.UNRESOLVED, reason="in doubt"),
+    ):
+        ev = _ev(cs, pl, lc.epoch)
+        apply(cs, ev)
+        evs.append(ev)
+    store.append(lc, evs, cs, if_inbox_empty=True)
+    assert "g" in store.runnable_runs()

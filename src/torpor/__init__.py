@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from .client import Client as Client
     from .config import Settings as Settings
     from .engine.approvals import Approval as Approval
+    from .engine.children import Child as Child, ChildResult as ChildResult
     from .engine.attempts import (
         Retry as Retry,
         Timeout as Timeout,
@@ -119,6 +120,8 @@ _LAZY = {
     "ArtifactRef": ".history",
     "ArtifactStore": ".artifacts",
     "Budget": ".history",
+    "Child": ".engine.children",
+    "ChildResult": ".engine.children",
     "Client": ".client",
     "CodePlanner": ".agents",
     "ConfigError": ".errors",

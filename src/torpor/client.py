@@ -110,6 +110,18 @@ class Client:
             status=status, outcome=outcome, limit=limit, workflow=workflow, attention=attention
         )
 
+    def parent(self, run_id: str) -> str | None:
+        """The run that started ``run_id`` as its child (``run.spawn``), or None
+        (RunNotFoundError for an unknown run)."""
+        self.store.get_run(run_id)
+        return self.store.run_parent(run_id)
+
+    def children(self, run_id: str) -> list[RunRecord]:
+        """The child runs ``run_id`` started, oldest first, as run rows (status, outcome,
+        needs attention); RunNotFoundError for an unknown run."""
+        self.store.get_run(run_id)
+        return self.store.child_runs(run_id)
+
     def counts(self, *, workflow: str | None = None) -> list[RunCount]:
         """How many runs there are per status, outcome and needs-attention flag."""
         return self.store.count_runs(workflow=workflow)

@@ -65,7 +65,13 @@ POINTS: dict[str, str] = {
     "artifact.stored": "artifact bytes written to the artifact store; not yet recorded",
     "checkpoint.saved": "a run.checkpoint(state) committed",
     "wait.started": "a wait recorded; the run is about to suspend",
-    "wait.completed": "a wake recorded (signal, timer, decision): the wait is over",
+    "wait.completed": "a wake recorded (signal, timer, decision, children): the wait is over",
+    # child runs (engine/children.py)
+    "child.created": "a child run created (its row and run_started); the parent's step that "
+    "started it not yet recorded (a resumed parent finds it, never a second)",
+    "child.spawned": "the parent's step that started a child run committed",
+    "children.cancelled": "a parent posted the cancel of its unfinished children; its own "
+    "outcome (or the end of its wait) is not yet recorded",
     # agents (models/record.py, agent.py)
     "model.recorded": "a model call's response and usage committed (never paid for again)",
     "agent.plan.recorded": "an agent's new plan version committed",
@@ -103,6 +109,9 @@ CRASH_POINTS: tuple[str, ...] = (
     "checkpoint.saved",
     "wait.started",
     "wait.completed",
+    "child.created",
+    "child.spawned",
+    "children.cancelled",
     "model.recorded",
     "agent.plan.recorded",
     "agent.tool.settled",

@@ -26,9 +26,11 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
-from .engine import approvals, draws, effects, steps, waits
+from . import queues
+from .engine import approvals, children, draws, effects, steps, waits
 from .engine.approvals import Approval
 from .engine.attempts import Retry, Timeout
+from .engine.children import Child, ChildResult
 from .engine.effects import Reconcile
 from .engine.journal import Journal
 from .errors import NonDeterminismError, RunStopped
@@ -313,6 +315,113 @@ class Run:
         original deadline, once.
         """
         waits.sleep(self.journal, duration, until)
+
+    # ------------------------------------------------------------- child runs
+
+    def spawn(
+        self,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        name: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
+        priority: int = 0,
+    ) -> Child:
+        """Start a child run of ``workflow`` (a registered name, a workflow function or an
+        :class:`~torpor.agents.Agent`) with ``input``, recorded in this run as a step
+        ``child:<name>`` (``name`` defaults to the workflow's); return its
+        :class:`~torpor.Child` at once, without waiting (:meth:`wait_children` waits).
+
+        The child is a full run: its own history, lease, retries and approvals, executed by
+        any worker (``queue``, ``key``, ``priority`` as for :meth:`torpor.Runtime.start`) or
+        by the process that resumes this run (:meth:`torpor.Runtime.resume`, for a child in
+        no queue). Idempotent (G14): its run id is ``<run id>.<step id>`` unless ``run_id``
+        is given, and a resumed parent finds the child it started, never a second. ConfigError
+        when ``run_id`` is a run that is not this run's child; PayloadError for an ``input``
+        that cannot be recorded. The tree's rules: :mod:`torpor.engine.children`.
+        """
+        dispatch = queues.dispatch_for(queue, key, priority) if queue is not None else None
+        return children.spawn(
+            self.journal,
+            workflow,
+            input,
+            run_id=run_id,
+            dispatch=dispatch,
+            name=name,
+        )
+
+    def wait_children(
+        self,
+        children_: Sequence[Child],
+        *,
+        until: str | int = "all",
+        cancel_rest: bool = False,
+    ) -> list[ChildResult]:
+        """Wait durably — no lease, no process — until ``until`` of ``children_`` reached a
+        final outcome: ``"all"`` (default), ``"first"``, or a count n. Returns a
+        :class:`~torpor.ChildResult` per child, in the order given (``outcome`` None for one
+        not done when the wait ended). A child's failure is a value, never raised. A child
+        that ends ``unresolved`` or ``blocked`` does not end the wait: this run waits on,
+        needing attention that names the child, until a person settles it. ``cancel_rest``:
+        cancel the children not done when the wait ends. ConfigError for no children, a
+        repeated child, or a bad ``until``.
+        """
+        return children.wait(self.journal, children_, until, cancel_rest=cancel_rest)
+
+    def child(
+        self,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        name: str | None = None,
+        queue: str | None = None,
+    ) -> ChildResult:
+        """Start a child run and wait for its final outcome: :meth:`spawn` then
+        :meth:`wait_children` of that one child. Returns its :class:`~torpor.ChildResult`
+        (``ok``, ``outcome``, ``reason``, ``result``)."""
+        c = self.spawn(workflow, input, run_id=run_id, name=name, queue=queue)
+        return self.wait_children([c])[0]
+
+    async def aspawn(
+        self,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        name: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
+        priority: int = 0,
+    ) -> Child:
+        """Async twin of :meth:`spawn` (for async workflows; one task at a time)."""
+        with self._concurrent(f"child:{name or workflow!s}"):
+            return self.spawn(
+                workflow, input, run_id=run_id, name=name, queue=queue, key=key,
+                priority=priority,
+            )  # fmt: skip
+
+    async def await_children(
+        self, children_: Sequence[Child], *, until: str | int = "all", cancel_rest: bool = False
+    ) -> list[ChildResult]:
+        """Async twin of :meth:`wait_children`."""
+        with self._concurrent("children"):
+            return self.wait_children(children_, until=until, cancel_rest=cancel_rest)
+
+    async def achild(
+        self,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        name: str | None = None,
+        queue: str | None = None,
+    ) -> ChildResult:
+        """Async twin of :meth:`child`."""
+        c = await self.aspawn(workflow, input, run_id=run_id, name=name, queue=queue)
+        return (await self.await_children([c]))[0]
 
     # ------------------------------------------------------------- checkpoints & evidence
 

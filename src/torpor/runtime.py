@@ -21,6 +21,7 @@ from typing import Any
 from . import queues, serde, telemetry
 from .artifacts import ArtifactStore
 from .config import Settings
+from .engine import children
 from .engine.execution import Execution, RunResult
 from .errors import (
     ConfigError,
@@ -36,41 +37,19 @@ from .owners import new_owner_id
 from .run import Run
 from .store import open_store
 from .store.base import Lease, Store
-from .workflows import get_workflow
-
-#: Longest run id accepted (it is part of every default idempotency key).
-MAX_RUN_ID_CHARS = 200
+from .workflows import check_run_id, get_workflow
 
 #: Longest scope accepted (a user, a tenant, a team: what episodes are filed under).
 MAX_SCOPE_CHARS = 200
 
 log = logging.getLogger("torpor.runtime")
 
+#: A parent's outcomes that cancel its unfinished children (:mod:`torpor.engine.children`).
+_CANCELS_CHILDREN = frozenset(o.value for o in children.CANCELS_CHILDREN)
 
-def _check_run_id(run_id: object) -> None:
-    """Refuse a run id that cannot serve as one (ConfigError naming what is wrong): empty or
-    blank, not a string, over :data:`MAX_RUN_ID_CHARS`, control characters, or ``/`` — the
-    default idempotency key is ``<run_id>/<step_id>``, so a ``/`` in a run id could give two
-    runs' effects the same key (run ``a`` step ``b/c`` and run ``a/b`` step ``c``), and the
-    outside world would take one for the other — or the prefix ``episode:`` (owner ids of
-    episodes' artifact references, :mod:`torpor.episodes.gc`)."""
-    if not isinstance(run_id, str):
-        raise ConfigError(f"run_id must be a string, not {type(run_id).__name__}")
-    if not run_id.strip():
-        raise ConfigError(f"run_id {run_id!r} is empty; omit it to have one generated")
-    if len(run_id) > MAX_RUN_ID_CHARS:
-        raise ConfigError(f"run_id is {len(run_id)} characters, over {MAX_RUN_ID_CHARS}")
-    bad = next((c for c in run_id if c == "/" or not c.isprintable()), None)
-    if bad is not None:
-        raise ConfigError(
-            f"run_id {run_id!r} contains {bad!r}; run ids may not contain '/' (it separates "
-            "run and step in default idempotency keys) or control characters"
-        )
-    if run_id.startswith("episode:"):
-        raise ConfigError(
-            f"run_id {run_id!r} starts with 'episode:', which names episodes' references to "
-            "stored artifacts (garbage collection would take one for the other)"
-        )
+
+#: (The rule is :func:`torpor.workflows.check_run_id`, shared with child runs.)
+_check_run_id = check_run_id
 
 
 def _check_scope(scope: object) -> None:
@@ -304,6 +283,29 @@ class Runtime:
             with contextlib.suppress(Exception):
                 self.store.release_lease(lease)
 
+    def _drive_children(self, run_id: str, follow_timers: bool, poll_s: float) -> bool:
+        """Execute run ``run_id``'s unfinished children that no worker has to start (in no
+        queue, no delayed start) and no one else holds; True when one of them finished. A
+        child that cannot be executed here (its workflow unknown, its version refused) is
+        logged and left, like a run no worker can take."""
+        finished = False
+        for rec in self.store.child_runs(run_id):
+            if rec.status == RunStatus.FINISHED.value:
+                continue
+            if queues.left_to_workers(self.store, rec.run_id):
+                continue
+            try:
+                res = self.resume(rec.run_id, follow_timers=follow_timers, poll_s=poll_s)
+            except LeaseHeldError:
+                continue  # a worker has it
+            except TorporError as exc:
+                # The child cannot go on here (its code, its version, a replay that diverged):
+                # it says why where people look; the parent waits on, and is not stopped.
+                log.warning("run %s: child run %s not executed here: %s", run_id, rec.run_id, exc)
+                continue
+            finished = finished or res.status == RunStatus.FINISHED.value
+        return finished
+
     def run(
         self,
         workflow: str | Callable[..., Any],
@@ -339,6 +341,14 @@ class Runtime:
         for a signal or a person return at once with status ``waiting``."""
         while True:
             res = self.execute(run_id)
+            if res.wait_kind == "children":
+                # Children in no queue run here, one after another (the same process, as
+                # SQLite's default); once one finished the parent looks again.
+                if self._drive_children(run_id, follow_timers, poll_s):
+                    continue
+                return res
+            if res.outcome in _CANCELS_CHILDREN:
+                self._drive_children(run_id, follow_timers, poll_s)  # they wind down here
             if res.status != RunStatus.WAITING.value or not follow_timers:
                 return res
             if res.wait_kind != "timer":

@@ -7,9 +7,38 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .errors import UnknownWorkflowError, VersionMismatchError
+from .errors import ConfigError, UnknownWorkflowError, VersionMismatchError
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: Longest run id accepted (it is part of every default idempotency key).
+MAX_RUN_ID_CHARS = 200
+
+
+def check_run_id(run_id: object) -> None:
+    """Refuse a run id that cannot serve as one (ConfigError naming what is wrong): empty or
+    blank, not a string, over :data:`MAX_RUN_ID_CHARS`, control characters, or ``/`` — the
+    default idempotency key is ``<run_id>/<step_id>``, so a ``/`` in a run id could give two
+    runs' effects the same key (run ``a`` step ``b/c`` and run ``a/b`` step ``c``), and the
+    outside world would take one for the other — or the prefix ``episode:`` (owner ids of
+    episodes' artifact references, :mod:`torpor.episodes.gc`)."""
+    if not isinstance(run_id, str):
+        raise ConfigError(f"run_id must be a string, not {type(run_id).__name__}")
+    if not run_id.strip():
+        raise ConfigError(f"run_id {run_id!r} is empty; omit it to have one generated")
+    if len(run_id) > MAX_RUN_ID_CHARS:
+        raise ConfigError(f"run_id is {len(run_id)} characters, over {MAX_RUN_ID_CHARS}")
+    bad = next((c for c in run_id if c == "/" or not c.isprintable()), None)
+    if bad is not None:
+        raise ConfigError(
+            f"run_id {run_id!r} contains {bad!r}; run ids may not contain '/' (it separates "
+            "run and step in default idempotency keys) or control characters"
+        )
+    if run_id.startswith("episode:"):
+        raise ConfigError(
+            f"run_id {run_id!r} starts with 'episode:', which names episodes' references to "
+            "stored artifacts (garbage collection would take one for the other)"
+        )
 
 
 @dataclass(frozen=True)

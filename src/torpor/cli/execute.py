@@ -84,6 +84,11 @@ def _next_hint(res: RunResult, resume: str) -> str:
             )
         if res.wait_kind == "signal":
             return f"`torpor signal {rid} NAME --payload JSON`, then `{resume}`"
+        if res.wait_kind == "children":
+            return (
+                f"it wakes when its child runs end (`torpor ls --tree`, `torpor show {rid}`); "
+                f"a worker, or `{resume}`, runs them"
+            )
         return f"`{resume}` once it is due"
     if res.outcome == Outcome.UNRESOLVED.value:
         return f"`torpor show {rid}` says which effect is in doubt and why"

@@ -28,6 +28,7 @@ from .render import (
 )
 from .root import JsonFlag, RunId, options
 from .storage import storage_text
+from .tree import children_table, tree_label, tree_order
 
 
 def list_runs(
@@ -39,9 +40,12 @@ def list_runs(
         Outcome | None, typer.Option("--outcome", help="Only finished runs with this outcome.")
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many runs.")] = 50,
+    tree: Annotated[
+        bool, typer.Option("--tree", help="Each run's child runs under it, indented.")
+    ] = False,
     json_out: JsonFlag = False,
 ) -> None:
-    """List runs, newest first.
+    """List runs, newest first (--tree: child runs under the run that started them).
 
     Example: torpor ls --outcome unresolved
     """
@@ -53,12 +57,23 @@ def list_runs(
         )
         now = client.store.now_ms()
         read_from = display_url(client.store.url)
+        order = tree_order(client, runs) if tree else [(0, r, None) for r in runs]
+        runs = [r for _, r, _ in order]
         why = {
             r.run_id: why_not_running(client.store, r.run_id) for r in runs if r.status == "pending"
         }
     console(stderr=True).print(plain(f"store: {read_from}", style="dim"))
     if json_out:  # each run row, with why a queued run is not running
-        emit_json([{**asdict(r), "not_running": why.get(r.run_id)} for r in runs])
+        emit_json(
+            [
+                {
+                    **asdict(r),
+                    "not_running": why.get(r.run_id),
+                    **({"depth": d, "parent": p} if tree else {}),
+                }
+                for d, r, p in order
+            ]
+        )
         return
     out = console()
     if not runs:
@@ -69,10 +84,10 @@ def list_runs(
     queued = any(why.values())
     columns += ["WHY NOT RUNNING"] if queued else []
     table = new_table(*columns, *(["NEEDS ATTENTION"] if attention else []))
-    for r in runs:
+    for depth, r, _ in order:
         add_row(
             table,
-            r.run_id,
+            tree_label(depth, r.run_id),
             r.workflow,
             r.version,
             lease_text(r, now),
@@ -129,6 +144,8 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         pairs.append(("not running", not_running))
     if state.attention:
         pairs.append(("needs attention", state.attention))
+    if report.parent is not None:
+        pairs.append(("parent", report.parent))
     if rec.infra_retries:
         pairs.append(
             ("infrastructure", f"{rec.infra_retries} append(s) read back after a lost connection")
@@ -222,6 +239,8 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
                         style="yellow",
                     )
                 )
+
+    children_table(out, report.children)
 
     if report.artifacts:
         table = new_table("NAME", "VERSION", "SHA256", "SIZE", "MEDIA TYPE", title="Artifacts")

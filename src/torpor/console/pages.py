@@ -311,6 +311,8 @@ def run_page(client: Client, run_id: str, trust: Trust | None) -> dict[str, Any]
         "waits": views.waits_of(events),
         "approvals": approval_rows(run_id, state, events, inbox, trust),
         "artifacts": arts,
+        "parent": report.parent,
+        "children": report.children,
         "messages": views.message_rows(report.messages, inbox, state),
         "storage": storage,
         "is_agent": is_agent,

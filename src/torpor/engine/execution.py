@@ -45,7 +45,7 @@ from ..errors import (
 )
 from ..history import AttentionNeeded, Outcome, RunFinished, RunState, RunStatus
 from ..store.base import Lease
-from . import effects, inbox
+from . import children, effects, inbox
 from .journal import Host, Journal
 from .lease import Heartbeat
 from .replay import Replay
@@ -176,6 +176,8 @@ class Execution:
                 value = asyncio.run(fn(handle, j.state.input))
             else:
                 value = fn(handle, j.state.input)
+            if children.spawned(j):
+                children.join(j)  # a parent never finishes over an unfinished child (G14)
         except Suspended as s:
             return self.result(reason=s.reason)
         except ReleaseRun as r:
@@ -255,6 +257,7 @@ class Execution:
         for _ in range(GUARD_RETRIES):
             j.sync()
             taken = self._taking_cancel(outcome, reason, result)
+            children.cancel_unfinished(j, taken[0])
             try:
                 self._record(*taken)
             except InboxPendingError:

@@ -15,6 +15,8 @@ validated by the fold like any other. Every message gets a recorded disposition 
   (a ``refused`` message: stale content, an approval that no longer waits);
 - a message that reached a run after its outcome (a reopening that does not apply, a message
   posted before the store refused them) is refused with the outcome;
+- a child run's outcome (``child``, posted by the store with the child's ``run_finished``) is
+  recorded as ``child_ended`` (:mod:`.children`);
 - a message the fold refuses, or whose body is malformed, becomes a warning naming it, so a bad
   message never blocks the run.
 """
@@ -33,6 +35,7 @@ from ..history import (
     ApprovalRevoked,
     BudgetSet,
     CancelRequested,
+    ChildEnded,
     Event,
     MessageRefused,
     Outcome,
@@ -170,6 +173,17 @@ def convert(
         return [ApprovalRevoked(**b)]
     if m.kind == "cancel":
         return [CancelRequested(**b)]
+    if m.kind == "child":
+        # A child's outcome, posted by the store with the child's run_finished (issue 37).
+        return [
+            ChildEnded(
+                child_run_id=b["child"],
+                outcome=b["outcome"],
+                seq=int(b["seq"]),
+                message_id=m.message_id,
+                arrived_at_ms=m.at_ms,
+            )
+        ]
     if m.kind == "resolve":
         return resolution_payloads(state, b)
     if m.kind == "reopen":

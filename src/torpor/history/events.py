@@ -25,7 +25,10 @@ SHA256_RE = re.compile(r"[0-9a-f]{64}")
 #: 4: an agent's working memory: ``context_compacted`` (the oldest turns folded into the running
 #: summary, one atomic transition) and ``context_built`` (what a model call was sent: its hash and
 #: per-section token counts). Histories of versions 1-3 read as they were.
-EVENT_SCHEMA_VERSION = 4
+#: 5: child runs (issue 37): ``run_started.parent``, ``wait_started`` of kind ``children``
+#: (``children``, ``need``), ``wait_completed`` via ``children``, and ``child_ended`` (a child's
+#: outcome, moved from the parent's inbox).
+EVENT_SCHEMA_VERSION = 5
 
 
 class Policy(StrEnum):
@@ -92,6 +95,8 @@ class RunStarted(Payload):
     goal: str = ""
     #: The module that defines the workflow, imported on resume if the name is not registered.
     module: str = ""
+    #: The run whose step started this one (a child run, :mod:`torpor.engine.children`).
+    parent: str | None = None
 
 
 class LeaseAcquired(Payload):
@@ -246,11 +251,16 @@ class ApprovalConsumed(Payload):
 
 
 class WaitStarted(Payload):
+    """A wait begins. For ``kind`` ``children``: ``children`` are the child run ids waited on
+    and ``need`` how many of them must reach a final outcome (all, 1 for the first, n)."""
+
     wait_id: str
-    kind: Literal["signal", "timer", "approval", "resolution"]
+    kind: Literal["signal", "timer", "approval", "resolution", "children"]
     name: str
     deadline_ms: int | None = None
     reason: str = ""
+    children: list[str] = Field(default_factory=list)
+    need: int = 0
 
 
 class SignalReceived(Payload):
@@ -271,9 +281,21 @@ class SignalReceived(Payload):
 
 class WaitCompleted(Payload):
     wait_id: str
-    via: Literal["signal", "timer", "decision", "deadline"]
+    via: Literal["signal", "timer", "decision", "deadline", "children"]
     signal_id: str | None = None
     payload: Any = None
+
+
+class ChildEnded(Payload):
+    """A child run reached an outcome (its ``run_finished``), as the store told its parent in
+    the same transaction (an inbox message of kind ``child``): the message's disposition.
+    ``seq``: the child's ``run_finished`` seq (a reopened child that ends again tells again)."""
+
+    child_run_id: str
+    outcome: Outcome
+    seq: int
+    message_id: str = ""
+    arrived_at_ms: int | None = None
 
 
 class CheckpointSaved(Payload):
@@ -463,6 +485,7 @@ EVENT_TYPES: dict[str, type[Payload]] = {
     "signal_received": SignalReceived,
     "wait_completed": WaitCompleted,
     "checkpoint_saved": CheckpointSaved,
+    "child_ended": ChildEnded,
     "verification_recorded": VerificationRecorded,
     "warning_recorded": WarningRecorded,
     "cancel_requested": CancelRequested,
@@ -526,6 +549,7 @@ __all__ = [
     "BudgetSet",
     "CancelRequested",
     "CheckpointSaved",
+    "ChildEnded",
     "ContextBuilt",
     "ContextCompacted",
     "DecisionScheme",

@@ -31,6 +31,7 @@ from .events import (
     BudgetSet,
     CancelRequested,
     CheckpointSaved,
+    ChildEnded,
     EffectFailed,
     EffectIntended,
     EffectObserved,
@@ -75,6 +76,7 @@ _NOT_PROGRESS: frozenset[type[Payload]] = frozenset(
         ApprovalRevoked,
         CancelRequested,
         BudgetSet,
+        ChildEnded,
         MessageRefused,
         WarningRecorded,
     }
@@ -398,6 +400,10 @@ def _run_finished(s: RunState, p: RunFinished, e: Event, refuse: Refuse) -> None
             )
         if p.outcome is Outcome.SUCCEEDED and s.warnings:
             raise refuse("run recorded warnings: the outcome is succeeded_with_warnings")
+        held = [c for c, o in s.children.items() if o in REOPENABLE]
+        if held:
+            # G14: no parent succeeds over a child that is unresolved or blocked.
+            raise refuse(f"child run(s) {held} are unresolved or blocked: no success over them")
     if p.outcome is Outcome.STOPPED_SAFE and s.effects_applied:
         raise refuse("stopped_safe means no effect happened, but effects were applied")
     s.status = RunStatus.FINISHED

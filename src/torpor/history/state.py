@@ -123,6 +123,9 @@ class WaitInfo(BaseModel):
     name: str
     deadline_ms: int | None = None
     reason: str = ""
+    #: A wait on child runs: the children waited on, and how many must reach a final outcome.
+    children: list[str] = Field(default_factory=list)
+    need: int = 0
 
 
 class PendingSignal(BaseModel):
@@ -236,6 +239,9 @@ class RunState(BaseModel):
     budget: Budget = Field(default_factory=Budget)
     #: Why the run cannot proceed (:class:`~.events.AttentionNeeded`), until it proceeds.
     attention: str = ""
+    #: The latest outcome each child run reported (:class:`~.events.ChildEnded`), by child
+    #: run id: a child that never reported is not here.
+    children: dict[str, Outcome] = Field(default_factory=dict)
     #: Crashed attempts forgiven per step id by ``torpor retry`` (the crash limit counts the
     #: attempts after them).
     forgiven: dict[str, int] = Field(default_factory=dict)

@@ -50,7 +50,12 @@ def checkpoint_answers(s: RunState) -> dict[str, Any]:
     if s.status is RunStatus.FINISHED:
         nxt = f"finished: {s.outcome}" + (f" ({s.outcome_reason})" if s.outcome_reason else "")
     elif s.wait is not None:
-        nxt = f"waiting for {s.wait.kind} {s.wait.name!r}"
+        nxt = (
+            f"waiting for {s.wait.reason} ({', '.join(s.wait.children[:5])}"
+            + (" …)" if len(s.wait.children) > 5 else ")")
+            if s.wait.kind == "children"
+            else f"waiting for {s.wait.kind} {s.wait.name!r}"
+        )
         if s.wait.deadline_ms is not None:
             nxt += f" (deadline {utc_text(s.wait.deadline_ms)})"
     elif s.effects_in_doubt():

@@ -11,7 +11,9 @@ time out, and a signal or decision that arrived at or after the deadline cannot 
 from __future__ import annotations
 
 from .events import (
+    REOPENABLE,
     CancelRequested,
+    ChildEnded,
     Event,
     MessageRefused,
     RunStatus,
@@ -29,12 +31,18 @@ def _wait_started(s: RunState, p: WaitStarted, e: Event, refuse: Refuse) -> None
         raise refuse(f"run already waits on {s.wait.kind} {s.wait.name!r}")
     if p.kind == "timer" and p.deadline_ms is None:
         raise refuse("a timer wait needs a deadline")
+    if p.kind == "children" and not 1 <= p.need <= len(p.children):
+        raise refuse(f"a wait on {len(p.children)} child run(s) needs 1..{len(p.children)} of them")
+    if p.kind != "children" and (p.children or p.need):
+        raise refuse(f"a {p.kind} wait names no child runs")
     s.wait = WaitInfo(
         wait_id=p.wait_id,
         kind=p.kind,
         name=p.name,
         deadline_ms=p.deadline_ms,
         reason=p.reason,
+        children=list(p.children),
+        need=p.need,
     )
     s.status = RunStatus.WAITING
 
@@ -91,6 +99,8 @@ def _wait_completed(s: RunState, p: WaitCompleted, e: Event, refuse: Refuse) -> 
         raise refuse(f"a {w.kind} wait is not completed by a signal")
     if p.via == "decision" and w.kind != "approval":
         raise refuse(f"a {w.kind} wait is not completed by a decision")
+    if (p.via == "children") != (w.kind == "children"):
+        raise refuse(f"a {w.kind} wait is not completed via {p.via}")
     # Whether a message satisfies a wait is decided by when it arrived, against the deadline
     # fixed when the wait began: never by when a process got round to looking.
     if p.via == "deadline" and w.kind == "signal":
@@ -143,3 +153,16 @@ def _message_refused(s: RunState, p: MessageRefused, e: Event, refuse: Refuse) -
 def _cancel_requested(s: RunState, p: CancelRequested, e: Event, refuse: Refuse) -> None:
     s.cancel_requested = True
     s.cancel_reason = f"cancelled by {p.by}" + (f": {p.reason}" if p.reason else "")
+
+
+@rule(ChildEnded)
+def _child_ended(s: RunState, p: ChildEnded, e: Event, refuse: Refuse) -> None:
+    if p.child_run_id == s.run_id:
+        raise refuse("a run is not its own child")
+    s.children[p.child_run_id] = p.outcome
+
+
+def children_in_doubt(s: RunState) -> list[str]:
+    """Child runs whose latest reported outcome is ``unresolved`` or ``blocked``: a person
+    must settle them, and the parent cannot succeed over them (G14)."""
+    return [c for c, o in s.children.items() if o in REOPENABLE]

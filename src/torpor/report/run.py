@@ -9,7 +9,7 @@ the evidence) is derived here once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..history import ArtifactRef, EffectView, Event, MessageView, RunState, RunStatus, StepView
@@ -115,7 +115,8 @@ class RunReport:
     order; ``inbox``: messages delivered and not yet taken; ``messages``: the dispositions of
     those taken; ``dispatch``: how it was started (queue, key, priority, delayed start; None
     when unknown); ``storage``: what it occupies (bytes); ``trace_id``: its OpenTelemetry trace
-    (None without one); ``events``: its whole history when asked for, else None."""
+    (None without one); ``events``: its whole history when asked for, else None; ``parent``
+    and ``children``: its place in a tree of runs."""
 
     summary: RunSummary
     steps: list[StepView]
@@ -127,6 +128,10 @@ class RunReport:
     storage: RunStorage
     trace_id: str | None
     events: list[Event] | None = None
+    #: The run that started this one as its child (None: started from outside), and this
+    #: run's children, oldest first (issue 37).
+    parent: str | None = None
+    children: list[RunRecord] = field(default_factory=list)
 
     @property
     def rec(self) -> RunRecord:
@@ -186,6 +191,8 @@ class RunReport:
             "not_running": self.summary.not_running,
             "dispatch": self.dispatch,
             "storage": {**self.storage.__dict__, "total_bytes": self.storage.total_bytes},
+            "parent": self.parent,
+            "children": self.children,
         }
 
 
@@ -219,6 +226,8 @@ def gather(client: Client, run_id: str, *, events: bool = False) -> RunReport:
         storage=client.storage(run_id),
         trace_id=telemetry.trace_id_of(client.store.trace_context(run_id)),
         events=client.events(run_id) if events else None,
+        parent=client.parent(run_id),
+        children=client.children(run_id),
     )
 
 

@@ -21,6 +21,7 @@ from ..errors import (
 from ..history import EffectIntended, Event, RunState, starts_step
 from . import codec
 from .base import CHECKPOINT_EVENTS, Driver, Lease, damaged_column
+from .children import tell_parent
 from .chunkio import ChunkIO
 
 #: What the store remembers of its latest append to a run under a lease, so the next append can
@@ -233,6 +234,9 @@ class Appends:
                         {"run_id": run_id, "checkpoint_seq": ckpt_seq, "checkpoint": text},
                     )
                 self._apply_inbox(cur, run_id, consumes, if_inbox_empty, columns[0] == "waiting")
+                if columns[1] is not None and events[-1].type == "run_finished":
+                    # A child's outcome reaches its parent in this same transaction (G14).
+                    tell_parent(self.driver, self.q, cur, run_id, columns[1], state.seq, now)
         except Exception as exc:
             mapped = self._collision(exc, lease, first)
             if mapped is None:

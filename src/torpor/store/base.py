@@ -263,6 +263,23 @@ REOPENING_KINDS = frozenset({"resolve", "reopen"})
 # --------------------------------------------------------------------------- protocols
 
 
+class ChildRows(Protocol):
+    """The parent/child columns of runs (:mod:`.children`; issue 37)."""
+
+    def run_parent(self, run_id: str) -> str | None:
+        """The run that started ``run_id`` as its child, or None (also for an unknown run)."""
+        ...
+
+    def child_runs(self, parent: str, *, limit: int = 10_000) -> list[RunRecord]:
+        """The child runs of ``parent``, oldest first (at most ``limit``)."""
+        ...
+
+    def await_children(self, parent: str, children: list[str], need: int) -> int:
+        """Keep on ``parent``'s row how many more final outcomes of ``children`` its open
+        wait needs before a child's outcome wakes it; return that (0 or less: enough now)."""
+        ...
+
+
 class Driver(Protocol):
     """What a dialect provides: named queries and transactions on one database engine."""
 
@@ -311,7 +328,7 @@ class Driver(Protocol):
     def close(self) -> None: ...
 
 
-class Store(QueueRows, ScheduleRows, EpisodeRows, MaintenanceOps, Protocol):
+class Store(QueueRows, ScheduleRows, EpisodeRows, MaintenanceOps, ChildRows, Protocol):
     """The domain operations the engine, the client, workers and every layer above use — the
     only door to the database (nothing outside :mod:`torpor.store` runs SQL, names a driver or
     the concrete class); one implementation, :class:`~torpor.store.sqlstore.SQLStore`, over
@@ -477,6 +494,7 @@ __all__ = [
     "CHECKPOINT_EVENTS",
     "INBOX_HEADROOM_BYTES",
     "REOPENING_KINDS",
+    "ChildRows",
     "Completion",
     "Dispatch",
     "Driver",

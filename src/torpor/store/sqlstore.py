@@ -52,6 +52,7 @@ from .base import (
     read_retried,
     run_record,
 )
+from .children import ChildStore, set_parent
 from .chunkio import ChunkIO
 from .claims import claim
 from .episodes import EpisodeTables
@@ -67,7 +68,9 @@ _Memo = tuple[int, int, int, tuple[Any, ...]]
 log = logging.getLogger("torpor.store")
 
 
-class SQLStore(HistoryReads, QueueStore, ScheduleStore, EpisodeTables, MaintenanceStore):
+class SQLStore(
+    HistoryReads, QueueStore, ScheduleStore, EpisodeTables, MaintenanceStore, ChildStore
+):
     """Domain operations over a :class:`~torpor.store.base.Driver`. Thread-safe when the
     driver is.
 
@@ -158,7 +161,7 @@ class SQLStore(HistoryReads, QueueStore, ScheduleStore, EpisodeTables, Maintenan
         row, queue included, is left as it was). ``dispatch``: its queue, concurrency key,
         priority and delayed start (:class:`~torpor.store.base.Dispatch`; None: no queue).
         ``scope`` and ``task_type`` go on the run row (what its episodes are filed under,
-        :mod:`torpor.episodes`)."""
+        :mod:`torpor.episodes`); ``started.parent`` names the run it is a child of."""
         d = asdict(dispatch or Dispatch())
         now = self.now_ms()
         ev = Event(run_id=run_id, seq=1, type="run_started", payload=started, at_ms=now, epoch=0)
@@ -178,6 +181,8 @@ class SQLStore(HistoryReads, QueueStore, ScheduleStore, EpisodeTables, Maintenan
             )
             if n == 0:
                 return False
+            if started.parent is not None:
+                set_parent(self.driver, self.q, cur, run_id, started.parent)
             self.driver.execute(cur, self.q["insert_event"], row)
             self.driver.fetchone(cur, self.q["notify_wake"], {"run_id": run_id})
         return True

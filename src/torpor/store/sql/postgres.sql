@@ -646,3 +646,50 @@ SELECT seq, type, epoch, at_ms, v, payload FROM events WHERE run_id = :run_id AN
 -- Several chunks at once (:hashes: a JSON array of hex hashes).
 SELECT encode(hash, 'hex'), data FROM chunks
 WHERE hash IN (SELECT decode(h, 'hex') FROM jsonb_array_elements_text(CAST(:hashes AS jsonb)) AS h);
+
+-- name: child_set_parent
+-- Child runs (issue 37, store/children.py): the run whose step started this one.
+UPDATE runs SET parent_run_id = :parent WHERE run_id = :run_id;
+
+-- name: child_parent
+SELECT parent_run_id FROM runs WHERE run_id = :run_id;
+
+-- name: child_runs
+SELECT run_id, workflow, version, status, outcome, created_at_ms,
+       GREATEST(updated_at_ms, (SELECT at_ms FROM events e WHERE e.run_id = runs.run_id
+                                ORDER BY seq DESC LIMIT 1)),
+       wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
+       (SELECT seq FROM events e WHERE e.run_id = runs.run_id ORDER BY seq DESC LIMIT 1),
+       checkpoint_seq, attention, infra_retries,
+       NULL
+FROM runs WHERE parent_run_id = :parent
+ORDER BY created_at_ms, run_id LIMIT :limit;
+
+-- name: child_tell_parent
+-- A child's outcome, posted to its parent's inbox in the transaction that records it (an
+-- unfinished parent only: a finished run takes no message).
+INSERT INTO inbox (message_id, run_id, kind, body, at_ms)
+SELECT :message_id, p.run_id, 'child', :body, :now_ms
+FROM runs p WHERE p.run_id = :parent AND p.status <> 'finished'
+ON CONFLICT (message_id) DO NOTHING;
+
+-- name: child_need_lock
+-- Locks the parent's row first: a child's outcome and the parent's count are serialized on it,
+-- and the count (a later statement, a later snapshot) sees every outcome committed before.
+SELECT child_need FROM runs WHERE run_id = :parent FOR UPDATE;
+
+-- name: child_final_count
+-- How many of the children waited on (:children, a JSON list) have a final outcome.
+SELECT count(*) FROM runs
+WHERE parent_run_id = :parent
+  AND run_id IN (SELECT jsonb_array_elements_text(CAST(:children AS jsonb)))
+  AND status = 'finished' AND outcome NOT IN ('unresolved', 'blocked');
+
+-- name: child_need_set
+UPDATE runs SET child_need = :need WHERE run_id = :parent;
+
+-- name: child_need_taken
+-- A final child outcome: one fewer needed; returns what is left (NULL: no count kept).
+UPDATE runs SET child_need = child_need - 1
+WHERE run_id = :parent AND child_need IS NOT NULL
+RETURNING child_need;

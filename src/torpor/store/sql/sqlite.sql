@@ -568,3 +568,49 @@ SELECT seq, type, epoch, at_ms, v, payload FROM events WHERE run_id = :run_id AN
 -- name: get_chunks
 -- Several chunks at once (:hashes: a JSON array of hex hashes).
 SELECT hash, data FROM chunks WHERE hash IN (SELECT value FROM json_each(:hashes));
+
+-- name: child_set_parent
+-- Child runs (issue 37, store/children.py): the run whose step started this one.
+UPDATE runs SET parent_run_id = :parent WHERE run_id = :run_id;
+
+-- name: child_parent
+SELECT parent_run_id FROM runs WHERE run_id = :run_id;
+
+-- name: child_runs
+SELECT run_id, workflow, version, status, outcome, created_at_ms,
+       max(updated_at_ms, (SELECT at_ms FROM events e WHERE e.run_id = runs.run_id
+                           ORDER BY seq DESC LIMIT 1)),
+       wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
+       (SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id),
+       checkpoint_seq, attention, infra_retries,
+       {{ run_damage }}
+FROM runs WHERE parent_run_id = :parent
+ORDER BY created_at_ms, rowid LIMIT :limit;
+
+-- name: child_tell_parent
+-- A child's outcome, posted to its parent's inbox in the transaction that records it (an
+-- unfinished parent only: a finished run takes no message).
+INSERT INTO inbox (message_id, run_id, kind, body, at_ms, arrival)
+SELECT :message_id, p.run_id, 'child', :body, :now_ms,
+       (SELECT COALESCE(max(arrival), 0) + 1 FROM inbox WHERE run_id = p.run_id)
+FROM runs p WHERE p.run_id = :parent AND p.status != 'finished'
+ON CONFLICT (message_id) DO NOTHING;
+
+-- name: child_need_lock
+-- (Inside a write transaction, which holds SQLite's write lock.)
+SELECT child_need FROM runs WHERE run_id = :parent;
+
+-- name: child_final_count
+-- How many of the children waited on (:children, a JSON list) have a final outcome.
+SELECT count(*) FROM runs
+WHERE parent_run_id = :parent AND run_id IN (SELECT value FROM json_each(:children))
+  AND status = 'finished' AND outcome NOT IN ('unresolved', 'blocked');
+
+-- name: child_need_set
+UPDATE runs SET child_need = :need WHERE run_id = :parent;
+
+-- name: child_need_taken
+-- A final child outcome: one fewer needed; returns what is left (NULL: no count kept).
+UPDATE runs SET child_need = child_need - 1
+WHERE run_id = :parent AND child_need IS NOT NULL
+RETURNING child_need;

@@ -1,0 +1,61 @@
+"""Trees of runs (issue 37): ``torpor ls --tree`` orders runs under the run that started them,
+and ``torpor show`` lists a run's children."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from ..client import Client
+from ..store.base import RunRecord
+from .render import add_row, new_table, short
+
+#: Deepest level ``ls --tree`` walks down to, and most rows it prints under one listed run.
+MAX_DEPTH = 12
+MAX_DESCENDANTS = 1000
+
+
+def tree_order(client: Client, runs: list[RunRecord]) -> list[tuple[int, RunRecord, str | None]]:
+    """``(depth, run, parent)`` for the listed ``runs`` and their descendants, each child
+    right under its parent (oldest first). A listed run whose parent is listed too appears
+    under it, once; one whose parent is not listed is a root of its own."""
+    listed = {r.run_id for r in runs}
+    parents = {r.run_id: client.store.run_parent(r.run_id) for r in runs}
+    out: list[tuple[int, RunRecord, str | None]] = []
+    seen: set[str] = set()
+
+    def walk(rec: RunRecord, depth: int, parent: str | None, budget: list[int]) -> None:
+        if rec.run_id in seen:
+            return
+        seen.add(rec.run_id)
+        out.append((depth, rec, parent))
+        if depth >= MAX_DEPTH:
+            return
+        for child in client.store.child_runs(rec.run_id, limit=MAX_DESCENDANTS):
+            if budget[0] <= 0:
+                return
+            budget[0] -= 1
+            walk(child, depth + 1, rec.run_id, budget)
+
+    for r in runs:
+        if parents[r.run_id] not in listed:
+            walk(r, 0, parents[r.run_id], [MAX_DESCENDANTS])
+    return out
+
+
+def tree_label(depth: int, run_id: str) -> str:
+    """A run id indented under its parent."""
+    return ("  " * (depth - 1) + "└ " + run_id) if depth else run_id
+
+
+def children_table(out: Console, children: list[RunRecord]) -> None:
+    """``show``'s table of a run's children: status, outcome, what needs attention."""
+    if not children:
+        return
+    table = new_table("RUN", "WORKFLOW", "STATUS", "OUTCOME", "NEEDS ATTENTION", title="Children")
+    for c in children:
+        add_row(table, c.run_id, c.workflow, c.status, c.outcome, short(c.attention or "", 80))
+    out.print()
+    out.print(table)
+
+
+__all__ = ["children_table", "tree_label", "tree_order"]
