@@ -230,7 +230,12 @@ class Client:
         if name is None:
             raise InboxError("a signal needs a name, or the id of the wait it answers")
         mid = message_id or uuid.uuid4().hex
-        data = blobs.offload_jsonable(serde.to_jsonable(payload), self.settings.artifacts_url)
+        store = self.store
+        data = blobs.offload_jsonable(
+            serde.to_jsonable(payload),
+            self.settings.artifacts_url,
+            lambda h, n: store.pin_blob(run_id, h, n),  # referenced before it is stored
+        )
         body: dict[str, Any] = {"name": name, "payload": data}
         if wait_id is not None:
             body["wait_id"] = wait_id

@@ -128,7 +128,8 @@ class DamagedStoreError(StoreError):
 
 
 class StoreMissingError(StoreError):
-    """A read-only command found no store at the path it was given (nothing was created)."""
+    """A command found no store at the path it was given (nothing was created: only what
+    starts a run, and ``torpor init``, creates a store)."""
 
 
 class StoreFileChangedError(StoreError):

@@ -12,7 +12,6 @@ from ..queues import describe_dispatch, why_not_running
 from ..report.approvals import approval_lines, trust_here
 from ..report.run import gather, lease_text
 from ..store.base import InboxMessage
-from ..urls import display_url
 from .context import open_client
 from .render import (
     add_row,
@@ -52,11 +51,9 @@ def list_runs(
             limit=limit,
         )
         now = client.store.now_ms()
-        read_from = display_url(client.store.url)
         why = {
             r.run_id: why_not_running(client.store, r.run_id) for r in runs if r.status == "pending"
         }
-    console(stderr=True).print(plain(f"store: {read_from}", style="dim"))
     if json_out:  # each run row, with why a queued run is not running
         emit_json([{**asdict(r), "not_running": why.get(r.run_id)} for r in runs])
         return

@@ -9,6 +9,7 @@ import typer
 
 from .. import retention
 from ..artifacts import ArtifactStore
+from ..errors import BadInputError
 from ..store.base import RunStorage
 from .context import open_client
 from .render import add_row, console, emit_json, fields, new_table
@@ -88,15 +89,32 @@ def gc_command(
             "VACUUM, once).",
         ),
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help=f"Accept a --grace below {retention.GRACE_FLOOR_S:g} seconds (see below).",
+        ),
+    ] = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Delete finished runs past their workflow's retention (archiving them first when the
     policy says so), then chunks and artifacts no retained run refers to, and give SQLite
-    pages back. Waiting, running and reopenable runs are never deleted. Workers do this on a
-    schedule (TORPOR_GC_INTERVAL_S).
+    pages back. Waiting, running and reopenable runs are never deleted, nor anything a run
+    that is not finished refers to or is storing, whatever the grace. Workers do this on a
+    schedule (TORPOR_GC_INTERVAL_S). A SQLite file is quick-checked first: a damaged one is
+    refused, never rewritten. A grace under the floor needs --force: below it, a blob another
+    machine stored just now may look old when the artifact store's clock is behind.
 
     Example: torpor gc --dry-run
     """
+    if grace < retention.GRACE_FLOOR_S and not force and not dry_run:
+        raise BadInputError(
+            f"gc --grace {grace:g} is below {retention.GRACE_FLOOR_S:g} seconds: a blob another "
+            "machine stored just now can look that old when the artifact store's clock is "
+            "behind this one's (runs' own values are pinned whatever the grace); pass --force "
+            "to collect anyway"
+        )
     with open_client(ctx) as client:
         artifacts = ArtifactStore(client.settings.artifacts_url)
         rep = retention.collect(
@@ -146,6 +164,7 @@ def retention_command(
         if forever or days is not None or last is not None or archive is not None:
             if forever and (days is not None or last is not None):
                 raise typer.BadParameter("--forever with --days or --last")
+            client.store.check_sound()  # a policy deletes runs: never on a damaged file
             retention.set_policy(
                 client.store, workflow, keep_days=days, keep_last=last, archive_url=archive
             )
