@@ -99,16 +99,17 @@ def _import(modules: Sequence[str]) -> None:
 
 @contextmanager
 def open_client(
-    ctx: typer.Context, *, read_only: bool = False, create: bool = False
+    ctx: typer.Context, *, read_only: bool = False, create: bool = False, say_store: bool = False
 ) -> Iterator[Client]:
     """A Client on the global options' store, closed afterwards. ``read_only`` (commands that
     change nothing): a SQLite store is opened read-only — never created, migrated or written
     (:func:`torpor.store.open_store`); what the open had to say goes to stderr. ``create``:
     this command may create the store (one that schedules runs); any other names a missing
-    store (StoreMissingError) instead of creating an empty one."""
+    store (StoreMissingError) instead of creating an empty one. Which store is said on stderr
+    at a terminal, or always with ``say_store`` (``ls``)."""
     settings = options(ctx).settings()
     store = open_store(settings.database_url, read_only=read_only, create=create)
-    say_store(settings.database_url)
+    tell_store(settings.database_url, always=say_store)
     note = store.note
     if note:
         console(stderr=True).print(plain(f"warning: {note}", style="yellow"))
@@ -133,7 +134,7 @@ def open_runtime(
     settings = opts.settings()
     telemetry.get()  # a bad OTEL_* value stops here, before a store is opened or created
     store = open_store(settings.database_url, create=create)
-    say_store(settings.database_url)
+    tell_store(settings.database_url)
     try:
         rt = Runtime(store, settings=settings, on_event=on_event, **kw)
     except BaseException:
@@ -158,9 +159,12 @@ def store_text(url: str) -> str:
     return shown
 
 
-def say_store(url: str) -> None:
-    """Say on stderr which store this command reads or writes (one dim line)."""
-    console(stderr=True).print(plain(f"store: {store_text(url)}", style="dim"), soft_wrap=True)
+def tell_store(url: str, *, always: bool = False) -> None:
+    """Say on stderr which store this command reads or writes (one dim line): to a person at
+    a terminal, or ``always`` (``ls``); a script reading stderr gets only what went wrong."""
+    if always or sys.stderr.isatty():
+        line = plain(f"store: {store_text(url)}", style="dim")
+        console(stderr=True).print(line, soft_wrap=True)
 
 
 def _progress_printer() -> Any:

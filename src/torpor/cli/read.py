@@ -44,7 +44,7 @@ def list_runs(
 
     Example: torpor ls --outcome unresolved
     """
-    with open_client(ctx, read_only=True) as client:
+    with open_client(ctx, read_only=True, say_store=True) as client:
         runs = client.runs(
             status=status.value if status else None,
             outcome=outcome.value if outcome else None,

@@ -181,7 +181,7 @@ def set_queue(
     """
     r, rp = _rate("--rate", rate)
     kr, krp = _rate("--key-rate", key_rate)
-    with open_client(ctx) as client:
+    with open_client(ctx, create=True) as client:  # configures runs to come
         q = Queues(client.store).set(
             name,
             concurrency=concurrency,

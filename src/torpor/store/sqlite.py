@@ -487,12 +487,7 @@ def _open_read_only(
             f"{file.parent} is not writable: {path} was opened immutable, so writes other "
             "processes make while this command reads are not seen"
         )
-    why = damage.read_mark(path)
-    if why is not None:
-        driver.note = (
-            f"{path} was found damaged ({why}): writes are refused; what is read may be "
-            f"incomplete (torpor --db sqlite:///{path} doctor)"
-        )
+
     try:
         found, applied = _inspect(driver, url)
         _remember_file(driver)
