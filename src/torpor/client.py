@@ -150,6 +150,13 @@ class Client:
         """Ids of runs a worker could take now: pending, crashed, or waiting with a due wake."""
         return self.store.runnable_runs(limit)
 
+    def offloaded(self, run_id: str) -> list[blobs.OffloadedValue]:
+        """Every value the run recorded by reference in the artifact store (a step's or an
+        effect's result, a signal payload over ``TORPOR_INLINE_VALUE_BYTES``), with its sha256
+        and the step that produced it, oldest first (reads the history)."""
+        self.store.get_run(run_id)
+        return blobs.offloaded(self.store.iter_events(run_id))
+
     def artifacts(self, run_id: str) -> list[ArtifactRef]:
         """Every artifact version the run created, oldest first (reads the history)."""
         self.store.get_run(run_id)
@@ -161,7 +168,8 @@ class Client:
 
     def find_artifact(self, run_id: str, ref: str) -> ArtifactRef:
         """One artifact of the run by name (latest version), ``name@version``, or sha256 (a
-        unique prefix, ``sha256:`` optional). Raises ArtifactNotFoundError."""
+        unique prefix, ``sha256:`` optional; an offloaded value's too, named after the event
+        that records it). Raises ArtifactNotFoundError."""
         refs = self.artifacts(run_id)
         name, _, version = ref.rpartition("@")
         if name and version.isdigit():
@@ -171,6 +179,21 @@ class Client:
         digest = ref.removeprefix("sha256:").lower()
         if not hit and len(digest) >= 4:
             hit = list({a.sha256: a for a in refs if a.sha256.startswith(digest)}.values())
+        if not hit and len(digest) >= 4:  # an offloaded value, by its hash
+            hit = list(
+                {
+                    v.sha256: ArtifactRef(
+                        name=f"{v.type}.{v.field}#{v.seq}",
+                        sha256=v.sha256,
+                        version=1,
+                        size=v.size,
+                        media_type="application/json",
+                        step_id=v.step_id,
+                    )
+                    for v in self.offloaded(run_id)
+                    if v.sha256.startswith(digest)
+                }.values()
+            )
         if len(hit) > 1:
             raise ArtifactNotFoundError(
                 f"run {run_id!r}: {ref!r} matches {len(hit)} artifacts; give more of the hash"

@@ -12,6 +12,7 @@ from ..queues import describe_dispatch, why_not_running
 from ..report.approvals import approval_lines, trust_here
 from ..report.run import gather, lease_text
 from ..store.base import InboxMessage
+from .artifacts import offloaded_table
 from .context import open_client
 from .render import (
     add_row,
@@ -227,6 +228,9 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
             add_row(table, a.name, a.version, a.sha256, a.size, a.media_type)
         out.print()
         out.print(table)
+    if report.offloaded:
+        out.print()
+        out.print(offloaded_table(report.offloaded, title="Offloaded values"))
 
     if state.wait is not None:
         w = state.wait

@@ -9,9 +9,10 @@ the evidence) is derived here once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..blobs import OffloadedValue
 from ..history import ArtifactRef, EffectView, Event, MessageView, RunState, RunStatus, StepView
 from ..owners import owner_is_dead
 from ..store.base import Dispatch, InboxMessage, RunRecord, RunStorage
@@ -127,6 +128,8 @@ class RunReport:
     storage: RunStorage
     trace_id: str | None
     events: list[Event] | None = None
+    #: Values recorded by reference in the artifact store (large results, payloads).
+    offloaded: list[OffloadedValue] = field(default_factory=list)
 
     @property
     def rec(self) -> RunRecord:
@@ -171,6 +174,7 @@ class RunReport:
             "steps": self.steps,
             "effects": self.effects,
             "artifacts": self.artifacts,
+            "offloaded": self.offloaded,
             "wait": st.wait,
             "approvals": st.approvals,
             "pending_approvals": self.pending_approvals,
@@ -219,6 +223,7 @@ def gather(client: Client, run_id: str, *, events: bool = False) -> RunReport:
         storage=client.storage(run_id),
         trace_id=telemetry.trace_id_of(client.store.trace_context(run_id)),
         events=client.events(run_id) if events else None,
+        offloaded=client.offloaded(run_id),
     )
 
 
