@@ -99,16 +99,22 @@ def _import(modules: Sequence[str]) -> None:
 
 @contextmanager
 def open_client(
-    ctx: typer.Context, *, read_only: bool = False, create: bool = False, say_store: bool = False
+    ctx: typer.Context,
+    *,
+    read_only: bool = False,
+    create: bool = False,
+    say_store: bool = False,
+    check: bool = False,
 ) -> Iterator[Client]:
     """A Client on the global options' store, closed afterwards. ``read_only`` (commands that
     change nothing): a SQLite store is opened read-only — never created, migrated or written
     (:func:`torpor.store.open_store`); what the open had to say goes to stderr. ``create``:
     this command may create the store (one that schedules runs); any other names a missing
     store (StoreMissingError) instead of creating an empty one. Which store is said on stderr
-    at a terminal, or always with ``say_store`` (``ls``)."""
+    at a terminal, or always with ``say_store`` (``ls``). ``check`` (a command that deletes or
+    rewrites): SQLite's quick check first (:func:`torpor.store.open_store`)."""
     settings = options(ctx).settings()
-    store = open_store(settings.database_url, read_only=read_only, create=create)
+    store = open_store(settings.database_url, read_only=read_only, create=create, check=check)
     tell_store(settings.database_url, always=say_store)
     note = store.note
     if note:

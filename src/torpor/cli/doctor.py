@@ -13,7 +13,7 @@ from rich.text import Text
 
 from ..artifacts import ArtifactStore
 from ..blobs import check_references
-from ..errors import BadInputError, TorporError
+from ..errors import BadInputError, StoreMissingError, TorporError
 from ..queues import damaged_rows
 from ..schedules import schedule_problems
 from ..store import damage, open_store
@@ -160,13 +160,14 @@ def init(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     """
     url = options(ctx).settings().database_url
     where = display_url(url)
-    existed = True
     if url.startswith("sqlite:"):
-        path = Path(path_of(url))
-        existed = path.is_file()
-        where = str(path.resolve())
-    store = open_store(url)
-    store.close()
+        where = str(Path(path_of(url)).resolve())
+    try:
+        open_store(url, create=False).close()
+        existed = True
+    except StoreMissingError:
+        open_store(url).close()
+        existed = False
     said = "existed" if existed else "created"
     if json_out:
         emit_json({"store": where, "url": display_url(url), "created": not existed})

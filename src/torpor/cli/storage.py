@@ -115,7 +115,7 @@ def gc_command(
             "behind this one's (runs' own values are pinned whatever the grace); pass --force "
             "to collect anyway"
         )
-    with open_client(ctx) as client:
+    with open_client(ctx, check=not dry_run) as client:
         artifacts = ArtifactStore(client.settings.artifacts_url)
         rep = retention.collect(
             client.store, artifacts, dry_run=dry_run, grace_s=grace, vacuum=vacuum
@@ -160,11 +160,12 @@ def retention_command(
 
     Example: torpor retention deploy --days 30 --archive s3://bucket/torpor-archive
     """
-    with open_client(ctx) as client:
-        if forever or days is not None or last is not None or archive is not None:
+    changing = forever or days is not None or last is not None or archive is not None
+    # (a policy deletes runs: never set on a damaged file)
+    with open_client(ctx, check=changing) as client:
+        if changing:
             if forever and (days is not None or last is not None):
                 raise typer.BadParameter("--forever with --days or --last")
-            client.store.check_sound()  # a policy deletes runs: never on a damaged file
             retention.set_policy(
                 client.store, workflow, keep_days=days, keep_last=last, archive_url=archive
             )
@@ -203,7 +204,7 @@ def archive_restore(
 
     Example: torpor archive restore s3://bucket/torpor-archive/deploy-42.jsonl
     """
-    with open_client(ctx) as client:
+    with open_client(ctx, check=True) as client:
         run_id = retention.restore_archive(client.store, url)
     console().print(f"restored run {run_id}")
 

@@ -21,6 +21,7 @@ def open_store(
     clock: Callable[[], float] = time.time,
     read_only: bool = False,
     create: bool = True,
+    check: bool = False,
 ) -> SQLStore:
     """Open the store named by ``url``. Raises ConfigError for an unsupported scheme.
 
@@ -32,12 +33,16 @@ def open_store(
     the path); an existing one is migrated as usual. Only what starts a run (and ``torpor
     init``) creates a store; every other command opens with ``create=False``, so a deleted or
     mistyped store is named instead of silently replaced by an empty one.
+
+    ``check`` (commands that delete or rewrite: ``gc``, ``retention``, ``archive restore``):
+    a SQLite file gets SQLite's quick integrity check before it is opened for writing
+    (DamagedStoreError on any finding; :mod:`torpor.store.damage`).
     """
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme == "sqlite":
         from .sqlite import open_sqlite
 
-        return open_sqlite(url, clock=clock, read_only=read_only, create=create)
+        return open_sqlite(url, clock=clock, read_only=read_only, create=create, check=check)
     if scheme in ("postgresql", "postgres"):
         from .postgres import open_postgres
 

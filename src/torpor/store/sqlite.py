@@ -187,7 +187,9 @@ class SQLiteDriver:
                 cur.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as exc:  # busy beyond busy_timeout
-                if "locked" not in str(exc) or attempt == 49:
+                if "locked" not in str(exc):
+                    raise damage.io_error(self.path, exc) from exc
+                if attempt == 49:
                     raise StoreError(f"sqlite {self.path}: cannot begin a write: {exc}") from exc
                 time.sleep(0.01)
 
@@ -414,6 +416,7 @@ def open_sqlite(
     clock: Callable[[], float] = time.time,
     read_only: bool = False,
     create: bool = True,
+    check: bool = False,
 ) -> SQLiteStore:
     """Open (creating and migrating) a ``sqlite:///path`` store; with ``read_only``, open an
     existing one without creating, migrating or writing anything (see the module docstring).
@@ -423,7 +426,9 @@ def open_sqlite(
     for a bad URL, DamagedStoreError for a file that is not a sound SQLite database,
     StoreMissingError (read-only, or without ``create``) when there is no store at the path,
     SchemaVersionError for a newer schema. A store once found damaged (:mod:`.damage`) is
-    refused for writing (DamagedStoreError) until ``torpor doctor --clear-damaged``.
+    refused for writing (DamagedStoreError) until ``torpor doctor --clear-damaged``; with
+    ``check`` (a command that deletes or rewrites), SQLite's quick check runs before the file
+    is opened for writing (:func:`.damage.quick_check`).
     """
     parsed = urlparse(url)
     path = path_of(url)
@@ -440,6 +445,8 @@ def open_sqlite(
             raise damage.refusal(path, why)
         if not create and not Path(path).is_file():
             raise damage.missing(path)
+        if check and Path(path).is_file():
+            damage.quick_check(path)  # before this process writes a byte to the file
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     driver = SQLiteDriver(path, synchronous=synchronous)
     try:
