@@ -156,7 +156,7 @@ def init(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     command names a missing one. Pin one for every folder with TORPOR_HOME or
     TORPOR_DATABASE_URL set to an absolute path.
 
-    Example: TORPOR_HOME=~/.local/share/torpor torpor init
+    Example: torpor --db sqlite:////srv/torpor/torpor.db init
     """
     url = options(ctx).settings().database_url
     where = display_url(url)
