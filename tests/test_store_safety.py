@@ -445,7 +445,8 @@ def test_otel_variables_without_the_sdk_leave_tracing_off_with_one_warning(
     from torpor import telemetry
 
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
-    monkeypatch.setitem(sys.modules, "opentelemetry", None)  # as if the extra were absent
+    for name in ["opentelemetry", *(m for m in sys.modules if m.startswith("opentelemetry."))]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if the extra were absent
     telemetry.reset()
     try:
         capsys.readouterr()
