@@ -40,7 +40,7 @@ BIG = "99999999999999999999999"
     [
         (["queue", "set", "q", "--rate", f"{BIG}/1"], "rate_limit must be an integer from 1"),
         (["queue", "set", "q", "--rate", "1/1e300"], "period of at most"),
-                # (past 64 bits: refused as the option is parsed, issue 35)
+        # (past 64 bits: refused as the option is parsed, issue 35)
         (["queue", "set", "q", "--concurrency", BIG], "'--concurrency': 9999"),
         (["queue", "set", "q", "--per-key", BIG], "'--per-key': 9999"),
         (["queue", "set", "q", "--key-rate", "1/0.0000001"], "below a millisecond"),

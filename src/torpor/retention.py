@@ -162,14 +162,17 @@ def collect(
     grace_s: float = GRACE_MS / 1000,
     vacuum: bool = False,
     limit: int = 1000,
+    check: bool = True,
 ) -> GcReport:
     """One collection pass (see the module docstring); at most ``limit`` runs per workflow.
     ``dry_run``: change nothing, report what would go (chunks and artifacts that deleting the
     runs would free are not counted). ``vacuum``: convert an SQLite file made before torpor
-    chose incremental auto-vacuum (a full VACUUM, once)."""
+    chose incremental auto-vacuum (a full VACUUM, once). ``check``: run the store's quick
+    integrity check first (DamagedStoreError, nothing deleted, for a damaged SQLite file);
+    False only when the caller just did (``torpor gc`` checks before it opens the file)."""
     if not math.isfinite(grace_s) or grace_s < 0:
         raise ConfigError(f"gc grace period must be a number of seconds >= 0, not {grace_s}")
-    if not dry_run:
+    if check and not dry_run:
         store.check_sound()  # a damaged file is never rewritten (DamagedStoreError)
     report = GcReport(dry_run)
     for policy in store.retention_policies():

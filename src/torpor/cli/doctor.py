@@ -172,7 +172,7 @@ def init(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     if json_out:
         emit_json({"store": where, "url": display_url(url), "created": not existed})
         return
-    fields(console(), [("store", where), ("", said)])
+    fields(console(), [("store", where), ("state", said)])
 
 
 def register(app: typer.Typer) -> None:
