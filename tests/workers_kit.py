@@ -201,6 +201,10 @@ class Workers:
     logs: dict[int, Path] = field(default_factory=dict)
     _n: int = 0
 
+    def __post_init__(self) -> None:
+        # A worker never creates a store (issue 35): it exists first, as after `torpor init`.
+        torpor.open_store(self.url).close()
+
     def spawn(self, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         """Start a worker process: the script above, or (``cli``) the ``torpor worker``
         command — both print a line with READY / ``worker <owner> on <url>`` when started."""

@@ -20,7 +20,7 @@ from ..client import Client
 from ..errors import BadInputError, TorporError
 from ..history import Event
 from ..queues import queue_snapshot
-from ..runtime import Runtime
+from ..runtime import Runtime, heartbeat_for
 from ..store import open_store
 from ..urls import display_url
 from ..workflows import import_modules
@@ -139,6 +139,8 @@ def open_runtime(
     on_event = _progress_printer() if sys.stderr.isatty() else None
     settings = opts.settings()
     telemetry.get()  # a bad OTEL_* value stops here, before a store is opened or created
+    if "lease_ttl_s" in kw:  # and a bad lease timing
+        heartbeat_for(kw["lease_ttl_s"], kw.get("heartbeat_s"))
     store = open_store(settings.database_url, create=create)
     tell_store(settings.database_url)
     try:
