@@ -32,6 +32,7 @@ from typing import Any
 import psycopg
 
 from conftest import HANG_S, ROOT
+from torpor.store import open_store
 
 LEDGER_DDL = """
 CREATE TABLE IF NOT EXISTS applied (
@@ -203,7 +204,7 @@ class Workers:
 
     def __post_init__(self) -> None:
         # A worker never creates a store (issue 35): it exists first, as after `torpor init`.
-        torpor.open_store(self.url).close()
+        open_store(self.url).close()
 
     def spawn(self, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         """Start a worker process: the script above, or (``cli``) the ``torpor worker``

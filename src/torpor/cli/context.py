@@ -103,7 +103,7 @@ def open_client(
     *,
     read_only: bool = False,
     create: bool = False,
-    say_store: bool = False,
+    say_store: bool = True,
     check: bool = False,
 ) -> Iterator[Client]:
     """A Client on the global options' store, closed afterwards. ``read_only`` (commands that
@@ -111,11 +111,13 @@ def open_client(
     (:func:`torpor.store.open_store`); what the open had to say goes to stderr. ``create``:
     this command may create the store (one that schedules runs); any other names a missing
     store (StoreMissingError) instead of creating an empty one. Which store is said on stderr
-    at a terminal, or always with ``say_store`` (``ls``). ``check`` (a command that deletes or
-    rewrites): SQLite's quick check first (:func:`torpor.store.open_store`)."""
+    at a terminal (unless ``say_store`` is False: ``ls`` says it itself, always). ``check``
+    (a command that deletes or rewrites): SQLite's quick check first
+    (:func:`torpor.store.open_store`)."""
     settings = options(ctx).settings()
     store = open_store(settings.database_url, read_only=read_only, create=create, check=check)
-    tell_store(settings.database_url, always=say_store)
+    if say_store:
+        tell_store(settings.database_url)
     note = store.note
     if note:
         console(stderr=True).print(plain(f"warning: {note}", style="yellow"))

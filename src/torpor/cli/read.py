@@ -13,7 +13,7 @@ from ..report.approvals import approval_lines, trust_here
 from ..report.run import gather, lease_text
 from ..store.base import InboxMessage
 from .artifacts import offloaded_table
-from .context import open_client
+from .context import open_client, tell_store
 from .render import (
     add_row,
     console,
@@ -45,7 +45,7 @@ def list_runs(
 
     Example: torpor ls --outcome unresolved
     """
-    with open_client(ctx, read_only=True, say_store=True) as client:
+    with open_client(ctx, read_only=True, say_store=False) as client:
         runs = client.runs(
             status=status.value if status else None,
             outcome=outcome.value if outcome else None,
@@ -55,6 +55,7 @@ def list_runs(
         why = {
             r.run_id: why_not_running(client.store, r.run_id) for r in runs if r.status == "pending"
         }
+    tell_store(options(ctx).settings().database_url, always=True)
     if json_out:  # each run row, with why a queued run is not running
         emit_json([{**asdict(r), "not_running": why.get(r.run_id)} for r in runs])
         return
