@@ -150,6 +150,37 @@ def test_writers_refuse_a_store_a_reader_found_damaged(
     assert _cli(capsys, "--db", url, "signal", "w", "go")[0] == 0
 
 
+def test_a_running_execution_stops_before_its_next_effect_once_the_store_is_marked(
+    tmp_path: Path,
+) -> None:
+    """A worker already running when a reader finds the store damaged: it stops before its
+    next effect (checked where a deleted or replaced file is)."""
+    from torpor.errors import StoreFoundDamagedError
+    from torpor.store import damage
+
+    path = tmp_path / "live.db"
+    calls: list[int] = []
+
+    def send(n: int) -> int:
+        calls.append(n)
+        if n == 2:
+            damage.mark(str(path), "found by another process")
+        return n
+
+    @torpor.workflow(name="safety.effects")
+    def effects(run: torpor.Run, _: Any) -> None:
+        for n in range(1, 5):
+            run.effect(f"send{n}", send, n)
+
+    rt = torpor.Runtime(f"sqlite:///{path}")
+    try:
+        with pytest.raises(StoreFoundDamagedError, match="found damaged while in use"):
+            rt.run(effects, None, run_id="e")
+    finally:
+        rt.close()
+    assert calls == [1, 2]
+
+
 @pytest.mark.parametrize(
     "cmd",
     [

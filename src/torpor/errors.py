@@ -137,6 +137,12 @@ class StoreFileChangedError(StoreError):
     would go to a file nobody can open again, so the execution stops before its next effect."""
 
 
+class StoreFoundDamagedError(StoreFileChangedError, DamagedStoreError):
+    """The SQLite store was found damaged by another process while this one used it (the
+    damage marker beside the file appeared: :mod:`torpor.store.damage`): the execution stops
+    before its next effect, as for a file deleted or replaced."""
+
+
 class RunNotFoundError(StoreError):
     """No run with this id exists in the store."""
 

@@ -34,6 +34,7 @@ from ..errors import (
     DamagedStoreError,
     StoreError,
     StoreFileChangedError,
+    StoreFoundDamagedError,
     StoreMissingError,
 )
 from . import damage
@@ -136,7 +137,8 @@ class SQLiteDriver:
 
     def check_file(self) -> None:
         """Raise StoreFileChangedError when the file opened is gone or another file took its
-        path (device and inode compared with :attr:`file_id`)."""
+        path (device and inode compared with :attr:`file_id`), StoreFoundDamagedError when
+        another process found it damaged since (its marker, :mod:`.damage`)."""
         if self.file_id is None:
             return
         try:
@@ -150,6 +152,12 @@ class SQLiteDriver:
             raise StoreFileChangedError(
                 f"sqlite database {self.path} was replaced by another file while in use; "
                 "stopped before the next effect (this process still writes to the old one)"
+            )
+        why = damage.read_mark(self.path)
+        if why is not None:
+            raise StoreFoundDamagedError(
+                f"sqlite database {self.path} was found damaged while in use ({why}); stopped "
+                "before the next effect: run torpor doctor"
             )
 
     @contextmanager
