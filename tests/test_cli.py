@@ -80,6 +80,7 @@ COMMANDS = [
     "show",
     "events",
     "doctor",
+    "init",
     "context",
     "approve",
     "deny",

@@ -32,6 +32,7 @@ from typing import Any
 import psycopg
 
 from conftest import HANG_S, ROOT
+from torpor.store import open_store
 
 LEDGER_DDL = """
 CREATE TABLE IF NOT EXISTS applied (
@@ -200,6 +201,10 @@ class Workers:
     procs: dict[int, subprocess.Popen[str]] = field(default_factory=dict)
     logs: dict[int, Path] = field(default_factory=dict)
     _n: int = 0
+
+    def __post_init__(self) -> None:
+        # A worker never creates a store (issue 35): it exists first, as after `torpor init`.
+        open_store(self.url).close()
 
     def spawn(self, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         """Start a worker process: the script above, or (``cli``) the ``torpor worker``

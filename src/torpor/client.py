@@ -162,6 +162,13 @@ class Client:
         """Ids of runs a worker could take now: pending, crashed, or waiting with a due wake."""
         return self.store.runnable_runs(limit)
 
+    def offloaded(self, run_id: str) -> list[blobs.OffloadedValue]:
+        """Every value the run recorded by reference in the artifact store (a step's or an
+        effect's result, a signal payload over ``TORPOR_INLINE_VALUE_BYTES``), with its sha256
+        and the step that produced it, oldest first (reads the history)."""
+        self.store.get_run(run_id)
+        return blobs.offloaded(self.store.iter_events(run_id))
+
     def artifacts(self, run_id: str) -> list[ArtifactRef]:
         """Every artifact version the run created, oldest first (reads the history)."""
         self.store.get_run(run_id)
@@ -173,7 +180,8 @@ class Client:
 
     def find_artifact(self, run_id: str, ref: str) -> ArtifactRef:
         """One artifact of the run by name (latest version), ``name@version``, or sha256 (a
-        unique prefix, ``sha256:`` optional). Raises ArtifactNotFoundError."""
+        unique prefix, ``sha256:`` optional; an offloaded value's too, named after the event
+        that records it). Raises ArtifactNotFoundError."""
         refs = self.artifacts(run_id)
         name, _, version = ref.rpartition("@")
         if name and version.isdigit():
@@ -183,6 +191,21 @@ class Client:
         digest = ref.removeprefix("sha256:").lower()
         if not hit and len(digest) >= 4:
             hit = list({a.sha256: a for a in refs if a.sha256.startswith(digest)}.values())
+        if not hit and len(digest) >= 4:  # an offloaded value, by its hash
+            hit = list(
+                {
+                    v.sha256: ArtifactRef(
+                        name=f"{v.type}.{v.field}#{v.seq}",
+                        sha256=v.sha256,
+                        version=1,
+                        size=v.size,
+                        media_type="application/json",
+                        step_id=v.step_id,
+                    )
+                    for v in self.offloaded(run_id)
+                    if v.sha256.startswith(digest)
+                }.values()
+            )
         if len(hit) > 1:
             raise ArtifactNotFoundError(
                 f"run {run_id!r}: {ref!r} matches {len(hit)} artifacts; give more of the hash"
@@ -242,7 +265,12 @@ class Client:
         if name is None:
             raise InboxError("a signal needs a name, or the id of the wait it answers")
         mid = message_id or uuid.uuid4().hex
-        data = blobs.offload_jsonable(serde.to_jsonable(payload), self.settings.artifacts_url)
+        store = self.store
+        data = blobs.offload_jsonable(
+            serde.to_jsonable(payload),
+            self.settings.artifacts_url,
+            lambda h, n: store.pin_blob(run_id, h, n),  # referenced before it is stored
+        )
         body: dict[str, Any] = {"name": name, "payload": data}
         if wait_id is not None:
             body["wait_id"] = wait_id

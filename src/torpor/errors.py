@@ -128,12 +128,19 @@ class DamagedStoreError(StoreError):
 
 
 class StoreMissingError(StoreError):
-    """A read-only command found no store at the path it was given (nothing was created)."""
+    """A command found no store at the path it was given (nothing was created: only what
+    starts a run, and ``torpor init``, creates a store)."""
 
 
 class StoreFileChangedError(StoreError):
     """The SQLite database file a store opened was deleted or replaced while in use: its writes
     would go to a file nobody can open again, so the execution stops before its next effect."""
+
+
+class StoreFoundDamagedError(StoreFileChangedError, DamagedStoreError):
+    """The SQLite store was found damaged by another process while this one used it (the
+    damage marker beside the file appeared: :mod:`torpor.store.damage`): the execution stops
+    before its next effect, as for a file deleted or replaced."""
 
 
 class RunNotFoundError(StoreError):

@@ -18,17 +18,22 @@ One pass (:func:`collect`):
 5. **Pages.** SQLite gives the freed pages back to the file system (``PRAGMA
    incremental_vacuum``; a file made before torpor 0006 needs ``torpor gc --vacuum`` once).
 
-The grace period (default one hour) is what makes collection safe against writers: a chunk or
-blob is stored *before* the history that refers to it; until that reference is recorded it
-looks unreferenced, but it is younger than the grace period, so it is kept. A writer that finds
-a chunk or blob already stored refreshes its time (so an old unreferenced one it is about to
-refer to is not collected under it). The grace period must be longer than any step takes
-between storing a value and recording it.
+Collection never races a run: a chunk is written in the same transaction as the run's
+reference to it, and a value offloaded to the artifact store (a large step result, an
+artifact, a large signal payload) is referenced by its run *before* it is written (an
+in-flight pin, :meth:`~torpor.store.maintenance.MaintenanceStore.pin_blob`), so whatever the
+grace a blob or chunk a run that is not finished refers to, or is about to, is kept. The grace
+period (default one hour) is a second guard, for what nothing pins: a file copied into the
+artifact store by hand, the clock of a remote artifact store (its modification times) running
+behind this machine's. ``torpor gc`` refuses a grace below :data:`GRACE_FLOOR_S` without
+``--force``. A pass that deletes anything first runs the store's quick integrity check
+(:meth:`~torpor.store.base.Store.check_sound`): a damaged file is never rewritten.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 import uuid
@@ -43,6 +48,11 @@ from .errors import ConfigError
 from .store.base import Store
 from .store.chunkio import GRACE_MS
 from .store.domain import RetentionPolicy
+
+#: The shortest grace period (seconds) ``torpor gc`` accepts without ``--force``: below it a
+#: blob another machine wrote just now can look old when the artifact store's clock is behind
+#: this one's (see the module docstring).
+GRACE_FLOOR_S = 300.0
 
 #: ``fn(store, dry_run) -> one line saying what it did`` (or would do): collectors of owners of
 #: stored data other than runs (episodes), run by every pass after run retention.
@@ -136,8 +146,12 @@ def restore_archive(store: Store, url: str) -> str:
     readable archive."""
     import fsspec
 
-    with fsspec.open(url, "r") as f:
-        return store.restore_run(f, url)
+    store.check_sound()  # a damaged file is never written to (DamagedStoreError)
+    try:
+        with fsspec.open(url, "r") as f:
+            return store.restore_run(f, url)
+    except FileNotFoundError:
+        raise ConfigError(f"archive {url}: no such file") from None
 
 
 def collect(
@@ -148,13 +162,18 @@ def collect(
     grace_s: float = GRACE_MS / 1000,
     vacuum: bool = False,
     limit: int = 1000,
+    check: bool = True,
 ) -> GcReport:
     """One collection pass (see the module docstring); at most ``limit`` runs per workflow.
     ``dry_run``: change nothing, report what would go (chunks and artifacts that deleting the
     runs would free are not counted). ``vacuum``: convert an SQLite file made before torpor
-    chose incremental auto-vacuum (a full VACUUM, once)."""
-    if grace_s < 0:
-        raise ConfigError(f"gc grace period must be >= 0 seconds, not {grace_s}")
+    chose incremental auto-vacuum (a full VACUUM, once). ``check``: run the store's quick
+    integrity check first (DamagedStoreError, nothing deleted, for a damaged SQLite file);
+    False only when the caller just did (``torpor gc`` checks before it opens the file)."""
+    if not math.isfinite(grace_s) or grace_s < 0:
+        raise ConfigError(f"gc grace period must be a number of seconds >= 0, not {grace_s}")
+    if check and not dry_run:
+        store.check_sound()  # a damaged file is never rewritten (DamagedStoreError)
     report = GcReport(dry_run)
     for policy in store.retention_policies():
         for run_id in store.expired_runs(policy, limit):
@@ -225,6 +244,7 @@ def _collect_artifacts(
 
 __all__ = [
     "COLLECTORS",
+    "GRACE_FLOOR_S",
     "GRACE_MS",
     "GcReport",
     "archive_path",

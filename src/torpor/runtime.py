@@ -70,6 +70,20 @@ def _version_mismatch(recorded: str, running: str) -> str:
     )
 
 
+def heartbeat_for(lease_ttl_s: float, heartbeat_s: float | None = None) -> float:
+    """The heartbeat (seconds) of a lease of ``lease_ttl_s``: ``heartbeat_s``, by default a
+    third of it. ConfigError when it is not > 0 and at most a third (a lease must survive two
+    late renewals; etcd and Consul sessions renew at TTL/3)."""
+    beat = heartbeat_s if heartbeat_s is not None else lease_ttl_s / 3
+    if beat <= 0 or beat > lease_ttl_s / 3 + 1e-9:
+        raise ConfigError(
+            f"heartbeat_s={beat} must be > 0 and at most a third of "
+            f"lease_ttl_s={lease_ttl_s}: a lease must survive two late renewals (the "
+            "field's default; etcd and Consul sessions renew at TTL/3)"
+        )
+    return beat
+
+
 class Runtime:
     """Executes runs of registered workflows against a store.
 
@@ -117,13 +131,7 @@ class Runtime:
         )
         self.owner = owner or new_owner_id()
         self.lease_ttl_s = lease_ttl_s
-        self.heartbeat_s = heartbeat_s if heartbeat_s is not None else lease_ttl_s / 3
-        if self.heartbeat_s <= 0 or self.heartbeat_s > lease_ttl_s / 3 + 1e-9:
-            raise ConfigError(
-                f"heartbeat_s={self.heartbeat_s} must be > 0 and at most a third of "
-                f"lease_ttl_s={lease_ttl_s}: a lease must survive two late renewals (the "
-                "field's default; etcd and Consul sessions renew at TTL/3)"
-            )
+        self.heartbeat_s = heartbeat_for(lease_ttl_s, heartbeat_s)
         self.auto_approve = auto_approve
         #: Set to make executions release their run at the next boundary (graceful shutdown).
         self.stopping = threading.Event()

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["app", "main"]
 
 _app: typer.Typer | None = None
+_command: Any = None
 
 
 def _load_app() -> typer.Typer:
@@ -90,6 +91,18 @@ def _load_app() -> typer.Typer:
     return _app
 
 
+def _load_command() -> Any:
+    """The app as one Click command, built once, its numbers bounded (:mod:`.numbers`)."""
+    global _command
+    if _command is None:
+        import typer
+
+        from .numbers import bound_numbers
+
+        _command = bound_numbers(typer.main.get_command(_load_app()))
+    return _command
+
+
 def __getattr__(name: str) -> Any:
     """``torpor.cli.app``, loaded when first asked for."""
     if name == "app":
@@ -120,11 +133,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         lease_message,
     )
 
-    app = _load_app()
+    command = _load_command()
     if not args:
         args = ["--help"]
     try:
-        rv = app(args=args, prog_name="torpor", standalone_mode=False)
+        rv = command.main(args=args, prog_name="torpor", standalone_mode=False)
     except typer.TyperException as exc:  # click usage errors (missing option, bad value, ...)
         usage_ctx = getattr(exc, "ctx", None)
         hint = f" (see '{usage_ctx.command_path} --help')" if usage_ctx is not None else ""

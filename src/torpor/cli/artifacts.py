@@ -1,13 +1,16 @@
-"""The ``artifacts`` command: list a run's artifacts or print one's bytes."""
+"""The ``artifacts`` command: list a run's artifacts and offloaded values, or print one's
+bytes."""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from ..blobs import OffloadedValue
 from ..errors import BadInputError, TorporError
 from ..history import ArtifactRef
 from ..report.hidden import HIDDEN_NOTE, escape_hidden, hidden_chars
@@ -52,27 +55,31 @@ def artifacts(
     with open_client(ctx, read_only=True) as client:
         if ref is None:
             refs = client.artifacts(run_id)
-            if json_out:
-                emit_json(refs)
+            values = client.offloaded(run_id)
+            if json_out:  # the artifacts, then the offloaded values (``kind`` says which)
+                emit_json([*refs, *({"kind": "offloaded value", **asdict(v)} for v in values)])
                 return
-            if not refs:
-                console().print(plain(f"run {run_id} has no artifacts"))
+            if not refs and not values:
+                console().print(plain(f"run {run_id} has no artifacts and no offloaded values"))
                 return
-            table = new_table("NAME", "VERSION", "SHA256", "SIZE", "MEDIA TYPE", "STEP")
-            table.columns[2].overflow = "fold"
             flagged = []
-            for a in refs:
-                add_row(table, a.name, a.version, a.sha256, a.size, a.media_type, a.step_id)
-                try:
-                    found = _hidden(client.artifact_bytes(a.sha256)[:SCAN_BYTES], a.name)
-                except TorporError as exc:  # altered or missing: the list still shows
-                    console(stderr=True).print(plain(f"warning: {a.name} v{a.version}: {exc}"))
-                    continue
-                if found:
-                    flagged.append((a, found))
-            console().print(table)
-            for a, found in flagged:
-                console().print(plain(_flag(run_id, a, found), style="yellow"))
+            if refs:
+                table = new_table("NAME", "VERSION", "SHA256", "SIZE", "MEDIA TYPE", "STEP")
+                table.columns[2].overflow = "fold"
+                for a in refs:
+                    add_row(table, a.name, a.version, a.sha256, a.size, a.media_type, a.step_id)
+                    try:
+                        found = _hidden(client.artifact_bytes(a.sha256)[:SCAN_BYTES], a.name)
+                    except TorporError as exc:  # altered or missing: the list still shows
+                        console(stderr=True).print(plain(f"warning: {a.name} v{a.version}: {exc}"))
+                        continue
+                    if found:
+                        flagged.append((a, found))
+                console().print(table)
+                for a, found in flagged:
+                    console().print(plain(_flag(run_id, a, found), style="yellow"))
+            if values:
+                console().print(offloaded_table(values, title="Offloaded values"))
             return
         art = client.find_artifact(run_id, ref)
         if json_out:
@@ -115,6 +122,16 @@ def _flag(run_id: str, art: ArtifactRef, found: list[str]) -> str:
         f"({', '.join(found)}); `torpor artifacts {run_id} {art.sha256[:12]} --escaped` shows "
         "them as <U+XXXX>"
     )
+
+
+def offloaded_table(values: list[OffloadedValue], title: str | None = None) -> Any:
+    """A table of values a run recorded by reference: their sha256 (print one with
+    ``torpor artifacts RUN SHA``), size, and the event and step that recorded them."""
+    table = new_table("SHA256", "SIZE", "RECORDED IN", "STEP", title=title)
+    table.columns[0].overflow = "fold"
+    for v in values:
+        add_row(table, v.sha256, v.size, f"#{v.seq} {v.type}.{v.field}", v.step_id)
+    return table
 
 
 def register(app: typer.Typer) -> None:

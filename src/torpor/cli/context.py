@@ -15,12 +15,14 @@ from typing import Any
 
 import typer
 
+from .. import telemetry
 from ..client import Client
 from ..errors import BadInputError, TorporError
 from ..history import Event
 from ..queues import queue_snapshot
-from ..runtime import Runtime
+from ..runtime import Runtime, heartbeat_for
 from ..store import open_store
+from ..urls import display_url
 from ..workflows import import_modules
 from .render import console, plain
 from .root import options
@@ -96,19 +98,30 @@ def _import(modules: Sequence[str]) -> None:
 
 
 @contextmanager
-def open_client(ctx: typer.Context, *, read_only: bool = False) -> Iterator[Client]:
+def open_client(
+    ctx: typer.Context,
+    *,
+    read_only: bool = False,
+    create: bool = False,
+    say_store: bool = True,
+    check: bool = False,
+) -> Iterator[Client]:
     """A Client on the global options' store, closed afterwards. ``read_only`` (commands that
     change nothing): a SQLite store is opened read-only — never created, migrated or written
-    (:func:`torpor.store.open_store`); what the open had to say goes to stderr."""
+    (:func:`torpor.store.open_store`); what the open had to say goes to stderr. ``create``:
+    this command may create the store (one that schedules runs); any other names a missing
+    store (StoreMissingError) instead of creating an empty one. Which store is said on stderr
+    at a terminal (unless ``say_store`` is False: ``ls`` says it itself, always). ``check``
+    (a command that deletes or rewrites): SQLite's quick check first
+    (:func:`torpor.store.open_store`)."""
     settings = options(ctx).settings()
-    if read_only:
-        store = open_store(settings.database_url, read_only=True)
-        note = store.note
-        if note:
-            console(stderr=True).print(plain(f"warning: {note}", style="yellow"))
-        client = Client(store, settings=settings)
-    else:
-        client = Client(settings=settings)
+    store = open_store(settings.database_url, read_only=read_only, create=create, check=check)
+    if say_store:
+        tell_store(settings.database_url)
+    note = store.note
+    if note:
+        console(stderr=True).print(plain(f"warning: {note}", style="yellow"))
+    client = Client(store, settings=settings)
     try:
         yield client
     finally:
@@ -116,17 +129,52 @@ def open_client(ctx: typer.Context, *, read_only: bool = False) -> Iterator[Clie
 
 
 @contextmanager
-def open_runtime(ctx: typer.Context, imports: list[str] | None, **kw: Any) -> Iterator[Runtime]:
+def open_runtime(
+    ctx: typer.Context, imports: list[str] | None, *, create: bool = False, **kw: Any
+) -> Iterator[Runtime]:
     """A Runtime on the global options' store, after importing the workflow modules (global
-    ``--import``, ``$TORPOR_IMPORT`` and the command's own); closed afterwards."""
+    ``--import``, ``$TORPOR_IMPORT`` and the command's own); closed afterwards. ``create``
+    (``start``): a store that does not exist is created; otherwise it is named
+    (StoreMissingError), never silently replaced by an empty one."""
     opts = options(ctx)
     _import([*opts.imports, *(imports or [])])
     on_event = _progress_printer() if sys.stderr.isatty() else None
-    rt = Runtime(settings=opts.settings(), on_event=on_event, **kw)
+    settings = opts.settings()
+    telemetry.get()  # a bad OTEL_* value stops here, before a store is opened or created
+    if "lease_ttl_s" in kw:  # and a bad lease timing
+        heartbeat_for(kw["lease_ttl_s"], kw.get("heartbeat_s"))
+    store = open_store(settings.database_url, create=create)
+    tell_store(settings.database_url)
+    try:
+        rt = Runtime(store, settings=settings, on_event=on_event, **kw)
+    except BaseException:
+        store.close()
+        raise
     try:
         yield rt
     finally:
         rt.close()
+
+
+def store_text(url: str) -> str:
+    """The store a command uses, as said on stderr: its URL (no password), and for a SQLite
+    file given relative to the current folder the absolute path too — a user who ``cd``s
+    elsewhere reads another store (pin one: TORPOR_HOME or TORPOR_DATABASE_URL, absolute)."""
+    shown = display_url(url)
+    if url.startswith("sqlite:"):
+        path = url.split("://", 1)[1].split("?", 1)[0]
+        path = path[1:] if path.startswith("/") else path
+        if path and path != ":memory:" and not os.path.isabs(path):
+            shown += f" ({os.path.abspath(path)})"
+    return shown
+
+
+def tell_store(url: str, *, always: bool = False) -> None:
+    """Say on stderr which store this command reads or writes (one dim line): to a person at
+    a terminal, or ``always`` (``ls``); a script reading stderr gets only what went wrong."""
+    if always or sys.stderr.isatty():
+        line = plain(f"store: {store_text(url)}", style="dim")
+        console(stderr=True).print(line, soft_wrap=True)
 
 
 def _progress_printer() -> Any:

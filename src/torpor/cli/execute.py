@@ -173,7 +173,7 @@ def start(
     """
     data = parse_json("--input", input_json)
     at = _start_at(start_at)
-    with open_runtime(ctx, imports) as rt:
+    with open_runtime(ctx, imports, create=True) as rt:
         rid = rt.start(
             workflow,
             data,

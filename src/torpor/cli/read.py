@@ -12,8 +12,8 @@ from ..queues import describe_dispatch, why_not_running
 from ..report.approvals import approval_lines, trust_here
 from ..report.run import gather, lease_text
 from ..store.base import InboxMessage
-from ..urls import display_url
-from .context import open_client
+from .artifacts import offloaded_table
+from .context import open_client, tell_store
 from .render import (
     add_row,
     console,
@@ -49,20 +49,19 @@ def list_runs(
 
     Example: torpor ls --outcome unresolved
     """
-    with open_client(ctx, read_only=True) as client:
+    with open_client(ctx, read_only=True, say_store=False) as client:
         runs = client.runs(
             status=status.value if status else None,
             outcome=outcome.value if outcome else None,
             limit=limit,
         )
         now = client.store.now_ms()
-        read_from = display_url(client.store.url)
         order = tree_order(client, runs) if tree else [(0, r, None) for r in runs]
         runs = [r for _, r, _ in order]
         why = {
             r.run_id: why_not_running(client.store, r.run_id) for r in runs if r.status == "pending"
         }
-    console(stderr=True).print(plain(f"store: {read_from}", style="dim"))
+    tell_store(options(ctx).settings().database_url, always=True)
     if json_out:  # each run row, with why a queued run is not running
         emit_json(
             [
@@ -249,6 +248,9 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
             add_row(table, a.name, a.version, a.sha256, a.size, a.media_type)
         out.print()
         out.print(table)
+    if report.offloaded:
+        out.print()
+        out.print(offloaded_table(report.offloaded, title="Offloaded values"))
 
     if state.wait is not None:
         w = state.wait

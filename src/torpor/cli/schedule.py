@@ -90,7 +90,7 @@ def add(
     Example: torpor schedule add report --cron "0 17 * * *" --tz America/New_York daily_report
     """
     data = parse_json("--input", input_json)
-    with open_client(ctx) as client:
+    with open_client(ctx, create=True) as client:  # it starts runs: it may create the store
         s = Schedules(client.store).add(
             name, cron=cron, workflow=workflow, tz=tz, input=data, catchup=catchup, queue=queue
         )
@@ -181,7 +181,7 @@ def set_queue(
     """
     r, rp = _rate("--rate", rate)
     kr, krp = _rate("--key-rate", key_rate)
-    with open_client(ctx) as client:
+    with open_client(ctx, create=True) as client:  # configures runs to come
         q = Queues(client.store).set(
             name,
             concurrency=concurrency,

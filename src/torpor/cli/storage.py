@@ -9,6 +9,7 @@ import typer
 
 from .. import retention
 from ..artifacts import ArtifactStore
+from ..errors import BadInputError
 from ..store.base import RunStorage
 from .context import open_client
 from .render import add_row, console, emit_json, fields, new_table
@@ -88,19 +89,36 @@ def gc_command(
             "VACUUM, once).",
         ),
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help=f"Accept a --grace below {retention.GRACE_FLOOR_S:g} seconds (see below).",
+        ),
+    ] = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Delete finished runs past their workflow's retention (archiving them first when the
     policy says so), then chunks and artifacts no retained run refers to, and give SQLite
-    pages back. Waiting, running and reopenable runs are never deleted. Workers do this on a
-    schedule (TORPOR_GC_INTERVAL_S).
+    pages back. Waiting, running and reopenable runs are never deleted, nor anything a run
+    that is not finished refers to or is storing, whatever the grace. Workers do this on a
+    schedule (TORPOR_GC_INTERVAL_S). A SQLite file is quick-checked first: a damaged one is
+    refused, never rewritten. A grace under the floor needs --force: below it, a blob another
+    machine stored just now may look old when the artifact store's clock is behind.
 
     Example: torpor gc --dry-run
     """
-    with open_client(ctx) as client:
+    if grace < retention.GRACE_FLOOR_S and not force and not dry_run:
+        raise BadInputError(
+            f"gc --grace {grace:g} is below {retention.GRACE_FLOOR_S:g} seconds: a blob another "
+            "machine stored just now can look that old when the artifact store's clock is "
+            "behind this one's (runs' own values are pinned whatever the grace); pass --force "
+            "to collect anyway"
+        )
+    with open_client(ctx, check=not dry_run) as client:
         artifacts = ArtifactStore(client.settings.artifacts_url)
         rep = retention.collect(
-            client.store, artifacts, dry_run=dry_run, grace_s=grace, vacuum=vacuum
+            client.store, artifacts, dry_run=dry_run, grace_s=grace, vacuum=vacuum, check=False
         )
     if json_out:
         emit_json(rep)
@@ -142,8 +160,10 @@ def retention_command(
 
     Example: torpor retention deploy --days 30 --archive s3://bucket/torpor-archive
     """
-    with open_client(ctx) as client:
-        if forever or days is not None or last is not None or archive is not None:
+    changing = forever or days is not None or last is not None or archive is not None
+    # (a policy deletes runs: never set on a damaged file)
+    with open_client(ctx, check=changing) as client:
+        if changing:
             if forever and (days is not None or last is not None):
                 raise typer.BadParameter("--forever with --days or --last")
             retention.set_policy(
@@ -184,7 +204,7 @@ def archive_restore(
 
     Example: torpor archive restore s3://bucket/torpor-archive/deploy-42.jsonl
     """
-    with open_client(ctx) as client:
+    with open_client(ctx, check=True) as client:
         run_id = retention.restore_archive(client.store, url)
     console().print(f"restored run {run_id}")
 

@@ -478,7 +478,12 @@ class Journal:
                 f"{serde.MAX_PAYLOAD_BYTES}-byte limit (TORPOR_MAX_PAYLOAD_BYTES); store it with "
                 "run.artifact() and return the reference",
             )
-        return blobs.offload(out, text, size, self.host.artifacts) if offload else out
+        if not offload:
+            return out
+        run_id, store = self.run_id, self.store
+        return blobs.offload(
+            out, text, size, self.host.artifacts, lambda h, n: store.pin_blob(run_id, h, n)
+        )
 
     def value(self, sid: str | None, data: Any, what: str = "result") -> Any:
         """The value recorded as ``data`` for step ``sid`` (:func:`torpor.serde.decode`): what

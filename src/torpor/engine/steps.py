@@ -274,8 +274,12 @@ def artifact(j: Journal, name: str, data: bytes | str, media_type: str) -> Artif
     comp = j.recorded(sid, Policy.COMPUTE)
     if comp is not None and comp.input_hash == digest:
         if not blobs.exists(digest):
+            j.store.pin_blob(j.run_id, digest, len(raw))
             blobs.put(raw)
         return ArtifactRef(**comp.result)
+    # The run's reference first (an in-flight pin): no collection pass deletes the blob
+    # between its write and the event that records it.
+    j.store.pin_blob(j.run_id, digest, len(raw))
     blobs.put(raw)
     faults.point("artifact.stored")
     prev = j.state.artifacts.get(name)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..blobs import OffloadedValue
 from ..history import ArtifactRef, EffectView, Event, MessageView, RunState, RunStatus, StepView
 from ..owners import owner_is_dead
 from ..store.base import Dispatch, InboxMessage, RunRecord, RunStorage
@@ -132,6 +133,8 @@ class RunReport:
     #: run's children, oldest first (issue 37).
     parent: str | None = None
     children: list[RunRecord] = field(default_factory=list)
+    #: Values recorded by reference in the artifact store (large results, payloads).
+    offloaded: list[OffloadedValue] = field(default_factory=list)
 
     @property
     def rec(self) -> RunRecord:
@@ -176,6 +179,7 @@ class RunReport:
             "steps": self.steps,
             "effects": self.effects,
             "artifacts": self.artifacts,
+            "offloaded": self.offloaded,
             "wait": st.wait,
             "approvals": st.approvals,
             "pending_approvals": self.pending_approvals,
@@ -228,6 +232,7 @@ def gather(client: Client, run_id: str, *, events: bool = False) -> RunReport:
         events=client.events(run_id) if events else None,
         parent=client.parent(run_id),
         children=client.children(run_id),
+        offloaded=client.offloaded(run_id),
     )
 
 

@@ -425,6 +425,12 @@ class Store(QueueRows, ScheduleRows, EpisodeRows, MaintenanceOps, ChildRows, Pro
         or replaced since (SQLite: its device and inode); a no-op for a database server."""
         ...
 
+    def check_sound(self) -> None:
+        """Before deleting or rewriting anything: SQLite's ``PRAGMA quick_check`` of the file
+        (DamagedStoreError on any finding, the store then marked damaged:
+        :mod:`torpor.store.damage`); a no-op for a database server."""
+        ...
+
     def unrunnable_versions(
         self, accept: Mapping[str, Sequence[str]], limit: int = 100
     ) -> list[tuple[str, str]]:

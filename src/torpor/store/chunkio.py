@@ -5,8 +5,10 @@ A writer inserts the chunks of a split text, and the references of its run to th
 artifacts it records, *before* the history that refers to them (in a transaction of their own,
 or the append's): a chunk with no history yet is an orphan that collection removes only once it
 is older than the grace period. Each process remembers which chunks it wrote or confirmed (the
-insert refreshes ``used_at_ms``), and trusts that for half the grace period: such a chunk is not
-sent again, and cannot be collected before the reference to it is recorded. Chunks are stored
+insert refreshes ``used_at_ms``) and which its runs refer to: a chunk is not sent again only for
+a run that refers to it already (written within half the grace period), so every new reference
+is written in the same transaction as its chunk and no collection pass, whatever its grace, can
+leave a reference to a deleted chunk. Chunks are stored
 zlib-compressed when that saves space (:func:`pack`); their hash is that of their text.
 """
 
@@ -90,10 +92,14 @@ class ChunkIO:
         refs = self._refs.setdefault(run_id, set())
         for h, text in sink.items():
             size = len(text) if text.isascii() else len(text.encode())
-            if known.get(h, -1) < fresh:
+            mine = (h, "chunk") in refs
+            # Sent again unless this run refers to it already (then nothing can collect it) and
+            # this process wrote it lately: a chunk another run's reference kept may have been
+            # collected since that run went, so a new reference always comes with the chunk.
+            if not mine or known.get(h, -1) < fresh:
                 row = {"hash": h, "data": pack(text), "size": size, "now_ms": now}
                 self.driver.execute(cur, self.q["insert_chunk"], row)
-            if (h, "chunk") not in refs:
+            if not mine:
                 ref = {"hash": h, "run_id": run_id, "kind": "chunk", "size": size}
                 self.driver.execute(cur, self.q["insert_ref"], ref)
         for h, size in artifacts.items():

@@ -405,8 +405,20 @@ class MaintenanceOps(Protocol):
         """Delete the chunks nothing names, unused for ``grace_ms``; ``(count, bytes)``."""
         ...
 
+    def pin_blob(self, run_id: str, sha256: str, size: int) -> None:
+        """Reference an artifact for ``run_id`` before it is stored (an in-flight pin)."""
+        ...
+
     def referenced_artifacts(self) -> set[str]:
         """The sha256 of every artifact a run or a pending inbox message refers to."""
+        ...
+
+    def run_references(self, limit: int = 1_000_000) -> list[tuple[str, str, str, int, bool]]:
+        """``(run id, kind, sha256, size, present)`` of every run's references."""
+        ...
+
+    def chunk_problem(self, sha256: str) -> str | None:
+        """What is wrong with a stored chunk (missing, altered), or None."""
         ...
 
     def reclaim_pages(self, *, convert: bool = False) -> str:

@@ -7,7 +7,8 @@ Only a finished run is ever deleted, and never one a person can still reopen (``
 ``blocked``): the run row is deleted under its lock only while it says so, in the same
 transaction as its events, inbox and blob references. A chunk is collected only when no row of
 ``blob_refs`` names it *and* it was not written or confirmed for the grace period (see
-:mod:`.chunkio`).
+:mod:`.chunkio`). A value about to be offloaded to the artifact store is referenced first
+(:meth:`MaintenanceStore.pin_blob`), so no pass collects it under the step that stores it.
 
 Episodes (and anything else that keeps chunks or artifacts alive outside a run) record their
 references in ``blob_refs`` under an owner id that is not a run id (``episode:<id>``): run
@@ -117,6 +118,15 @@ class MaintenanceStore:
             )
         return found
 
+    def pin_blob(self, run_id: str, sha256: str, size: int) -> None:
+        """Record that ``run_id`` refers to the artifact ``sha256`` (``size`` bytes) *before*
+        it is written to the artifact store: the in-flight pin that keeps a collection pass,
+        whatever its grace, from deleting a value a running step has just stored and not yet
+        recorded (issue 35). It is the run's ordinary reference (a ``blob_refs`` row), kept
+        while the run is, so a step that dies before recording leaves a reference that goes
+        with the run."""
+        self.chunkio.put(run_id, {}, {sha256: size})
+
     def referenced_artifacts(self) -> set[str]:
         """The sha256 of every artifact a run refers to, or a pending inbox message carries
         (a large signal payload offloaded by its sender, not yet in any history)."""
@@ -126,6 +136,24 @@ class MaintenanceStore:
             }
             bodies = [str(r[0]) for r in self.driver.fetchall(cur, self.q["pending_bodies"], {})]
         return refs | set(codec.artifact_refs(bodies))
+
+    def run_references(self, limit: int = 1_000_000) -> list[tuple[str, str, str, int, bool]]:
+        """``(run id, kind, sha256, size, present)`` of every reference of every run in the
+        store (kind ``chunk`` or ``artifact``; ``present``: a chunk is in the database, always
+        True for an artifact, which lives outside it), by run."""
+        with self.driver.read() as cur:
+            rows = self.driver.fetchall(cur, self.q["run_references"], {"limit": limit})
+        return [(str(r), str(k), str(h), int(n or 0), bool(p)) for r, k, h, n, p in rows]
+
+    def chunk_problem(self, sha256: str) -> str | None:
+        """What is wrong with the stored chunk ``sha256`` (missing, or its text does not hash
+        to its name), or None."""
+        with self.driver.read() as cur:
+            try:
+                self.chunkio.fetcher(cur, "?")(sha256)
+            except CorruptRecordError as exc:
+                return "missing" if "missing" in str(exc) else "does not match its hash"
+        return None
 
     def reclaim_pages(self, *, convert: bool = False) -> str:
         """Give freed pages back to the file system (SQLite ``PRAGMA incremental_vacuum``).
@@ -199,6 +227,10 @@ class MaintenanceStore:
                     events.append(codec.decode(run_id, row))
                 except CorruptRecordError as exc:
                     raise ValueError(f"line {n}: {exc}") from None
+        except RecursionError:
+            raise CorruptRecordError(
+                f"{where}: cannot restore: a line is nested too deeply to be a torpor archive"
+            ) from None
         except (ValueError, KeyError, TypeError, AttributeError, StopIteration) as exc:
             raise CorruptRecordError(f"{where}: cannot restore: {exc}") from None
         state = RunState(run_id=run_id)

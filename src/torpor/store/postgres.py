@@ -338,6 +338,18 @@ def migrate(driver: PostgresDriver, url: str) -> int:
     return SCHEMA_VERSION
 
 
+def _check_exists(driver: PostgresDriver, url: str) -> None:
+    """StoreMissingError when there is no torpor store on the connection's search path."""
+    with driver.pool.connection() as conn:
+        row = conn.execute("SELECT to_regclass('torpor_schema')").fetchone()
+    if row is None or row[0] is None:
+        raise StoreMissingError(
+            f"no torpor store in {display_url(url)} (no torpor_schema table on the "
+            "connection's search path); nothing was created: only `torpor start` or "
+            "`torpor init` creates a store. Check --db and TORPOR_DATABASE_URL"
+        )
+
+
 def _check_existing(driver: PostgresDriver, url: str) -> None:
     """A read-only open: the store must exist at this schema version (nothing is written)."""
     with driver.pool.connection() as conn:
@@ -416,11 +428,16 @@ class PostgresStore(SQLStore):
 
 
 def open_postgres(
-    url: str, *, clock: Callable[[], float] = time.time, read_only: bool = False
+    url: str,
+    *,
+    clock: Callable[[], float] = time.time,
+    read_only: bool = False,
+    create: bool = True,
 ) -> PostgresStore:
     """Open (migrating) a ``postgresql://`` store; with ``read_only``, open an existing one
     without creating or migrating anything (StoreMissingError when there is none on the
-    connection's search path, StoreError when it needs migrating)."""
+    connection's search path, StoreError when it needs migrating); without ``create``,
+    StoreMissingError instead of creating a store where there is none."""
     from psycopg_pool import PoolTimeout
 
     psycopg = _psycopg()
@@ -442,6 +459,8 @@ def open_postgres(
             if read_only:
                 _check_existing(driver, url)
             else:
+                if not create:
+                    _check_exists(driver, url)
                 migrate(driver, url)
             break
         except (PoolTimeout, psycopg.OperationalError) as exc:

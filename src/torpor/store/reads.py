@@ -98,6 +98,11 @@ class HistoryReads:
                 )
                 log.warning("run %r: %s; its state is folded from the history", run_id, why)
             rows = self._events_after(cur, run_id, state.seq if state else 0)
+            if state is not None and not rows and state.seq > 0:
+                # The checkpoint covers the whole history: its last event is read all the same
+                # (one indexed row), so a damaged last event is refused here as every reader of
+                # the history refuses it, instead of resuming past it (issue 35).
+                self._check_event_at(cur, run_id, state.seq)
             if state is not None:
                 try:
                     return self._fold_rows(cur, run_id, state, rows, row_seq)
@@ -112,6 +117,19 @@ class HistoryReads:
                     run_id=run_id,
                     seq=exc.seq,
                 ) from exc
+
+    def _check_event_at(self, cur: Any, run_id: str, seq: int) -> None:
+        """CorruptRecordError (naming the run and seq) when the event at ``seq`` is missing or
+        cannot be decoded."""
+        row = self.driver.fetchone(cur, self.q["event_at"], {"run_id": run_id, "seq": seq})
+        if row is None:
+            raise CorruptRecordError(
+                f"run {run_id!r}: event seq {seq} is missing from its history (its checkpoint "
+                "covers it); the database may be damaged: run torpor doctor",
+                run_id=run_id,
+                seq=seq,
+            )
+        codec.decode(run_id, row, self.chunkio.fetcher(cur, run_id, seq))
 
     def _checkpoint_readers(
         self, cur: Any, run_id: str, ckpt_seq: Any

@@ -34,8 +34,10 @@ from ..errors import (
     DamagedStoreError,
     StoreError,
     StoreFileChangedError,
+    StoreFoundDamagedError,
     StoreMissingError,
 )
+from . import damage
 from .base import check_schema
 from .sqlstore import SQLStore
 
@@ -124,18 +126,19 @@ class SQLiteDriver:
         """``exc`` as the error to raise: SQLite saying the file is not a (sound) database
         becomes one DamagedStoreError naming the file and ``torpor doctor``."""
         if not is_damage(exc):
-            return exc
+            return damage.io_error(self.path, exc)
         # SQLite quotes the undecodable bytes it met: never print them (terminal sequences).
-        reason = str(exc).split(" with text ", 1)[0]
-        reason = "".join(ch if ch.isprintable() and ch.isascii() else "?" for ch in reason)
+        reason = damage.printable(exc)
+        damage.mark(self.path, reason)  # writers refuse this store from now on
         return DamagedStoreError(
             f"sqlite database {self.path} is damaged ({reason}); nothing was read from it as "
-            f"sound: run torpor doctor --db sqlite:///{self.path}"
+            f"sound: run torpor doctor (torpor --db sqlite:///{self.path} doctor)"
         )
 
     def check_file(self) -> None:
         """Raise StoreFileChangedError when the file opened is gone or another file took its
-        path (device and inode compared with :attr:`file_id`)."""
+        path (device and inode compared with :attr:`file_id`), StoreFoundDamagedError when
+        another process found it damaged since (its marker, :mod:`.damage`)."""
         if self.file_id is None:
             return
         try:
@@ -149,6 +152,12 @@ class SQLiteDriver:
             raise StoreFileChangedError(
                 f"sqlite database {self.path} was replaced by another file while in use; "
                 "stopped before the next effect (this process still writes to the old one)"
+            )
+        why = damage.read_mark(self.path)
+        if why is not None:
+            raise StoreFoundDamagedError(
+                f"sqlite database {self.path} was found damaged while in use ({why}); stopped "
+                "before the next effect: run torpor doctor"
             )
 
     @contextmanager
@@ -166,10 +175,10 @@ class SQLiteDriver:
         """Roll back after ``exc``; raise it (an OperationalError as StoreError)."""
         with suppress(sqlite3.Error):
             c.execute("ROLLBACK")
-        if is_damage(exc):
+        if isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError) and not isinstance(
+            exc, sqlite3.IntegrityError
+        ):
             raise self.damaged(exc) from exc
-        if isinstance(exc, sqlite3.OperationalError):
-            raise StoreError(f"sqlite {self.path}: {exc}") from exc
         raise exc
 
     def _commit(self, c: sqlite3.Connection) -> None:
@@ -178,9 +187,7 @@ class SQLiteDriver:
         except sqlite3.DatabaseError as exc:
             with suppress(sqlite3.Error):
                 c.execute("ROLLBACK")
-            if is_damage(exc):
-                raise self.damaged(exc) from exc
-            raise StoreError(f"sqlite {self.path}: commit failed: {exc}") from exc
+            raise self.damaged(exc) from exc
 
     def _begin(self, cur: sqlite3.Cursor) -> None:
         for attempt in range(50):
@@ -188,7 +195,9 @@ class SQLiteDriver:
                 cur.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as exc:  # busy beyond busy_timeout
-                if "locked" not in str(exc) or attempt == 49:
+                if "locked" not in str(exc):
+                    raise damage.io_error(self.path, exc) from exc
+                if attempt == 49:
                     raise StoreError(f"sqlite {self.path}: cannot begin a write: {exc}") from exc
                 time.sleep(0.01)
 
@@ -212,11 +221,7 @@ class SQLiteDriver:
                 raise
             return None
         except sqlite3.DatabaseError as exc:
-            if is_damage(exc):
-                raise self.damaged(exc) from exc
-            if isinstance(exc, sqlite3.OperationalError):
-                raise StoreError(f"sqlite {self.path}: {exc}") from exc
-            raise
+            raise self.damaged(exc) from exc
 
     def _cursor(self) -> sqlite3.Cursor:
         cur: sqlite3.Cursor | None = getattr(self._local, "cursor", None)
@@ -298,6 +303,10 @@ class SQLiteStore(SQLStore):
     def check_database_file(self) -> None:
         """See :meth:`~torpor.store.base.Store.check_database_file` (device and inode)."""
         self.driver.check_file()
+
+    def check_sound(self) -> None:
+        """See :meth:`~torpor.store.base.Store.check_sound` (:func:`.damage.quick_check`)."""
+        damage.quick_check(self.driver.path)
 
     @contextmanager
     def _lease_transaction(self) -> Iterator[Any]:
@@ -410,7 +419,12 @@ def _split(script: str) -> list[str]:
 
 
 def open_sqlite(
-    url: str, *, clock: Callable[[], float] = time.time, read_only: bool = False
+    url: str,
+    *,
+    clock: Callable[[], float] = time.time,
+    read_only: bool = False,
+    create: bool = True,
+    check: bool = False,
 ) -> SQLiteStore:
     """Open (creating and migrating) a ``sqlite:///path`` store; with ``read_only``, open an
     existing one without creating, migrating or writing anything (see the module docstring).
@@ -418,8 +432,11 @@ def open_sqlite(
     Query options: ``?synchronous=NORMAL`` (default FULL). ``sqlite:///relative/path`` is
     relative to the working directory; ``sqlite:////abs/path`` is absolute. Raises ConfigError
     for a bad URL, DamagedStoreError for a file that is not a sound SQLite database,
-    StoreMissingError (read-only) when there is no store at the path, SchemaVersionError for a
-    newer schema.
+    StoreMissingError (read-only, or without ``create``) when there is no store at the path,
+    SchemaVersionError for a newer schema. A store once found damaged (:mod:`.damage`) is
+    refused for writing (DamagedStoreError) until ``torpor doctor --clear-damaged``; with
+    ``check`` (a command that deletes or rewrites), SQLite's quick check runs before the file
+    is opened for writing (:func:`.damage.quick_check`).
     """
     parsed = urlparse(url)
     path = path_of(url)
@@ -431,6 +448,13 @@ def open_sqlite(
     if read_only and path != ":memory:":
         return _open_read_only(url, path, synchronous, clock)
     if path != ":memory:":
+        why = damage.read_mark(path)
+        if why is not None:
+            raise damage.refusal(path, why)
+        if not create and not Path(path).is_file():
+            raise damage.missing(path)
+        if check and Path(path).is_file():
+            damage.quick_check(path)  # before this process writes a byte to the file
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     driver = SQLiteDriver(path, synchronous=synchronous)
     try:
@@ -468,10 +492,7 @@ def _open_read_only(
 ) -> SQLiteStore:
     file = Path(path)
     if not file.is_file():
-        raise StoreMissingError(
-            f"no torpor store at {path} ({url}); nothing was created: check --db, "
-            "TORPOR_DATABASE_URL or TORPOR_HOME"
-        )
+        raise damage.missing(path)
     folder_writable = os.access(file.parent, os.W_OK | os.X_OK)
     driver = SQLiteDriver(
         path, synchronous=synchronous, mode="ro" if folder_writable else "immutable"
@@ -481,6 +502,7 @@ def _open_read_only(
             f"{file.parent} is not writable: {path} was opened immutable, so writes other "
             "processes make while this command reads are not seen"
         )
+
     try:
         found, applied = _inspect(driver, url)
         _remember_file(driver)

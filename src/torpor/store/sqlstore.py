@@ -127,6 +127,10 @@ class SQLStore(
         """See :meth:`~torpor.store.base.Store.check_database_file`: nothing to check on a
         database server (SQLite overrides it)."""
 
+    def check_sound(self) -> None:
+        """See :meth:`~torpor.store.base.Store.check_sound`: nothing to check on a database
+        server, which checks its own pages (SQLite overrides it)."""
+
     @contextmanager
     def _lease_transaction(self) -> Iterator[Any]:
         """A transaction that only moves a lease (acquire, renew, release; a claim is one

@@ -57,11 +57,13 @@ def enabled_by_env(env: Mapping[str, str] | None = None) -> bool:
 
 def get() -> Telemetry | None:
     """This process's telemetry, or None when it is off (resolved from the environment on the
-    first call). ConfigError (one line naming the variable) when it is asked for and the
-    ``otel`` extra is not installed, an exporter is unknown, or an ``OTEL_*`` value is one the
-    SDK rejects (:mod:`torpor.telemetry.envcheck`): a bad value stops the command before it
-    creates anything, it never silently turns tracing off. Call it before creating what should
-    not outlive that error (:meth:`Runtime.start <torpor.Runtime.start>` does)."""
+    first call). ConfigError (one line naming the variable) when an exporter is unknown or an
+    ``OTEL_*`` value is one the SDK rejects (:mod:`torpor.telemetry.envcheck`): a bad value
+    stops the command before it creates anything, it never silently turns tracing off. Call it
+    before creating what should not outlive that error (:meth:`Runtime.start
+    <torpor.Runtime.start>` does). When the ``otel`` extra is not installed, ``OTEL_*``
+    variables (often set for other programs in the same shell) leave telemetry off, with one
+    warning line on stderr and on the ``torpor.telemetry`` logger (:data:`MISSING_SDK`)."""
     global _resolved, _current
     if _resolved:
         return _current
@@ -122,9 +124,30 @@ def reset() -> None:
         _current = None
 
 
-def _checked_from_env() -> Telemetry:
+#: The one line said when ``OTEL_*`` variables ask for telemetry without the SDK installed.
+MISSING_SDK = (
+    "warning: OTEL_* variables ask for telemetry but the OpenTelemetry SDK is not installed; "
+    "tracing is off (install torpor[otel], or unset them, or set OTEL_SDK_DISABLED=true)"
+)
+
+
+def _sdk_installed() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("opentelemetry.sdk") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _checked_from_env() -> Telemetry | None:
     """:func:`_from_env` after :func:`~torpor.telemetry.envcheck.check_env`; whatever else
-    the SDK refuses as a value (``ValueError``, ``TypeError``) is a ConfigError too."""
+    the SDK refuses as a value (``ValueError``, ``TypeError``) is a ConfigError too. None,
+    with one warning line, when the SDK is not installed."""
+    if not _sdk_installed():
+        sys.stderr.write(MISSING_SDK + "\n")
+        log.warning(MISSING_SDK)
+        return None
     check_env(os.environ)
     try:
         return _from_env()

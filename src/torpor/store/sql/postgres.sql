@@ -603,6 +603,15 @@ WHERE used_at_ms < torpor_now_ms() - :grace_ms
 -- name: referenced_artifacts
 SELECT DISTINCT encode(hash, 'hex') FROM blob_refs WHERE kind = 'artifact';
 
+-- name: run_references
+-- Every reference of every run in the store (not other owners': episodes), with whether a
+-- referenced chunk is in the chunks table (for ``torpor doctor``).
+SELECT r.run_id, r.kind, encode(r.hash, 'hex'), r.size,
+       CASE WHEN r.kind <> 'chunk' THEN 1
+            WHEN EXISTS (SELECT 1 FROM chunks c WHERE c.hash = r.hash) THEN 1 ELSE 0 END
+FROM blob_refs r JOIN runs ru ON ru.run_id = r.run_id
+ORDER BY r.run_id, r.kind, r.hash LIMIT :limit;
+
 -- name: pending_bodies
 SELECT body FROM inbox WHERE consumed_seq IS NULL;
 
