@@ -142,9 +142,7 @@ def test_vectors_are_written_with_episodes_and_go_when_they_are_pruned(store: St
     assert len(emb.calls) == 1
     assert store.episodes_without_vectors(emb.model_id, 10) == []
     assert es.prune(before_ms=2_000) == 1
-    assert set(store.episode_vectors(emb.model_id, ["h1:ended@1", "h2:ended@2"])) == {
-        "h2:ended@2"
-    }
+    assert set(store.episode_vectors(emb.model_id, ["h1:ended@1", "h2:ended@2"])) == {"h2:ended@2"}
 
 
 # ------------------------------------------------------------------ hybrid search
@@ -237,7 +235,7 @@ def test_the_embedder_is_named_by_the_environment() -> None:
         {"TORPOR_EMBEDDER": "openai", "TORPOR_EMBEDDER_URL": "http://127.0.0.1:1/v1"}
     )
     assert h is not None and h.model_id == "openai-compatible/text-embedding-3-small"
-    with pytest.raises(ConfigError, match="TORPOR_EMBEDDER='bert'.*wordllama, openai or none"):
+    with pytest.raises(ConfigError, match=r"TORPOR_EMBEDDER='bert'.*wordllama, openai or none"):
         embedder_from_env({"TORPOR_EMBEDDER": "bert"})
 
 
@@ -292,3 +290,60 @@ def test_wordllama_loads_offline_from_the_installed_package(tmp_path: Any) -> No
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["near"] > 0.4 and got["far"] < 0.2, got
     assert list(home.iterdir()) == []  # nothing cached, nothing downloaded
+
+
+# ------------------------------------------------------------------ killed between the two
+
+
+@pytest.mark.proc
+def test_killed_between_episodes_and_their_vectors_loses_nothing(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's run in a forked process with ``TORPOR_EMBEDDER=wordllama``, SIGKILLed at
+    ``episodes.vectors`` (its episodes committed, their vectors not yet written): the
+    episodes are there once, search by meaning finds them all the same (embedding the
+    candidates that have no vector), a backfill writes the vectors, and a later capture
+    writes nothing twice."""
+    import os
+    import signal
+
+    import episodes_kit as kit
+    import torpor
+    from torpor import faults
+    from torpor.episodes.embed import WordLlamaEmbedder
+
+    monkeypatch.setenv("TORPOR_EMBEDDER", "wordllama")
+    kit.WORLD.update(a_works=False, log=[])
+    pid = os.fork()
+    if pid == 0:  # the child: its own store connections, its own fault plan
+        code = 3
+        try:
+            faults.install("crash:episodes.vectors@1")
+            rt = torpor.Runtime(store_url)
+            rt.run(kit.code_agent(), {"target": "prod"}, run_id="kv", scope="acme")
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+    emb = WordLlamaEmbedder()
+    kit.code_agent()
+    rt = torpor.Runtime(store_url)
+    try:
+        es = EpisodeStore(rt.store)
+        assert es.embedder is not None and es.embedder.model_id == emb.model_id
+        mine = [h for h in es.search("", scope="acme", limit=50) if h.run_id == "kv"]
+        assert mine  # committed before the kill
+        assert rt.store.episode_vectors(emb.model_id, [h.episode_id for h in mine]) == {}
+        found = es.search(mine[0].summary, scope="acme", limit=5)
+        assert mine[0].episode_id in [h.episode_id for h in found]
+        assert rt.resume("kv").outcome == "succeeded"
+        es.catch_up()
+        assert backfill(rt.store, emb) >= len(mine)
+        again = [h for h in es.search("", scope="acme", limit=50) if h.run_id == "kv"]
+        ids = [h.episode_id for h in again]
+        assert len(ids) == len(set(ids))
+        assert set(rt.store.episode_vectors(emb.model_id, ids)) == set(ids)
+    finally:
+        rt.close()

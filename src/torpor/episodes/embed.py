@@ -25,9 +25,6 @@ import functools
 import json
 import math
 import os
-import socket
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -143,6 +140,8 @@ class HTTPEmbedder:
         body: dict[str, Any] = {"model": self.model, "input": list(texts)}
         if self.dimensions is not None:
             body["dimensions"] = self.dimensions
+        import urllib.request  # lazily: `import torpor` stays fast
+
         headers = {"Content-Type": "application/json"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
@@ -163,7 +162,10 @@ class HTTPEmbedder:
         self.last_usage = {"input_tokens": int(usage.get("prompt_tokens") or 0)}
         return list(vectors)
 
-    def _send(self, req: urllib.request.Request) -> Any:
+    def _send(self, req: Any) -> Any:
+        import urllib.error
+        import urllib.request
+
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                 return json.loads(resp.read())
@@ -174,14 +176,16 @@ class HTTPEmbedder:
                 raise ModelRateLimitedError(
                     self.model,
                     f"rate limited (429): {detail}",
-                    retry_after=float(after) if after and after.replace(".", "").isdigit() else None,
+                    retry_after=float(after)
+                    if after and after.replace(".", "").isdigit()
+                    else None,
                 ) from None
             cls: type[ModelError] = ModelUnavailableError if e.code >= 500 else ModelRequestError
             raise cls(self.model, f"HTTP {e.code}: {detail}", status=e.code) from None
-        except (TimeoutError, socket.timeout) as e:
+        except TimeoutError as e:
             raise ModelTimeoutError(self.model, f"no answer within {self.timeout_s} s") from e
         except urllib.error.URLError as e:
-            if isinstance(e.reason, TimeoutError | socket.timeout):
+            if isinstance(e.reason, TimeoutError):
                 raise ModelTimeoutError(self.model, f"no answer within {self.timeout_s} s") from e
             raise ModelUnavailableError(
                 self.model, f"cannot reach {self.base_url}: {e.reason}"

@@ -95,9 +95,7 @@ class EpisodeStore:
 
     def __init__(self, store: Store, embedder: Embedder | None = FROM_ENV):
         self.store = store
-        self.embedder: Embedder | None = (
-            embedder_from_env() if embedder is FROM_ENV else embedder
-        )
+        self.embedder: Embedder | None = embedder_from_env() if embedder is FROM_ENV else embedder
 
     # ------------------------------------------------------------ writing
 

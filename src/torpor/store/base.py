@@ -311,9 +311,7 @@ class Driver(Protocol):
     def close(self) -> None: ...
 
 
-class Store(
-    QueueRows, ScheduleRows, EpisodeRows, EpisodeVectorRows, MaintenanceOps, Protocol
-):
+class Store(QueueRows, ScheduleRows, EpisodeRows, EpisodeVectorRows, MaintenanceOps, Protocol):
     """The domain operations the engine, the client, workers and every layer above use — the
     only door to the database (nothing outside :mod:`torpor.store` runs SQL, names a driver or
     the concrete class); one implementation, :class:`~torpor.store.sqlstore.SQLStore`, over
