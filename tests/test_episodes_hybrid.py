@@ -239,6 +239,19 @@ def test_the_embedder_is_named_by_the_environment() -> None:
         embedder_from_env({"TORPOR_EMBEDDER": "bert"})
 
 
+def test_a_misnamed_embedder_is_said_and_episodes_are_still_written(
+    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("TORPOR_EMBEDDER", "bert")
+    es = EpisodeStore(store)
+    with pytest.raises(ConfigError, match="bert"):
+        es.embedder  # noqa: B018
+    es.write([ep(0, "acme", THE_DECISION), ep(1, "acme", NOISE[0])])
+    assert EpisodeStore(store, embedder=None).count() == 2
+    assert [h.summary for h in es.search("brisk mirror", scope="acme", limit=1)] == [THE_DECISION]
+    assert "TORPOR_EMBEDDER='bert'" in caplog.text
+
+
 # ------------------------------------------------------------------ the wordllama default
 
 

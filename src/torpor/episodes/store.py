@@ -95,7 +95,22 @@ class EpisodeStore:
 
     def __init__(self, store: Store, embedder: Embedder | None = FROM_ENV):
         self.store = store
-        self.embedder: Embedder | None = embedder_from_env() if embedder is FROM_ENV else embedder
+        self._embedder = embedder
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder (``TORPOR_EMBEDDER``'s resolved on first use). ConfigError for an
+        unknown name — which writing and searching log, going on without vectors."""
+        if self._embedder is FROM_ENV:
+            self._embedder = embedder_from_env()
+        return self._embedder
+
+    def _embedder_or_none(self) -> Embedder | None:
+        try:
+            return self.embedder
+        except ConfigError as e:
+            log.warning("episodes without search by meaning: %s", e)
+            return None
 
     # ------------------------------------------------------------ writing
 
@@ -146,18 +161,18 @@ class EpisodeStore:
         written = self.store.write_episodes(
             records, captured=captured, contradicts=contradicts, window=SUPERSEDE_WINDOW
         )
-        if written and self.embedder is not None:
+        embedder = self._embedder_or_none() if written else None
+        if embedder is not None:
             faults.point("episodes.vectors")
-            self._embed([of[id(r)] for r in written])
+            self._embed(embedder, [of[id(r)] for r in written])
         return [of[id(r)] for r in written]
 
-    def _embed(self, episodes: Sequence[Episode]) -> None:
+    def _embed(self, embedder: Embedder, episodes: Sequence[Episode]) -> None:
         """Store the vectors of episodes just written. A failure loses nothing: the episode
         is written, and a search embeds a candidate without a vector (:mod:`.hybrid`)."""
-        assert self.embedder is not None
         triples = [(ep.episode_id, ep.summary, ep.lesson) for ep in episodes]
         try:
-            embed_episodes(self.store, self.embedder, triples)
+            embed_episodes(self.store, embedder, triples)
         except TorporError as e:
             log.warning("episode vectors not written (searches embed them): %s", e)
 
@@ -223,9 +238,10 @@ class EpisodeStore:
             until_ms=until_ms if until_ms is not None else 2**62,
         )
         found = None
-        if self.embedder is not None and terms(query):
+        embedder = self._embedder_or_none() if terms(query) else None
+        if embedder is not None:
             try:
-                found = hybrid_search(self.store, self.embedder, f, query, limit)
+                found = hybrid_search(self.store, embedder, f, query, limit)
             except TorporError as e:
                 log.warning("episode search by meaning failed, full-text only: %s", e)
         if found is None:
