@@ -475,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument("--out", default="episodes_hybrid", help="results: bench/results/OUT.json")
     args = ap.parse_args(argv)
     backends = args.backends.split(",")
     emb = WordLlamaEmbedder()
@@ -548,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     print(report.getvalue())
-    path = save("episodes_hybrid", results)
+    path = save(args.out, results)
     print(f"results: {path}")
     return 0
 

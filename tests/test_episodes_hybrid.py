@@ -360,3 +360,29 @@ def test_killed_between_episodes_and_their_vectors_loses_nothing(
         assert set(rt.store.episode_vectors(emb.model_id, ids)) == set(ids)
     finally:
         rt.close()
+
+
+def test_memory_sync_embeds_what_has_no_vector(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from torpor.cli import app
+    from torpor.episodes.embed import WordLlamaEmbedder
+
+    s = open_store(db_url)
+    try:
+        seed(s, None, noise=4)
+    finally:
+        s.close()
+    monkeypatch.setenv("TORPOR_EMBEDDER", "wordllama")
+    out = CliRunner().invoke(app, ["--db", db_url, "memory", "sync"])
+    assert out.exit_code == 0, out.output
+    assert "embedded 5 episode(s) (wordllama/l2_supercat_256)" in out.output
+    again = CliRunner().invoke(app, ["--db", db_url, "memory", "sync"])
+    assert "embedded 0 episode(s)" in again.output
+    s = open_store(db_url)
+    try:
+        assert s.count_episode_vectors(WordLlamaEmbedder.model_id) == 5
+    finally:
+        s.close()
