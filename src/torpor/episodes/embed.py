@@ -73,8 +73,7 @@ class WordLlamaEmbedder:
         """One 256-float unit vector per text."""
         if not texts:
             return []
-        out = _wordllama().embed(list(texts), norm=True)
-        return [row.tolist() for row in out]
+        return list(_wordllama().embed(list(texts), norm=True))  # numpy float32 rows
 
 
 def package_folder() -> Path:

@@ -31,6 +31,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import ModelRequestError
 from ..store.base import Store
 from ..store.episode_vectors import pack, unpack
 from .embed import Embedder, normalized
@@ -55,9 +56,25 @@ def episode_text(summary: str, lesson: str) -> str:
 
 
 def embed_texts(embedder: Embedder, texts: Sequence[str]) -> list[bytes]:
-    """``texts`` embedded and normalized, as the store's float32 bytes."""
+    """``texts`` embedded and normalized, as the store's float32 bytes. ModelRequestError
+    when the embedder returns another number of vectors, or vectors of unequal lengths."""
     vectors = embedder.embed(list(texts))
-    return [pack(normalized(v)) for v in vectors]
+    if len(vectors) != len(texts) or len({len(v) for v in vectors}) > 1:
+        raise ModelRequestError(
+            embedder.model_id,
+            f"{len(texts)} text(s) gave {len(vectors)} vector(s) of lengths "
+            f"{sorted({len(v) for v in vectors})}",
+        )
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - the HTTP embedder without numpy
+        return [pack(normalized(v)) for v in vectors]
+    if not vectors:
+        return []
+    m = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return [row.tobytes() for row in (m / norms).astype("<f4")]
 
 
 def embed_episodes(
