@@ -283,7 +283,7 @@ e = WordLlamaEmbedder()
 q, a, b = e.embed(["which mirror approach did we pick",
                    "use the brisk mirror strategy for the release",
                    "deploy failed: connection refused on port 5432"])
-dot = lambda x, y: sum(i * j for i, j in zip(x, y))
+dot = lambda x, y: float(sum(float(i) * float(j) for i, j in zip(x, y)))
 print(json.dumps({"near": dot(q, a), "far": dot(q, b),
                   "modules": sorted(m for m in sys.modules if m.startswith("requests"))}))
 """
@@ -386,3 +386,17 @@ def test_memory_sync_embeds_what_has_no_vector(
         assert s.count_episode_vectors(WordLlamaEmbedder.model_id) == 5
     finally:
         s.close()
+
+
+def test_an_embedder_giving_unequal_vectors_is_refused_by_name() -> None:
+    from torpor.episodes.hybrid import embed_texts
+    from torpor.errors import ModelRequestError
+
+    class Ragged:
+        model_id = "test/ragged"
+
+        def embed(self, texts: Sequence[str]) -> list[Sequence[float]]:
+            return [[1.0] * (i + 1) for i in range(len(texts))]
+
+    with pytest.raises(ModelRequestError, match=r"test/ragged.*2 text\(s\) gave 2 vector\(s\)"):
+        embed_texts(Ragged(), ["a", "b"])
