@@ -90,7 +90,7 @@ def test_vectors_come_back_in_order_with_usage() -> None:
     [
         (429, {"error": {"message": "slow down"}}, ModelRateLimitedError, "rate limited"),
         (503, {"error": {"message": "overloaded"}}, ModelUnavailableError, "HTTP 503"),
-        (401, {"error": {"message": "bad key"}}, ModelRequestError, "HTTP 401"),
+        (401, {"error": {"message": f"bad key {KEY}"}}, ModelRequestError, "HTTP 401"),
         (200, {"data": [{"index": 0}]}, ModelRequestError, "holds no embeddings"),
         (200, {"data": []}, ModelRequestError, "asked for 1 embeddings"),
         (200, b"not json", ModelUnavailableError, "Expecting value"),

@@ -170,6 +170,8 @@ class HTTPEmbedder:
                 return json.loads(resp.read())
         except urllib.error.HTTPError as e:
             detail = e.read()[:300].decode("utf-8", "replace")
+            if self._key:  # a server that echoes the key never gets it into an error
+                detail = detail.replace(self._key, "[key]")
             if e.code == 429:
                 after = e.headers.get("retry-after")
                 raise ModelRateLimitedError(

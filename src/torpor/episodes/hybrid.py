@@ -20,7 +20,7 @@ A layer over the lexical search of :mod:`.search` (which it never changes):
 
 RRF needs no calibration between BM25 scores and cosine similarities (they are on unrelated
 scales), which is why it is the usual fusion in hybrid search (Elasticsearch's and OpenSearch's
-``rrf``, pgvector's hybrid-search example). Scope, agent, task type, outcome, supersession and
+``rrf``). Scope, agent, task type, outcome, supersession and
 time filters are the lexical search's, so an episode of another scope is never a candidate.
 """
 
