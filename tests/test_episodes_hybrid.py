@@ -400,3 +400,10 @@ def test_an_embedder_giving_unequal_vectors_is_refused_by_name() -> None:
 
     with pytest.raises(ModelRequestError, match=r"test/ragged.*2 text\(s\) gave 2 vector\(s\)"):
         embed_texts(Ragged(), ["a", "b"])
+
+
+def test_vector_queries_differ_between_dialects_only_in_the_write() -> None:
+    from torpor.store.episode_vectors import load_vector_queries
+
+    sqlite, pg = set(load_vector_queries("sqlite")), set(load_vector_queries("postgres"))
+    assert sqlite - pg == {"put_vector"} and pg - sqlite == {"put_vectors"}

@@ -63,17 +63,22 @@ class EpisodeVectorTables:
     ) -> int:
         """Store ``(episode_id, float32 bytes)`` pairs of ``model`` in one transaction; a pair
         already stored is left as it is. Returns how many were given."""
-        pg = self.driver.dialect != "sqlite"
+        q = self._vq
         with self.driver.transaction() as cur:
-            for episode_id, vec in vectors:
-                params = {
-                    "episode_id": episode_id,
-                    "model": model,
-                    "dim": len(vec) // 4,
-                    "vec": list(unpack(vec)) if pg else vec,
-                    "created_at_ms": now_ms,
-                }
-                self.driver.execute(cur, self._vq["put_vector"], params)
+            if "put_vectors" in q:  # PostgreSQL: one statement, one round trip
+                rows = [{"id": e, "v": unpack(v).tolist()} for e, v in vectors]
+                params = {"rows": json.dumps(rows), "model": model, "created_at_ms": now_ms}
+                self.driver.execute(cur, q["put_vectors"], params)
+            else:
+                for episode_id, vec in vectors:
+                    params = {
+                        "episode_id": episode_id,
+                        "model": model,
+                        "dim": len(vec) // 4,
+                        "vec": vec,
+                        "created_at_ms": now_ms,
+                    }
+                    self.driver.execute(cur, q["put_vector"], params)
         return len(vectors)
 
     def episode_vectors(self, model: str, episode_ids: Sequence[str]) -> dict[str, bytes]:

@@ -1,9 +1,13 @@
--- Episode vector queries (PostgreSQL); the same names as sqlite.sql (store/episode_vectors.py).
--- A vector is a real[].
+-- Episode vector queries (PostgreSQL); the same names as sqlite.sql but put_vectors (every
+-- row of a write in one statement). A vector is a real[]. (store/episode_vectors.py)
 
--- name: put_vector
+-- name: put_vectors
+-- Every vector of a write in one statement (one round trip): `rows` is a JSON array of
+-- {"id": episode id, "v": [floats]} (a float32 printed shortest-exact reads back the same).
 INSERT INTO episode_vectors (episode_id, model, dim, vec, created_at_ms)
-VALUES (:episode_id, :model, :dim, CAST(:vec AS real[]), :created_at_ms)
+SELECT r->>'id', :model, json_array_length(r->'v'),
+       ARRAY(SELECT CAST(x AS real) FROM json_array_elements_text(r->'v') AS x), :created_at_ms
+FROM json_array_elements(CAST(:rows AS json)) AS r
 ON CONFLICT DO NOTHING;
 
 -- name: get_vectors

@@ -1,5 +1,6 @@
--- Episode vector queries (SQLite); the same names as postgres.sql (store/episode_vectors.py).
--- A vector is a little-endian float32 blob.
+-- Episode vector queries (SQLite); the same names as postgres.sql but put_vector, one row a
+-- statement (in-process: no round trip), where PostgreSQL has put_vectors. A vector is a
+-- little-endian float32 blob. (store/episode_vectors.py)
 
 -- name: put_vector
 INSERT INTO episode_vectors (episode_id, model, dim, vec, created_at_ms)
