@@ -22,8 +22,8 @@ figure, dense alone over the whole conversation (brute force, not a torpor path)
 the static model ranks by itself. Nothing here was tuned to this data.
 
 **Own labelled set** (``bench/episodes_labelled.py``): 30 decisions, failures and
-instructions an agent may record, each with a question asking for it in other words, mixed in one scope with 600
-distractor episodes of the synthetic workload of ``bench/episodes_workload.py``. Written by
+instructions an agent may record, each with a question asking for it in other words, mixed
+in one scope with 600 distractor episodes of the synthetic workload of ``bench/episodes_workload.py``. Written by
 this bench's author, so it can be made to favour either ranking: no target; reported for
 what it shows about paraphrase.
 
