@@ -23,9 +23,9 @@ the static model ranks by itself. Nothing here was tuned to this data.
 
 **Own labelled set** (``bench/episodes_labelled.py``): 30 decisions, failures and
 instructions an agent may record, each with a question asking for it in other words, mixed
-in one scope with 600 distractor episodes of the synthetic workload of ``bench/episodes_workload.py``. Written by
-this bench's author, so it can be made to favour either ranking: no target; reported for
-what it shows about paraphrase.
+in one scope with 600 distractor episodes of the synthetic workload of
+``bench/episodes_workload.py``. Written by this bench's author, so it can be made to favour
+either ranking: no target; reported for what it shows about paraphrase.
 
 **Write cost**: the LoCoMo turns written through the public call into two fresh stores of the
 same backend, one without an embedder and one with, each session to both in alternating
