@@ -589,6 +589,47 @@ def test_episode_rows_write_once_supersede_search_and_prune(store: SQLStore) -> 
     assert store.count_episodes() == 0 and store.collect_episode_refs(dry_run=False) == (0, 0, 0)
 
 
+def test_episode_vector_rows_by_id_once_per_model_and_swept(store: SQLStore) -> None:
+    """Issue 32: vectors keyed by (episode id, model), float32 bytes in and out on both
+    backends (a blob / a ``real[]``), written once, read by id, swept with their episode."""
+    from torpor.episodes import Episode, EpisodeStore
+    from torpor.store.episode_vectors import pack
+
+    def ep(n: int) -> Episode:
+        return Episode(
+            f"v{n}:ended@1",
+            f"v{n}",
+            "ended@1",
+            "s",
+            "a",
+            "t",
+            "ended",
+            "failed",
+            f"summary {n}",
+            "",
+            1,
+            1_000 * n,
+        )
+
+    EpisodeStore(store, embedder=None).write([ep(1), ep(2)])
+    v1, v2 = pack([0.5, -0.25, 1e-3]), pack([1.0, 0.0, 0.0])
+    assert store.write_episode_vectors("m", [("v1:ended@1", v1)], now_ms=5) == 1
+    store.write_episode_vectors("m", [("v1:ended@1", v2), ("v2:ended@1", v2)], now_ms=6)
+    assert store.episode_vectors("m", ["v1:ended@1", "v2:ended@1", "v9"]) == {
+        "v1:ended@1": v1,  # the first write stays
+        "v2:ended@1": v2,
+    }
+    assert store.episodes_without_vectors("m", 10) == []
+    assert store.episodes_without_vectors("other", 10) == [
+        ("v2:ended@1", "summary 2", ""),
+        ("v1:ended@1", "summary 1", ""),
+    ]
+    assert store.count_episode_vectors("m") == 2
+    assert store.prune_episodes(before_ms=1_500, superseded_only=False, batch=10) == 1
+    assert store.drop_orphan_episode_vectors() == 1
+    assert store.episode_vectors("m", ["v1:ended@1", "v2:ended@1"]) == {"v2:ended@1": v2}
+
+
 def test_retention_rows_and_an_archive_restored_under_another_id(store: SQLStore) -> None:
     import dataclasses
 

@@ -92,6 +92,8 @@ POINTS: dict[str, str] = {
     # episodes (episodes/store.py)
     "episodes.derived": "a run's episodes derived from its history, none written yet",
     "episodes.written": "a run's episodes inserted, their transaction not yet committed",
+    # episode vectors (episodes/store.py)
+    "episodes.vectors": "a run's episodes committed, their vectors not yet written",
 }
 
 #: Points reached in a deterministic order by the process executing a run: where the explorer

@@ -156,15 +156,20 @@ def show(
 @memory_app.command()
 def sync(ctx: typer.Context) -> None:
     """Write the episodes of waiting and finished runs whose boundaries have none yet (a
-    process that died between a boundary and its episode). Safe to repeat.
+    process that died between a boundary and its episode). Safe to repeat. With an embedder
+    configured (TORPOR_EMBEDDER), also embed the episodes that have no vector yet.
 
     Example: torpor memory sync
     """
-    from ..episodes import EpisodeStore
+    from ..episodes import EpisodeStore, backfill
 
     with open_client(ctx) as client:
-        n = EpisodeStore(client.store).catch_up()
-    console().print(f"wrote {n} episode(s)")
+        es = EpisodeStore(client.store)
+        n = es.catch_up()
+        console().print(f"wrote {n} episode(s)")
+        if es.embedder is not None:
+            done = backfill(client.store, es.embedder, limit=1_000_000)
+            console().print(f"embedded {done} episode(s) ({es.embedder.model_id})")
 
 
 @memory_app.command()

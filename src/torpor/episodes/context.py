@@ -9,8 +9,9 @@ from collections.abc import Callable
 
 from ..store.base import Store
 from ..tokens import estimate_text
+from .embed import Embedder
 from .model import Episode
-from .store import EpisodeStore
+from .store import FROM_ENV, EpisodeStore
 
 SECTION_TITLE = "Episodes: what earlier runs of this task did, what failed and why"
 
@@ -72,18 +73,21 @@ def episodes_section(
     until_ms: int | None = None,
     limit: int = 5,
     count_tokens: Callable[[str], int] | None = None,
+    embedder: Embedder | None = FROM_ENV,
 ) -> str:
     """The episodes section text for a run of ``agent``/``task_type`` in ``scope`` pursuing
     ``goal``, at most ``token_budget`` tokens (``count_tokens(text) -> int`` when given, else
     :func:`torpor.tokens.estimate_text`, the estimate the rest of an agent's context is counted
     with); ``""`` when there is nothing to say or no room. ``exclude_run``: the run the
     context is for (its own episodes are not lessons of earlier runs); ``until_ms``: only
-    episodes created by then (epoch ms)."""
+    episodes created by then (epoch ms). ``embedder``: episodes are found by meaning too
+    (hybrid search, :mod:`.hybrid`); by default the one ``TORPOR_EMBEDDER`` names, None:
+    full-text search alone."""
     if token_budget <= 0:
         return ""
     count = count_tokens or estimate_text
     chosen = select_episodes(
-        EpisodeStore(store),
+        EpisodeStore(store, embedder=embedder),
         scope=scope,
         agent=agent,
         task_type=task_type,
@@ -112,12 +116,14 @@ def section_for_run(
     goal: str,
     token_budget: int,
     count_tokens: Callable[[str], int] | None = None,
+    embedder: Embedder | None = FROM_ENV,
 ) -> str:
     """The episodes section for run ``run_id`` (filed under its scope, agent and task type):
     the lessons of *earlier* runs — episodes created before this run was, so a resumed run is
     given the same section its first execution was (episodes written meanwhile are not
-    seen). ``""`` for a run not filed for episodes."""
-    episodes = EpisodeStore(store)
+    seen). ``""`` for a run not filed for episodes. ``embedder``: see
+    :func:`episodes_section`."""
+    episodes = EpisodeStore(store, embedder=None)
     found = episodes.filing(run_id)
     if found is None:
         return ""
@@ -133,6 +139,7 @@ def section_for_run(
         exclude_run=run_id,
         until_ms=created - 1,
         count_tokens=count_tokens,
+        embedder=embedder,
     )
 
 

@@ -26,16 +26,19 @@ run is deleted: the transaction that writes it records them in ``blob_refs`` und
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import faults, scrub
-from ..errors import ConfigError, EpisodeNotFoundError
+from ..errors import ConfigError, EpisodeNotFoundError, TorporError
 from ..history.events import SHA256_RE
 from ..store.base import Store
 from ..store.domain import EpisodeRecord
 from ..store.episodes import load_episode_queries
 from .derive import RunFiling, derive
+from .embed import Embedder, embedder_from_env
+from .hybrid import embed_episodes, hybrid_search
 from .model import Episode, tags_for, terms
 from .search import Filters, Searcher
 
@@ -49,6 +52,11 @@ EPISODES = scrub.sink("episodes", "episode summaries, lessons and conditions as 
 #: A re-ranking hook: given the query text and the hits (best first), returns them re-ordered
 #: (an embedding model's similarity, say). Optional; nothing in torpor needs a model for search.
 Rerank = Callable[[str, list[Episode]], list[Episode]]
+
+#: ``EpisodeStore(store)``'s embedder: the one ``TORPOR_EMBEDDER`` names, if any.
+FROM_ENV: Any = object()
+
+log = logging.getLogger("torpor.episodes")
 
 
 def _row(r: tuple[Any, ...]) -> Episode:
@@ -81,10 +89,31 @@ def contradicts(new: dict[str, str], old: dict[str, str]) -> bool:
 
 class EpisodeStore:
     """Episodes in ``store`` (an open :class:`~torpor.store.base.Store`; this object does not
-    close it). Thread-safe as the store is."""
+    close it). Thread-safe as the store is.
 
-    def __init__(self, store: Store):
+    ``embedder``: an :class:`~.embed.Embedder` to find episodes by meaning too — new episodes'
+    vectors are written after them and searches are hybrid (:mod:`.hybrid`); None: full-text
+    search alone; by default the one ``TORPOR_EMBEDDER`` names
+    (:func:`~.embed.embedder_from_env`; unset: none). ConfigError for an unknown name."""
+
+    def __init__(self, store: Store, embedder: Embedder | None = FROM_ENV):
         self.store = store
+        self._embedder = embedder
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder (``TORPOR_EMBEDDER``'s resolved on first use). ConfigError for an
+        unknown name — which writing and searching log, going on without vectors."""
+        if self._embedder is FROM_ENV:
+            self._embedder = embedder_from_env()
+        return self._embedder
+
+    def _embedder_or_none(self) -> Embedder | None:
+        try:
+            return self.embedder
+        except ConfigError as e:
+            log.warning("episodes without search by meaning: %s", e)
+            return None
 
     # ------------------------------------------------------------ writing
 
@@ -135,7 +164,20 @@ class EpisodeStore:
         written = self.store.write_episodes(
             records, captured=captured, contradicts=contradicts, window=SUPERSEDE_WINDOW
         )
+        embedder = self._embedder_or_none() if written else None
+        if embedder is not None:
+            faults.point("episodes.vectors")
+            self._embed(embedder, [of[id(r)] for r in written])
         return [of[id(r)] for r in written]
+
+    def _embed(self, embedder: Embedder, episodes: Sequence[Episode]) -> None:
+        """Store the vectors of episodes just written. A failure loses nothing: the episode
+        is written, and a search embeds a candidate without a vector (:mod:`.hybrid`)."""
+        triples = [(ep.episode_id, ep.summary, ep.lesson) for ep in episodes]
+        try:
+            embed_episodes(self.store, embedder, triples)
+        except TorporError as e:
+            log.warning("episode vectors not written (searches embed them): %s", e)
 
     def supersede(self, old_id: str, new_id: str) -> bool:
         """Mark episode ``old_id`` superseded by ``new_id`` (a person's or a model's judgement
@@ -181,8 +223,10 @@ class EpisodeStore:
         ``since_ms`` and at or before ``until_ms`` (epoch ms). ``query`` is plain text: its
         words are matched (any of them, stemmed); quotes, ``*``, ``-``, parentheses and
         operator words are never syntax. Superseded episodes are left out unless
-        ``include_superseded``. ``rerank`` may re-order the hits (see :data:`Rerank`).
-        ConfigError for ``limit`` < 1."""
+        ``include_superseded``. With an embedder the full-text candidates and the filter's
+        most recent are reranked by meaning and fused (:func:`.hybrid.hybrid_search`; an
+        embedder that fails is logged and the full-text ranking returned). ``rerank`` may
+        re-order the hits (see :data:`Rerank`). ConfigError for ``limit`` < 1."""
         if limit < 1:
             raise ConfigError(f"episode search limit must be at least 1, not {limit}")
         if not isinstance(scope, str):
@@ -196,8 +240,16 @@ class EpisodeStore:
             since_ms=since_ms if since_ms is not None else -(2**62),
             until_ms=until_ms if until_ms is not None else 2**62,
         )
-        with self.store.episode_index() as index:
-            found = Searcher(index).search(f, terms(query), limit)
+        found = None
+        embedder = self._embedder_or_none() if terms(query) else None
+        if embedder is not None:
+            try:
+                found = hybrid_search(self.store, embedder, f, query, limit)
+            except TorporError as e:
+                log.warning("episode search by meaning failed, full-text only: %s", e)
+        if found is None:
+            with self.store.episode_index() as index:
+                found = Searcher(index).search(f, terms(query), limit)
         hits = [_row((*r, score)) for r, score in found]
         return rerank(query, hits) if rerank is not None else hits
 
@@ -213,9 +265,12 @@ class EpisodeStore:
         outlive the runs they came from, and pruning them never touches a run. The artifacts
         an episode named lose its reference in the same transaction (the next ``torpor gc``
         collects those nothing else names)."""
-        return self.store.prune_episodes(
+        n = self.store.prune_episodes(
             before_ms=before_ms, superseded_only=superseded_only, batch=batch
         )
+        if n:
+            self.store.drop_orphan_episode_vectors()
+        return n
 
 
 def _record(ep: Episode) -> EpisodeRecord:
@@ -241,6 +296,7 @@ def _record(ep: Episode) -> EpisodeRecord:
 
 
 __all__ = [
+    "FROM_ENV",
     "SUPERSEDE_WINDOW",
     "EpisodeStore",
     "Rerank",

@@ -34,7 +34,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 from ..errors import CorruptRecordError, SchemaVersionError, StoreError
 from ..history import Event, RunStarted, RunState
 from ..urls import display_url
-from .domain import EpisodeRows, MaintenanceOps, QueueRows, ScheduleRows
+from .domain import EpisodeRows, EpisodeVectorRows, MaintenanceOps, QueueRows, ScheduleRows
 
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
 
@@ -328,7 +328,9 @@ class Driver(Protocol):
     def close(self) -> None: ...
 
 
-class Store(QueueRows, ScheduleRows, EpisodeRows, MaintenanceOps, ChildRows, Protocol):
+class Store(
+    QueueRows, ScheduleRows, EpisodeRows, EpisodeVectorRows, MaintenanceOps, ChildRows, Protocol
+):
     """The domain operations the engine, the client, workers and every layer above use — the
     only door to the database (nothing outside :mod:`torpor.store` runs SQL, names a driver or
     the concrete class); one implementation, :class:`~torpor.store.sqlstore.SQLStore`, over

@@ -376,6 +376,36 @@ class EpisodeRows(Protocol):
         ...
 
 
+class EpisodeVectorRows(Protocol):
+    """Episode vectors (:mod:`.episode_vectors`): an episode's text embedded by a model, one
+    row per ``(episode id, model)``, a vector given and returned as little-endian float32
+    ``bytes``; read only by id (:mod:`torpor.episodes.hybrid` ranks with them)."""
+
+    def write_episode_vectors(
+        self, model: str, vectors: Sequence[tuple[str, bytes]], *, now_ms: int
+    ) -> int:
+        """Store ``(episode_id, vector)`` pairs of ``model`` in one transaction (a pair
+        already stored is left as it is); returns how many were given."""
+        ...
+
+    def episode_vectors(self, model: str, episode_ids: Sequence[str]) -> dict[str, bytes]:
+        """``{episode_id: vector}`` of those of ``episode_ids`` with a vector of ``model``."""
+        ...
+
+    def episodes_without_vectors(self, model: str, limit: int) -> list[tuple[str, str, str]]:
+        """``(episode_id, summary, lesson)`` of up to ``limit`` episodes, newest first, with
+        no vector of ``model``."""
+        ...
+
+    def count_episode_vectors(self, model: str) -> int:
+        """How many vectors of ``model`` the store holds."""
+        ...
+
+    def drop_orphan_episode_vectors(self) -> int:
+        """Delete the vectors whose episode is gone; returns how many."""
+        ...
+
+
 class MaintenanceOps(Protocol):
     """Retention, garbage collection, archives and storage figures (:mod:`.maintenance`;
     :mod:`torpor.retention` drives them)."""
@@ -449,6 +479,7 @@ __all__ = [
     "EpisodeIndex",
     "EpisodeRecord",
     "EpisodeRows",
+    "EpisodeVectorRows",
     "MaintenanceOps",
     "QueueRows",
     "QueueView",

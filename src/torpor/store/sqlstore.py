@@ -55,6 +55,7 @@ from .base import (
 from .children import ChildStore, set_parent
 from .chunkio import ChunkIO
 from .claims import claim
+from .episode_vectors import EpisodeVectorTables
 from .episodes import EpisodeTables
 from .maintenance import MaintenanceStore
 from .queues import QueueStore
@@ -69,7 +70,13 @@ log = logging.getLogger("torpor.store")
 
 
 class SQLStore(
-    HistoryReads, QueueStore, ScheduleStore, EpisodeTables, MaintenanceStore, ChildStore
+    HistoryReads,
+    QueueStore,
+    ScheduleStore,
+    EpisodeTables,
+    EpisodeVectorTables,
+    MaintenanceStore,
+    ChildStore,
 ):
     """Domain operations over a :class:`~torpor.store.base.Driver`. Thread-safe when the
     driver is.
