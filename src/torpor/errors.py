@@ -41,6 +41,7 @@ involved are attributes (after procrastinate's and httpx's exception modules).
     ├── StepError                     a step failed (raised again on replay)
     ├── EffectNotApplied              raised by an effect that knows nothing happened
     ├── AttemptTimeoutError           (also a TimeoutError) an attempt outlived its timeout
+    ├── AttemptStoppedError           an attempt stopped because its run was cancelled
     ├── WaitTimeout                   a wait reached its deadline
     ├── ApprovalError
     │   ├── ApprovalDeniedError
@@ -258,6 +259,12 @@ class EffectNotApplied(TorporError):
 class AttemptTimeoutError(TorporError, TimeoutError):
     """An attempt of an effect did not return within its timeout and was stopped (killed in
     its child process, or cancelled); the message says which attempt and how."""
+
+
+class AttemptStoppedError(TorporError):
+    """An attempt of an effect was stopped (its child process killed, its task cancelled)
+    because its run was cancelled and the attempt outlived the cancel's grace
+    (:mod:`torpor.engine.cancel`). Never retried; the effect is reconciled."""
 
 
 class WaitTimeout(TorporError):

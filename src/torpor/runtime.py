@@ -21,6 +21,7 @@ from typing import Any
 from . import queues, serde, telemetry
 from .artifacts import ArtifactStore
 from .config import Settings
+from .engine.cancel import CANCEL_GRACE_S
 from .engine.execution import Execution, RunResult
 from .errors import (
     ConfigError,
@@ -116,6 +117,7 @@ class Runtime:
         auto_approve: str | None = None,
         on_event: Callable[[Event], None] | None = None,
         clock: Callable[[], float] | None = None,
+        cancel_grace_s: float = CANCEL_GRACE_S,
     ):
         telemetry.get()  # a bad OTEL_* value stops here, before a store is opened or created
         self.settings = settings or Settings.from_env(
@@ -145,6 +147,9 @@ class Runtime:
                 f"lease_ttl_s={lease_ttl_s}: a lease must survive two late renewals (the "
                 "field's default; etcd and Consul sessions renew at TTL/3)"
             )
+        if not cancel_grace_s >= 0:
+            raise ConfigError(f"cancel_grace_s={cancel_grace_s} must be >= 0 seconds")
+        self.cancel_grace_s = cancel_grace_s
         self.auto_approve = auto_approve
         #: Set to make executions release their run at the next boundary (graceful shutdown).
         self.stopping = threading.Event()

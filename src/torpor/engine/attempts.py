@@ -359,6 +359,32 @@ def take_left_running(effect: tuple[str, str]) -> Running | None:
     return _ALIVE.pop(effect, None)
 
 
+#: Told of every attempt started in this context that may outlive its call (a thread, a task,
+#: a child process): the execution's cancel watch, which stops it when the run is cancelled
+#: (:mod:`torpor.engine.cancel`). Copied into attempts' threads and tasks like any ContextVar.
+_WATCH: contextvars.ContextVar[Callable[[Running], None] | None] = contextvars.ContextVar(
+    "torpor_attempt_watch", default=None
+)
+
+
+@contextlib.contextmanager
+def watching(on_start: Callable[[Running], None]) -> Any:
+    """Within it, ``on_start(running)`` is called for each attempt :func:`call` or
+    :func:`acall` starts in a thread, a task or a child process."""
+    token = _WATCH.set(on_start)
+    try:
+        yield
+    finally:
+        _WATCH.reset(token)
+
+
+def _started(running: Running) -> Running:
+    watch = _WATCH.get()
+    if watch is not None:
+        watch(running)
+    return running
+
+
 def call(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -378,6 +404,7 @@ def call(
         running = _Child(payload if payload is not None else picklable_call(fn, args, kwargs))
     else:
         running = _Thread(fn, args, kwargs)
+    _started(running)
     ended = running.join(timeout.seconds)
     return ended if ended is not None else running
 
@@ -406,6 +433,7 @@ async def acall(
         running = _Task(fn(*args, **kwargs))
     else:
         running = _Thread(fn, args, kwargs)
+    _started(running)
     ended = await running.ajoin(timeout.seconds)
     return ended if ended is not None else running
 
@@ -421,4 +449,5 @@ __all__ = [
     "picklable_call",
     "take_left_running",
     "timeout_of",
+    "watching",
 ]

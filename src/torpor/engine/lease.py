@@ -28,6 +28,7 @@ import time
 
 from .. import faults
 from ..errors import LeaseLostError, StoreFileChangedError, TorporError
+from .cancel import CancelWatch
 from .journal import Journal
 
 #: The share of the ttl that must be left, by the monotonic clock, before an effect is called.
@@ -72,9 +73,11 @@ def before_effect(j: Journal, sid: str) -> None:
 class Heartbeat:
     """Renews ``journal.lease`` in a daemon thread until :meth:`stop`."""
 
-    def __init__(self, journal: Journal, interval_s: float):
+    def __init__(self, journal: Journal, interval_s: float, watch: CancelWatch | None = None):
         self.journal = journal
         self.interval_s = interval_s
+        #: Told after each renewal (a cancel that reaches a busy step: :mod:`.cancel`).
+        self.watch = watch
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._beat, daemon=True, name=f"lease-{journal.run_id}"
@@ -94,9 +97,12 @@ class Heartbeat:
                 faults.point("lease.renewing")
                 j.lease = j.store.renew_lease(j.lease)
                 faults.point("lease.renewed")
-                if j.store.count_pending_inbox(j.run_id):
+                pending = j.store.count_pending_inbox(j.run_id) > 0
+                if pending:
                     j.inbox_dirty = True
                 j.flush_idle()  # an effect's observation still in this process: write it
+                if self.watch is not None:
+                    self.watch.beat(pending)
             except (LeaseLostError, StoreFileChangedError) as exc:
                 j.lost = exc
                 return

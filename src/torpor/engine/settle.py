@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import faults
 from ..errors import (
+    AttemptStoppedError,
     AttemptTimeoutError,
     EffectNotApplied,
     EffectUnresolved,
@@ -148,10 +149,20 @@ def ended(
     exc = out.error
     if not isinstance(exc, Exception):  # (SystemExit in a child process or a thread)
         exc = RuntimeError(f"the attempt ended with {type(exc).__name__}: {exc}")
+    cancelled = j.state.cancel_requested
+    if out.stopped and cancelled:
+        exc = AttemptStoppedError(
+            f"attempt {call.attempt} was stopped by the cancel ({j.state.cancel_reason})"
+        )
     not_applied = isinstance(exc, EffectNotApplied)
     verdict = Absent() if not_applied else ask(call, pol.reconcile)
     r = pol.retry
-    again = r is not None and tries < r.attempts and (not_applied or isinstance(exc, r.on))
+    again = (
+        r is not None
+        and not cancelled  # a cancelled run starts no new attempt
+        and tries < r.attempts
+        and (not_applied or isinstance(exc, r.on))
+    )
     key = call.idempotency_key
     if again and isinstance(verdict, Absent):
         err = f"{type(exc).__name__}: {exc}"
