@@ -343,6 +343,8 @@ def _intend(
         )
     approval_id, consume, hashes = None, False, []
     if approval is not None:
+        # Changed content after approval: its new approval is requested (and waited for).
+        approval = approvals.renewed(j, approval, artifacts, sid)
         hashes = approvals.covering(j, approval, artifacts, sid)
         approval_id = approval.approval_id
         # A retry after `absent` (engine or person) stays under the consumption recorded
