@@ -129,10 +129,8 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         pairs.append(("not running", not_running))
     if state.attention:
         pairs.append(("needs attention", state.attention))
-    if rec.infra_retries:
-        pairs.append(
-            ("infrastructure", f"{rec.infra_retries} append(s) read back after a lost connection")
-        )
+    if live.infra:
+        pairs.append(("infrastructure", live.infra))
     if live.lease:
         pairs.append(("lease", live.lease))
     if state.cancel_requested:

@@ -249,6 +249,7 @@ def _summary(live: RunSummary) -> dict[str, Any]:
         "checkpoint_seq": rec.checkpoint_seq,
         "updated": when(rec.updated_at_ms),
         "lease": live.lease,
+        "infra": live.infra,
         "establishing": live.establishing or "",
         "verifications": live.verifications,
         "evidence_artifacts": live.evidence_artifacts,

@@ -1,9 +1,12 @@
 """Holding a run's lease while it executes (DESIGN.md §1, lease; G3).
 
 A :class:`Heartbeat` thread renews the lease every ``heartbeat_s`` (at most half the ttl: one
-late renewal must not lose it) and notices inbox messages posted meanwhile. A renewal the store
-refuses means another owner took the run over: the journal is told, and the execution stops at
-its next boundary or write without writing anything (its writes would be fenced off anyway).
+late renewal must not lose it) and notices inbox messages posted meanwhile. Renewals that
+failed (the store's connection lost) are counted on the run once the store answers again
+(:meth:`~torpor.store.base.Store.note_infra`: ``show`` and the console print it). A renewal
+the store refuses means another owner took the run over: the journal is told, and the
+execution stops at its next boundary or write without writing anything (its writes would be
+fenced off anyway).
 Who an owner is, and whether a holder provably died, is :mod:`torpor.owners`.
 
 Right before an effect is called, :func:`before_effect` checks by this process's monotonic
@@ -92,11 +95,15 @@ class Heartbeat:
 
     def _beat(self) -> None:
         j = self.journal
+        failed = False  # renewals failed since the last one that went through
         while not self._stop.wait(self.interval_s):
             try:
                 faults.point("lease.renewing")
                 j.lease = j.store.renew_lease(j.lease)
                 faults.point("lease.renewed")
+                if failed:  # the store answers again: the outage leaves a trace on the run
+                    failed = False
+                    j.store.note_infra(j.run_id)
                 pending = j.store.count_pending_inbox(j.run_id) > 0
                 if pending:
                     j.inbox_dirty = True
@@ -105,6 +112,9 @@ class Heartbeat:
                     self.watch.beat(pending)
             except (LeaseLostError, StoreFileChangedError) as exc:
                 j.lost = exc
+                if failed:  # lost during an outage of the store's connection: say so
+                    j.store.note_infra(j.run_id)
                 return
             except Exception:  # a transient store error: the next renewal retries
+                failed = True
                 continue
