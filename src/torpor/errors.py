@@ -40,6 +40,7 @@ involved are attributes (after procrastinate's and httpx's exception modules).
     │   └── AsyncMisuseError          an async function given to the sync API in a loop
     ├── StepError                     a step failed (raised again on replay)
     ├── EffectNotApplied              raised by an effect that knows nothing happened
+    │   └── AttemptNotStartedError    a child process killed before its function ran
     ├── AttemptTimeoutError           (also a TimeoutError) an attempt outlived its timeout
     ├── AttemptStoppedError           an attempt stopped because its run was cancelled
     ├── WaitTimeout                   a wait reached its deadline
@@ -254,6 +255,12 @@ class StepError(TorporError):
 class EffectNotApplied(TorporError):
     """Raise from an effect function when it *knows* nothing happened (e.g. refused before
     sending). The engine records the effect as absent instead of asking ``reconcile``."""
+
+
+class AttemptNotStartedError(EffectNotApplied):
+    """An attempt's child process (``Timeout(kill=True)``) did not start its function within
+    ``Timeout.startup_s`` and was killed: the function never ran, so nothing happened (the
+    effect is absent; retried under its retry policy)."""
 
 
 class AttemptTimeoutError(TorporError, TimeoutError):

@@ -79,9 +79,13 @@ def left_running(
     raise EffectUnresolved(key, reason)
 
 
-def _late(call: EffectCall, pol: AttemptPolicy) -> str:
+def _late(call: EffectCall, pol: AttemptPolicy, out: Running | None = None) -> str:
     assert pol.timeout is not None
-    return f"attempt {call.attempt} did not return within {pol.timeout.seconds:g} s"
+    late = f"attempt {call.attempt} did not return within {pol.timeout.seconds:g} s"
+    startup = getattr(out, "startup_s", None)
+    if startup is not None:  # a child process: the timeout counts from its function's start
+        late += f" of its function starting (after a start-up of {startup:.1f} s, not counted)"
+    return late
 
 
 def timed_out(
@@ -114,7 +118,7 @@ def after_grace(
     ``unresolved`` with the reason (EffectUnresolved); stopped — a timeout error of the attempt,
     to reconcile at once; else how it ended (a late return or error)."""
     assert pol.timeout is not None
-    late = _late(call, pol)
+    late = _late(call, pol, out)
     if ended is None:
         what = "was cancelled but had not stopped" if out.stoppable else "was still running"
         reason = (
