@@ -75,3 +75,93 @@ def test_a_lost_store_connection_during_a_run_leaves_a_trace(store_url: str) -> 
         assert live.infra.startswith("1 incident(s) with the store's connection")
     finally:
         rt.close()
+
+
+@torpor.workflow("honest.gate")
+def gate(run: torpor.Run, _: Any) -> Any:
+    return run.wait_for("go")
+
+
+def test_the_worker_summary_counts_runs_not_executions(db_url: str) -> None:
+    """Issue 36 item 7: a run that waited, then succeeded, is not "waiting" in the worker's
+    summary (before: one count per execution, "waiting 1" after the only run succeeded)."""
+    from torpor.worker import Worker
+
+    with torpor.Runtime(db_url) as rt:
+        rid = rt.start("honest.gate")
+        w = Worker(rt, concurrency=1, poll_s=0.05)
+        w.run(until_idle=True)
+        assert rt.store.get_run(rid).status == "waiting"
+        assert (w.stats.runs, w.stats.waiting) == (1, 1)
+        torpor.Client(rt.store).signal(rid, "go", 1)
+        stats = w.run(until_idle=True)
+    assert stats.executed == 2 and stats.runs == 1
+    assert stats.finished == 1 and stats.outcomes == {"succeeded": 1}
+    assert stats.waiting == 0
+
+
+def test_a_bare_word_as_json_input_gets_a_quoting_hint() -> None:
+    import pytest
+
+    from torpor.cli.context import parse_json
+    from torpor.errors import BadInputError
+
+    with pytest.raises(BadInputError) as bare:
+        parse_json("--input", "world")
+    assert """a string must be JSON-quoted: --input '"world"'""" in str(bare.value)
+    with pytest.raises(BadInputError) as broken:
+        parse_json("--input", '{"a": ')
+    assert "JSON-quoted" not in str(broken.value)  # not a bare word: no such hint
+    assert parse_json("--input", '"world"') == "world"
+
+
+def test_help_text_is_reflowed_not_broken_where_the_source_was() -> None:
+    """Issue 36 item 7: ``--help`` kept the docstring's line breaks, so at 80 columns every
+    other line was a stub ("evidence, effects")."""
+    from typer.testing import CliRunner
+
+    from torpor.cli import app
+
+    out = CliRunner().invoke(app, ["show", "--help"], env={"COLUMNS": "80"}, terminal_width=80)
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    start = next(i for i, line in enumerate(lines) if "The four answers" in line)
+    para = []
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        para.append(line.strip())
+    assert len(para) >= 3
+    stubs = [line for line in para[:-1] if len(line) < 50]  # every line but the last is full
+    assert stubs == [], para
+
+
+def test_the_otel_sdks_export_failures_are_one_line_each() -> None:
+    """Issue 36 item 7: with the collector down, the SDK logged each failed export with a
+    traceback; through torpor's filter each is one line naming what failed and why."""
+    import io
+    import logging
+
+    from torpor.telemetry.quiet import LOGGERS, one_line
+
+    one_line()
+    one_line()  # idempotent
+    logger = logging.getLogger(LOGGERS[0])
+    sink = io.StringIO()
+    handler = logging.StreamHandler(sink)
+    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    try:
+        try:
+            raise ConnectionError(
+                "HTTPConnectionPool(host='localhost', port=4318): Max retries exceeded\n"
+                "(Caused by NewConnectionError: Connection refused)"
+            )
+        except ConnectionError:
+            logger.exception("Exception while exporting %s.", "Span")
+    finally:
+        logger.removeHandler(handler)
+    out = sink.getvalue()
+    assert out.count("\n") == 1, out
+    assert "Exception while exporting Span.: ConnectionError: HTTPConnectionPool" in out
+    assert "Traceback" not in out
