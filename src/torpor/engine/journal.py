@@ -121,14 +121,15 @@ def step_work(j: Journal | None = None, sid: str = "") -> Iterator[None]:
     """Mark the code run inside it as a step's own work (see :func:`in_step_work`); given the
     journal, the executing thread is noted busy in step ``sid`` meanwhile (:func:`busy_in`)."""
     token = _IN_WORK.set(True)
+    mark = j is not None and j.busy is None  # (inline: this runs around every step)
+    if mark:
+        j.busy = (sid, time.monotonic())  # type: ignore[union-attr]
     try:
-        if j is None:
-            yield
-        else:
-            with busy_in(j, sid):
-                yield
+        yield
     finally:
         _IN_WORK.reset(token)
+        if mark:
+            j.busy = None  # type: ignore[union-attr]
 
 
 @contextmanager
