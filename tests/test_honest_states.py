@@ -165,3 +165,61 @@ def test_the_otel_sdks_export_failures_are_one_line_each() -> None:
     assert out.count("\n") == 1, out
     assert "Exception while exporting Span.: ConnectionError: HTTPConnectionPool" in out
     assert "Traceback" not in out
+
+
+def test_a_postgres_outage_under_a_running_step_is_noted(pg_url: str) -> None:
+    """Field card C23 on the real server: while a step runs, the executing process's
+    connections are terminated and its database refuses new ones (``ALLOW_CONNECTIONS
+    false``), so its lease renewals fail; once connections are allowed again, its heartbeat
+    reconnects and the run's row counts the incident — before the step even returns (before:
+    no trace anywhere). A reader that stayed connected watches."""
+    import psycopg
+
+    ENTERED.clear()
+    RELEASE.clear()
+    tag = "torpor-i36-outage"
+    rt = torpor.Runtime(f"{pg_url}&application_name={tag}", lease_ttl_s=1.5)
+    reader = torpor.Client(pg_url)
+    base = pg_url.split("?", 1)[0]
+    dbname = base.rsplit("/", 1)[1]
+    server = base.rsplit("/", 1)[0] + "/postgres"
+    out: list[Any] = []
+
+    def allow(yes: bool) -> None:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS {str(yes).lower()}')
+            if not yes:
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = %s",
+                    (tag,),
+                )
+
+    try:
+        rid = rt.start("honest.hold")
+        t = threading.Thread(target=lambda: out.append(rt.execute(rid)), daemon=True)
+        t.start()
+        assert ENTERED.wait(HANG_S)
+        assert reader.get(rid).infra_retries == 0
+        allow(False)
+        try:
+            deadline = time.monotonic() + HANG_S
+            # The lease runs out: its renewals are failing.
+            while reader.get(rid).lease_expires_at_ms > reader.store.now_ms():
+                assert time.monotonic() < deadline, "hang guard: the lease was still renewed"
+                time.sleep(0.05)
+        finally:
+            allow(True)
+        deadline = time.monotonic() + HANG_S
+        while reader.get(rid).infra_retries < 1:  # noted by the heartbeat, the step still held
+            assert time.monotonic() < deadline, "hang guard: the outage left no trace"
+            time.sleep(0.05)
+        assert t.is_alive() and not RELEASE.is_set()
+        RELEASE.set()
+        t.join(HANG_S)
+        # The lease ran out meanwhile: that execution was fenced off; a resume finishes it.
+        assert rt.resume(rid).outcome == "succeeded"
+    finally:
+        RELEASE.set()
+        reader.close()
+        rt.close()

@@ -97,6 +97,7 @@ class Heartbeat:
         j = self.journal
         failed = False  # renewals failed since the last one that went through
         while not self._stop.wait(self.interval_s):
+            began = time.monotonic()
             try:
                 faults.point("lease.renewing")
                 j.lease = j.store.renew_lease(j.lease)
@@ -112,7 +113,9 @@ class Heartbeat:
                     self.watch.beat(pending)
             except (LeaseLostError, StoreFileChangedError) as exc:
                 j.lost = exc
-                if failed:  # lost during an outage of the store's connection: say so
+                # Lost during an outage of the store's connection — renewals that failed, or
+                # one that waited longer than a beat for a connection: say so on the run.
+                if failed or time.monotonic() - began > self.interval_s:
                     j.store.note_infra(j.run_id)
                 return
             except Exception:  # a transient store error: the next renewal retries
