@@ -5,7 +5,7 @@ A cancel is a message in the run's inbox; the executing thread takes it at its n
 reaches no boundary, so the execution's heartbeat (:class:`~torpor.engine.lease.Heartbeat`)
 calls :meth:`CancelWatch.beat` after each renewal, and:
 
-1. records the cancel at once — while the executing thread is busy in a step's own work
+1. records a pending cancel at once — while the executing thread is busy in a step's own work
    (:attr:`Journal.busy`), or, in an async workflow, from inside its event loop — so ``show``
    and the console say ``cancel requested`` while the step still runs;
 2. interrupts an async workflow at its next ``await`` (its main task is cancelled); a sync
@@ -102,13 +102,15 @@ class CancelWatch:
             self._note(*busy)
 
     def _take(self) -> None:
-        """Move the pending messages into the history (a cancel among them)."""
+        """Move the pending messages into the history when a cancel is among them (any other
+        message waits for the executing thread's next boundary, as before)."""
         j = self.j
         if j.lost is not None or j.state.status is RunStatus.FINISHED:
             return
         # (On an error, the executing thread takes them at its next boundary.)
         with contextlib.suppress(LeaseLostError, TransitionError, TorporError):
-            j.sync()
+            if any(m.kind == "cancel" for m in j.store.pending_inbox(j.run_id)):
+                j.sync()
 
     def _interrupt(self) -> None:
         task = self._task
