@@ -297,3 +297,51 @@ def test_a_lease_taken_only_to_annotate_takes_no_slot(rt: torpor.Runtime) -> Non
     assert why_not_running(rt.store, "n2") is None
     assert claim(rt) == "n1"  # n2 did not take the slot
     assert why_not_running(rt.store, "n2") == "queued behind run n1 (queue solo limit 1)"
+
+
+def test_a_takeover_counts_as_a_start_in_the_rate_window(
+    rt: torpor.Runtime, later: Callable[[float], None]
+) -> None:
+    """Field card C32 (issue 36): a run whose worker died right after claiming it does its
+    work when it is taken over; the next run must not start within the window of that
+    takeover (before: it started once the *first* claim left the window)."""
+    period = 4.0
+    Queues(rt.store).set("lim", rate_limit=1, rate_period_s=period)
+    rt.start("q_hold", 1, run_id="r1", queue="lim")
+    rt.start("q_hold", 2, run_id="r2", queue="lim")
+    lease = rt.store.claim_next("dead-worker", 0.5)
+    assert lease is not None and lease.run_id == "r1"  # claimed, never executed nor released
+    first = started_ms(rt, "r1")
+    later(0.6)  # the dead worker's lease expired
+    assert claim(rt) == "r1"  # taken over at once: no other run started in the window
+    taken = started_ms(rt, "r1")
+    assert taken > first  # the takeover is the run's start now
+    # Past the first claim's window, inside the takeover's.
+    later(max(0.0, (first + period * 1000 - rt.store.now_ms()) / 1000) + 0.05)
+    if rt.store.now_ms() < taken + period * 1000:  # (a loaded PostgreSQL host may be later)
+        assert claim(rt) is None
+        assert (why_not_running(rt.store, "r2") or "").startswith("rate limited until")
+    later(max(0.0, (taken + period * 1000 - rt.store.now_ms()) / 1000) + 0.05)
+    assert claim(rt) == "r2"
+
+
+def test_a_takeover_waits_for_room_among_the_other_runs_starts(
+    rt: torpor.Runtime, later: Callable[[float], None]
+) -> None:
+    """A dead holder's lease outlives the window: another run started meanwhile, so the
+    takeover waits until that start left the window (before: taken over at once, its work
+    right after the other run's)."""
+    Queues(rt.store).set("lim2", rate_limit=1, rate_period_s=1.0)
+    rt.start("q_hold", 1, run_id="t1", queue="lim2")
+    rt.start("q_hold", 2, run_id="t2", queue="lim2")
+    lease = rt.store.claim_next("dead-worker", 1.6)
+    assert lease is not None and lease.run_id == "t1"
+    later(1.05)  # t1's start left the window; its lease (1.6 s) has not expired
+    assert claim(rt) == "t2"
+    t2 = started_ms(rt, "t2")
+    later(max(0.0, (lease.expires_at_ms - rt.store.now_ms()) / 1000) + 0.05)
+    if rt.store.now_ms() < t2 + 1000:  # (a loaded PostgreSQL host may be later)
+        assert claim(rt) is None  # t2 started within the window: the takeover waits
+    later(max(0.0, (t2 + 1000 - rt.store.now_ms()) / 1000) + 0.05)
+    assert claim(rt) == "t1"
+    assert started_ms(rt, "t1") >= t2 + 1000

@@ -68,18 +68,32 @@ def test_approved_content_is_pushed_once(runtime: torpor.Runtime, client: torpor
     assert intent.approval_id == aid  # type: ignore[attr-defined]
 
 
-def test_content_changed_after_approval_is_not_authorized(
+def test_content_changed_after_approval_requests_a_new_approval(
     runtime: torpor.Runtime, client: torpor.Client
 ) -> None:
+    """Field card C24 (issue 36): the approval of the old content does not authorize the new
+    one, and the run is not left at a dead end (before: blocked "a new approval is needed",
+    with no request anyone could decide): the approval of the new content is requested, the
+    run waits for it saying why, and once it is decided the new content is pushed, once."""
     runtime.run(ship, {"content": "patch v1\n", "change": True}, run_id="chg")
-    decide(client, "chg")
+    old_id, old_hashes = decide(client, "chg")
     res = runtime.resume("chg")
-    assert res.outcome == "blocked", res
-    assert "does not cover content" in res.reason and "new approval" in res.reason
+    assert res.status == "waiting" and res.wait_kind == "approval", res
+    assert "content changed after approval" in res.reason and "new approval" in res.reason
     assert kit.ledger_entries("effect") == []
     types = [e.type for e in client.events("chg")]
     assert "effect_intended" not in types and "approval_consumed" not in types
-    assert client.state("chg").artifacts["patch"].version == 2
+    state = client.state("chg")
+    assert state.artifacts["patch"].version == 2
+    pending = client.pending_approvals("chg")
+    assert list(pending.values()) == [[state.artifacts["patch"].sha256]]
+    new_id, new_hashes = decide(client, "chg")
+    assert new_id != old_id and new_hashes != old_hashes
+    res = runtime.resume("chg")
+    assert res.outcome == "succeeded", res
+    assert [e["sha"] for e in kit.ledger_entries("effect")] == new_hashes
+    consumed = [e.payload for e in client.events("chg") if e.type == "approval_consumed"]
+    assert [c.approval_id for c in consumed] == [new_id]  # type: ignore[attr-defined]
 
 
 def test_content_changed_on_resume_needs_a_new_approval(

@@ -213,3 +213,22 @@ def test_hourly_across_fall_back_fires_every_real_hour(
         "hourly@2026-11-01T07:00:00Z",  # 02:00 EST
         "hourly@2026-11-01T08:00:00Z",
     ]
+
+
+@pytest.mark.parametrize("policy, expected", [("one", 1), ("all", 3)])
+def test_an_edit_keeps_the_slots_already_due(
+    rt: torpor.Runtime, clock: FakeClock, policy: str, expected: int
+) -> None:
+    """Field card C33 (issue 36): slots came due while no worker ran; an edit then (a new
+    input, say) must not drop them — they are caught up by the policy, as without the edit
+    (before: the next fire was computed from now and they never fired)."""
+    book = Schedules(rt.store)
+    book.add("hourly", cron="0 * * * *", workflow="sched_job", input=1, catchup=policy)
+    clock.advance(3 * 3600)  # three slots due, none fired
+    book.add("hourly", cron="0 * * * *", workflow="sched_job", input=2, catchup=policy)
+    fired = fire_due(rt)
+    assert len(fired) == expected
+    assert rt.store.load(fired[-1]).input == 2  # fired under the edited definition
+    assert fire_due(rt) == []  # once
+    s = book.get("hourly")
+    assert s is not None and s.next_fire_ms > rt.store.now_ms()

@@ -361,6 +361,11 @@ def modernize(run: torpor.Run, cfg: dict[str, Any]) -> Any:
         every = max(1, math.ceil(len(files) / 10))
         for i in range(state["next"], len(files)):
             f = files[i]
+            done_before = run.state.steps.get(f"modernize:{f['path']}")
+            if done_before is not None and done_before.status == "completed":
+                # Finished after the last checkpoint, before the restart: replayed from the
+                # record, not redone — said, so the narration skips no file.
+                _report(f"{f['path']}: done before the restart (its recorded result is reused)")
             res = run.compute(
                 f"modernize:{f['path']}",
                 lambda path, digest, rules, target, unsafe, ruff: _modernize_file(

@@ -210,6 +210,7 @@ _INTERNAL = (
     "torpor.store.reads",
     "torpor.store.sqlstore",
     "torpor.telemetry.attempt",
+    "torpor.telemetry.quiet",
     "torpor.telemetry.tracer",
     "torpor.testing._lane",
     "torpor.urls",

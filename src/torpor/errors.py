@@ -40,7 +40,9 @@ involved are attributes (after procrastinate's and httpx's exception modules).
     │   └── AsyncMisuseError          an async function given to the sync API in a loop
     ├── StepError                     a step failed (raised again on replay)
     ├── EffectNotApplied              raised by an effect that knows nothing happened
+    │   └── AttemptNotStartedError    a child process killed before its function ran
     ├── AttemptTimeoutError           (also a TimeoutError) an attempt outlived its timeout
+    ├── AttemptStoppedError           an attempt stopped because its run was cancelled
     ├── WaitTimeout                   a wait reached its deadline
     ├── ApprovalError
     │   ├── ApprovalDeniedError
@@ -262,9 +264,21 @@ class EffectNotApplied(TorporError):
     sending). The engine records the effect as absent instead of asking ``reconcile``."""
 
 
+class AttemptNotStartedError(EffectNotApplied):
+    """An attempt's child process (``Timeout(kill=True)``) did not start its function within
+    ``Timeout.startup_s`` and was killed: the function never ran, so nothing happened (the
+    effect is absent; retried under its retry policy)."""
+
+
 class AttemptTimeoutError(TorporError, TimeoutError):
     """An attempt of an effect did not return within its timeout and was stopped (killed in
     its child process, or cancelled); the message says which attempt and how."""
+
+
+class AttemptStoppedError(TorporError):
+    """An attempt of an effect was stopped (its child process killed, its task cancelled)
+    because its run was cancelled and the attempt outlived the cancel's grace
+    (:mod:`torpor.engine.cancel`). Never retried; the effect is reconciled."""
 
 
 class WaitTimeout(TorporError):

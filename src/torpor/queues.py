@@ -6,14 +6,17 @@ room (see :mod:`torpor.store.claims` for how that is atomic on each backend):
 - ``concurrency``: at most this many runs of the queue hold a slot at once;
 - ``key_concurrency``: at most this many per concurrency key (one customer, one repository);
 - ``rate_limit`` per ``rate_period_s``: at most this many runs of the queue *start* per period
-  (a sliding window), and ``key_rate_limit`` per ``key_rate_period_s`` per key.
+  (a sliding window), and ``key_rate_limit`` per ``key_rate_period_s`` per key. A start is a
+  run's first claim, or a worker's takeover of it after its holder died without releasing it
+  (its work happens then): the takeover waits for room among the other runs' starts (not for
+  its own earlier one) and restamps the run's start, so the runs after it count it (issue 36).
 
 A run holds a slot from its first claim until it is finished — while it runs, and while it
 waits (for a timer, a signal, an approval): "one active run per customer" means one *unfinished*
 run. Slots are derived from the runs themselves, never counted separately, so a worker killed
 while a run holds one leaks nothing: the run keeps its slot until whoever takes it over (lease
-recovery) finishes it, and a run that already holds its slot is taken over whatever the limits
-say (no deadlock behind a rate limit).
+recovery) finishes it, and a run that already holds its slot is taken over whatever the
+concurrency limits say (no deadlock behind them).
 
 "Queued" is not a run status but a detail computed when read (:func:`why_not_running`): a
 queued run is ``pending`` and unstarted; which limit holds it back changes whenever another run

@@ -22,6 +22,7 @@ from . import queues, serde, telemetry
 from .artifacts import ArtifactStore
 from .config import Settings
 from .engine import children
+from .engine.cancel import CANCEL_GRACE_S
 from .engine.execution import Execution, RunResult
 from .errors import (
     ConfigError,
@@ -109,6 +110,7 @@ class Runtime:
         auto_approve: str | None = None,
         on_event: Callable[[Event], None] | None = None,
         clock: Callable[[], float] | None = None,
+        cancel_grace_s: float = CANCEL_GRACE_S,
     ):
         telemetry.get()  # a bad OTEL_* value stops here, before a store is opened or created
         self.settings = settings or Settings.from_env(
@@ -132,6 +134,9 @@ class Runtime:
         self.owner = owner or new_owner_id()
         self.lease_ttl_s = lease_ttl_s
         self.heartbeat_s = heartbeat_for(lease_ttl_s, heartbeat_s)
+        if not cancel_grace_s >= 0:
+            raise ConfigError(f"cancel_grace_s={cancel_grace_s} must be >= 0 seconds")
+        self.cancel_grace_s = cancel_grace_s
         self.auto_approve = auto_approve
         #: Set to make executions release their run at the next boundary (graceful shutdown).
         self.stopping = threading.Event()

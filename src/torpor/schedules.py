@@ -11,7 +11,9 @@ A schedule is stored with its zone name and its next fire as UTC epoch ms (see
   nothing). A worker killed between the two is harmless: the next one makes the same run id.
 - **editing replaces** (``add`` again with the same name): the next fire is recomputed from
   the later of now and the last slot fired, so no slot fires twice — and a slot fired under the
-  old definition keeps its run, whose id the new definition would give it too.
+  old definition keeps its run, whose id the new definition would give it too. An edit while a
+  slot is due but not fired yet keeps it due: the edited definition's slots from the old due
+  point on are caught up by its policy, as the same downtime without an edit would be.
 - **catch-up after downtime** (slots missed while no worker ran), per schedule:
   ``one`` (default): the latest missed slot fires, once; ``all``: every missed slot fires, up to
   :data:`MAX_CATCHUP` (the latest ones); ``skip``: missed slots are dropped, a slot fires only
@@ -201,7 +203,6 @@ class Schedules:
             old = self.get(name)
         except CorruptRecordError:
             old = None  # a damaged schedule is replaced whole (its last fire is not known)
-        base = max(now, old.last_fire_ms or 0) if old else now
         self.store.put_schedule(
             name,
             workflow=workflow,
@@ -210,7 +211,7 @@ class Schedules:
             tz=tz,
             catchup=catchup,
             queue=queue,
-            next_fire_ms=next_fire_ms(c, z, base),
+            next_fire_ms=_edited_next_fire(c, z, old, now),
             now_ms=now,
         )
         return self._must(name)
@@ -252,6 +253,23 @@ class Schedules:
         """The earliest next fire of the schedules not paused (UTC epoch ms), or None."""
         at = self.store.next_schedule_fire_ms()
         return at if isinstance(at, int) else None
+
+
+def _edited_next_fire(c: Any, z: Any, old: Schedule | None, now: int) -> int:
+    """The next fire of a schedule added at ``now`` (UTC epoch ms), replacing ``old`` if any.
+
+    A new schedule fires from the first slot after now; an edit, never at a slot already fired
+    (after the later of now and the last fire). An edit while a slot is due but not fired yet
+    (no worker ran since; ``old.next_fire_ms <= now``, not paused) keeps the catch-up: the next
+    fire is the edited definition's first slot from the old due point on (after the last fire),
+    so the slots due meanwhile fire by the catch-up policy as they would have without the edit
+    (issue 36, field card C33: the edit used to drop them for good)."""
+    if old is None:
+        return next_fire_ms(c, z, now)
+    last = old.last_fire_ms or 0
+    if not old.paused and old.next_fire_ms <= now:
+        return next_fire_ms(c, z, max(old.next_fire_ms - 1, last))
+    return next_fire_ms(c, z, max(now, last))
 
 
 def note_damaged(store: Store) -> int:

@@ -60,7 +60,11 @@ EPISODES_SWEEP_S = 60.0
 
 @dataclass
 class WorkerStats:
-    """Counts since the worker started."""
+    """Counts since the worker started. ``executed`` counts executions (a run that waited and
+    woke is executed more than once); ``runs`` the distinct runs executed; ``finished`` and
+    ``outcomes`` the runs this worker finished; ``waiting`` the runs it last left waiting — a
+    run it later finished is no longer counted (issue 36: "waiting 1" after the only run
+    succeeded)."""
 
     executed: int = 0
     finished: int = 0
@@ -68,6 +72,21 @@ class WorkerStats:
     lost: int = 0
     errors: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
+    runs: int = 0
+
+    def __post_init__(self) -> None:
+        #: The unfinished runs this worker executed, by the status it left them in (a finished
+        #: run leaves it: the worker's memory does not grow with the runs it finished).
+        self._left: dict[str, str] = {}
+
+    def note(self, run_id: str, status: str) -> None:
+        """Run ``run_id``'s execution left it in ``status``."""
+        before = self._left.pop(run_id, None)
+        if before is None:
+            self.runs += 1
+        if status != "finished":
+            self._left[run_id] = status
+        self.waiting += (status == "waiting") - (before == "waiting")
 
 
 class Worker:
@@ -150,8 +169,7 @@ class Worker:
                 if res.outcome:
                     self.stats.finished += 1
                     self.stats.outcomes[res.outcome] = self.stats.outcomes.get(res.outcome, 0) + 1
-                elif res.status == "waiting":
-                    self.stats.waiting += 1
+                self.stats.note(run_id, res.status)
             if self.on_result is not None:
                 self.on_result(res)
             with self._lock:

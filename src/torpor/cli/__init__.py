@@ -68,7 +68,7 @@ def _load_app() -> typer.Typer:
             steer,
             storage,
         )
-        from .root import app
+        from .root import app, reflow_help
 
         # Each command module adds its commands to the app; this order is the order
         # ``torpor --help`` lists them in.
@@ -87,6 +87,7 @@ def _load_app() -> typer.Typer:
             doctor,
         ):
             module.register(app)
+        reflow_help(app)
         _app = app
     return _app
 

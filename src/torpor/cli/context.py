@@ -53,9 +53,14 @@ def parse_json(option: str, text: str | None) -> Any:
         raise BadInputError(f"{option} is nested too deeply (at most {MAX_JSON_DEPTH})") from None
     except json.JSONDecodeError as exc:
         shown = text if len(text) <= 60 else text[:57] + "..."
+        hint = ""
+        word = source.strip()
+        if not text.startswith("@") and word and word[0] not in '{["-0123456789':
+            # A bare word (``--input world``): the shell took the quotes; JSON needs its own.
+            hint = f"; a string must be JSON-quoted: {option} '{json.dumps(word[:40])}'"
         raise BadInputError(
             f"{option} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): "
-            f"{shown!r}"
+            f"{shown!r}{hint}"
         ) from None
     _check_json(option, value)
     return value

@@ -398,8 +398,8 @@ def worker(
     outcomes = ", ".join(f"{k} {v}" for k, v in sorted(stats.outcomes.items())) or "none"
     out.print(
         plain(
-            f"worker stopped: executed {stats.executed}, finished {stats.finished} ({outcomes}), "
-            f"waiting {stats.waiting}, errors {stats.errors}"
+            f"worker stopped: {stats.runs} run(s) in {stats.executed} execution(s); finished "
+            f"{stats.finished} ({outcomes}), left waiting {stats.waiting}, errors {stats.errors}"
         )
     )
     if stats.errors:

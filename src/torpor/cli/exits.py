@@ -32,7 +32,9 @@ def lease_message(exc: LeaseHeldError) -> str:
     """Who holds the run and until when."""
     return (
         f"run {exc.run_id!r} is being executed by {exc.owner} until "
-        f"{relative(exc.expires_at_ms)}; retry after that (or when it finishes)"
+        f"{relative(exc.expires_at_ms)}; retry after that (or when it finishes) — if that "
+        f"holder is not responding, `torpor resume --wait {exc.run_id}` takes the run over "
+        "as soon as its lease expires"
     )
 
 

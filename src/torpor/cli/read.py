@@ -145,10 +145,8 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         pairs.append(("needs attention", state.attention))
     if report.parent is not None:
         pairs.append(("parent", report.parent))
-    if rec.infra_retries:
-        pairs.append(
-            ("infrastructure", f"{rec.infra_retries} append(s) read back after a lost connection")
-        )
+    if live.infra:
+        pairs.append(("infrastructure", live.infra))
     if live.lease:
         pairs.append(("lease", live.lease))
     if state.cancel_requested:

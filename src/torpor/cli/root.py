@@ -6,6 +6,7 @@ commands share.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import sys
 from typing import Annotated
@@ -21,6 +22,36 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
+
+
+def reflow(doc: str) -> str:
+    """A command's docstring as ``--help`` text: the lines of each paragraph joined, so Rich
+    wraps them to the terminal's width instead of breaking them where the source did (ragged
+    help, issue 36). A line that starts with ``-``, ``*`` or spaces (a list, an example) keeps
+    its own line."""
+    paragraphs = []
+    for para in inspect.cleandoc(doc).split("\n\n"):
+        text = ""
+        for line in para.splitlines():
+            if not text:
+                text = line.strip()
+            elif line.startswith(("-", "*", " ")):
+                text += "\n" + line.rstrip()
+            else:
+                text += " " + line.strip()
+        paragraphs.append(text)
+    return "\n\n".join(paragraphs)
+
+
+def reflow_help(typer_app: typer.Typer) -> None:
+    """Give every command of ``typer_app`` (its groups' too) its docstring reflowed as help
+    (:func:`reflow`), unless it was given help text of its own."""
+    for cmd in typer_app.registered_commands:
+        if cmd.help is None and cmd.callback is not None and cmd.callback.__doc__:
+            cmd.help = reflow(cmd.callback.__doc__)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            reflow_help(group.typer_instance)
 
 
 @dataclasses.dataclass

@@ -224,7 +224,9 @@ class Steering:
             verb = "approved" if decision == "approve" else "denied"
             return (
                 f"{verb} {aid} as {user} (signed by the console's key {self.delegate.name} for "
-                f"you): sha256:{', sha256:'.join(hashes)}"
+                f"you): sha256:{', sha256:'.join(hashes)}. What happens next: the decision "
+                f"waits in the run's inbox until a worker (torpor worker) or torpor resume "
+                f"{run_id} picks the run up; the console runs nothing itself"
             )
 
         return self._do(user, decision, run_id, detail, go)

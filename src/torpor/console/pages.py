@@ -37,6 +37,9 @@ PERSON_SCAN = 500
 MAX_TEXT_BYTES = 1 << 20
 #: The run page shows this many latest events (the events page pages through all of them).
 TIMELINE_ROWS = 200
+#: A run page's table (steps, artifacts, the history) with more rows than this starts
+#: collapsed, its row count in its summary: a long run's page stays a screen or two tall.
+FOLD_ROWS = 25
 STATUSES = [s.value for s in RunStatus]
 OUTCOMES = [o.value for o in Outcome]
 SHOWS = {"person": "waiting for a person", "attention": "needs attention"}
@@ -250,9 +253,12 @@ def _summary(live: RunSummary) -> dict[str, Any]:
         "checkpoint_seq": rec.checkpoint_seq,
         "updated": when(rec.updated_at_ms),
         "lease": live.lease,
+        "infra": live.infra,
         "establishing": live.establishing or "",
         "verifications": live.verifications,
         "evidence_artifacts": live.evidence_artifacts,
+        # Each artifact's latest version, one per line (name, version, hash prefix, link).
+        "evidence_refs": sorted(state.artifacts.values(), key=lambda a: a.name),
         "in_doubt": live.in_doubt,
         "effects_performed": live.effects_performed,
         "next": live.next,
@@ -322,6 +328,7 @@ def run_page(client: Client, run_id: str, trust: Trust | None) -> dict[str, Any]
         "budget": state.budget,
         "timeline": views.timeline(events[-TIMELINE_ROWS:]),
         "timeline_cut": max(0, len(events) - TIMELINE_ROWS),
+        "fold_rows": FOLD_ROWS,
         "can_cancel": not finished and not state.cancel_requested,
         "can_signal": not finished,
         "can_budget": not finished or blocked,

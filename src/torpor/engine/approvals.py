@@ -98,6 +98,11 @@ def hashes_of(items: Sequence[ArtifactRef | str]) -> list[str]:
     return sorted({a.sha256 if isinstance(a, ArtifactRef) else a for a in items})
 
 
+def approval_id(name: str, hashes: Sequence[str]) -> str:
+    """``<name>@<hash of the sorted content hashes>``: different content, another approval."""
+    return f"{name}@{serde.sha256_hex(','.join(hashes))[:12]}"
+
+
 def request(
     j: Journal,
     name: str,
@@ -121,7 +126,7 @@ def request(
             f"{len(people) or 'any'} approvers {people or ''}: need 1 <= required <= the "
             "number of distinct approvers named"
         )
-    aid = f"{name}@{serde.sha256_hex(','.join(hashes))[:12]}"
+    aid = approval_id(name, hashes)
     wid = f"approval:{aid}"
     j.asked = wid  # (the id is the content's, not a use count: no next_id)
     j.boundary()
@@ -307,6 +312,40 @@ def covering(
             "a new approval is needed)"
         )
     return hashes
+
+
+def renewed(
+    j: Journal, approval: Approval, artifacts: Sequence[ArtifactRef | str], sid: str
+) -> Approval:
+    """``approval`` when it covers the content effect ``sid`` acts on; else (the content
+    changed after approval) the approval of the new content, requested now under the same name,
+    approvers and quorum — the run waits for it (Suspended, saying the content changed and which
+    approval is requested), and once it is decided the effect goes on under it (issue 36, field
+    card C24: no dead end after changed content). A denial is ApprovalDeniedError as usual."""
+    hashes = hashes_of(artifacts) or list(approval.hashes)
+    missing = [h for h in hashes if h not in approval.hashes]
+    if not missing:
+        return approval
+    old = j.state.approvals.get(approval.approval_id)
+    new_id = approval_id(approval.name, hashes)
+    changed = (
+        f"the content changed after approval {approval.approval_id!r} (it does not cover "
+        f"sha256:{missing[0][:16]}…): a new approval {new_id!r} bound to the new content is "
+        f"requested for step {sid!r}"
+    )
+    try:
+        return request(
+            j,
+            approval.name,
+            hashes,
+            summary=changed,
+            approvers=old.approvers if old is not None else (),
+            required=old.required if old is not None else 1,
+        )
+    except Suspended as waiting:
+        raise Suspended(f"{changed}; {waiting}") from None
+    finally:
+        j.asked = sid
 
 
 def consumption(approval_id: str, sid: str, hashes: list[str]) -> ApprovalConsumed:

@@ -30,12 +30,13 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from ..errors import TorporError, TransientError
+from ..errors import AttemptNotStartedError, TorporError, TransientError
 from .calls import resolve
 
 
@@ -86,12 +87,18 @@ class Timeout:
     seconds: float
     grace_s: float = 30.0
     kill: bool = False
+    #: ``kill=True``: seconds the child process may take to start (a new interpreter, the
+    #: function's module imported) before its function is called; not counted in ``seconds``,
+    #: which starts when the function does. A child still starting after it is killed, and
+    #: the attempt — whose function never ran — is an :class:`AttemptNotStartedError`.
+    startup_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if not self.seconds > 0 or not self.grace_s >= 0:
+        if not self.seconds > 0 or not self.grace_s >= 0 or not self.startup_s > 0:
             raise TorporError(
-                f"Timeout(seconds={self.seconds}, grace_s={self.grace_s}): the timeout must be "
-                "> 0 s and the grace >= 0 s"
+                f"Timeout(seconds={self.seconds}, grace_s={self.grace_s}, startup_s="
+                f"{self.startup_s}): the timeout must be > 0 s, the start-up > 0 s and the "
+                "grace >= 0 s"
             )
 
 
@@ -114,6 +121,8 @@ class Ended:
     value: Any = None
     error: BaseException | None = None
     stopped: bool = False
+    #: A child process's start-up before its function was called, seconds (None: not a child).
+    startup_s: float | None = None
 
 
 class Running:
@@ -249,8 +258,11 @@ if sys.platform.startswith("linux"):
             os._exit(1)
     except Exception:
         pass
+out_file = os.fdopen(fd, "wb")
 try:
     fn, args, kwargs = pickle.loads(sys.stdin.buffer.read())
+    out_file.write(b"\x01")  # started: the function is imported and about to be called
+    out_file.flush()
     value = fn(*args, **kwargs)
     if inspect.isawaitable(value):
         async def _wait(aw):
@@ -264,8 +276,8 @@ try:
 except Exception as exc:
     exc = RuntimeError(f"the attempt's outcome cannot be sent back: {exc!r}")
     data = pickle.dumps((False, exc))
-with os.fdopen(fd, "wb") as f:
-    f.write(data)
+with out_file:
+    out_file.write(data)
 """
 
 
@@ -306,6 +318,10 @@ class _Child(Running):
         )
         os.close(write_fd)
         self._killed = False
+        self._spawned = time.monotonic()
+        self._started = threading.Event()
+        #: Seconds from spawning the child to its function being called (None: not called).
+        self.startup_s: float | None = None
         self._reader = threading.Thread(target=self._read, args=(read_fd,), daemon=True)
         self._reader.start()
         assert self.proc.stdin is not None
@@ -317,7 +333,14 @@ class _Child(Running):
 
     def _read(self, fd: int) -> None:
         with os.fdopen(fd, "rb") as f:
-            data = f.read()
+            first = f.read(1)
+            if first == b"\x01":
+                self.startup_s = time.monotonic() - self._spawned
+                self._started.set()
+                data = f.read()
+            else:
+                data = first + f.read()
+        self._started.set()  # (or it ended before its function was called)
         code = self.proc.wait()
         try:
             ok, out = pickle.loads(data)
@@ -335,6 +358,11 @@ class _Child(Running):
             self._killed = True
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def wait_started(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds for the child to call its function (or end); False
+        when it has not by then (a start-up that slow is stopped: see :func:`call`)."""
+        return self._started.wait(timeout_s)
 
     def describe(self) -> str:
         return f"child process {self.proc.pid}"
@@ -359,6 +387,57 @@ def take_left_running(effect: tuple[str, str]) -> Running | None:
     return _ALIVE.pop(effect, None)
 
 
+#: Told of every attempt started in this context that may outlive its call (a thread, a task,
+#: a child process): the execution's cancel watch, which stops it when the run is cancelled
+#: (:mod:`torpor.engine.cancel`). Copied into attempts' threads and tasks like any ContextVar.
+_WATCH: contextvars.ContextVar[Callable[[Running], None] | None] = contextvars.ContextVar(
+    "torpor_attempt_watch", default=None
+)
+
+
+@contextlib.contextmanager
+def watching(on_start: Callable[[Running], None]) -> Any:
+    """Within it, ``on_start(running)`` is called for each attempt :func:`call` or
+    :func:`acall` starts in a thread, a task or a child process."""
+    token = _WATCH.set(on_start)
+    try:
+        yield
+    finally:
+        _WATCH.reset(token)
+
+
+def _started(running: Running) -> Running:
+    watch = _WATCH.get()
+    if watch is not None:
+        watch(running)
+    return running
+
+
+def _with_startup(ended: Ended, running: Running) -> Ended:
+    if isinstance(running, _Child) and ended.startup_s is None:
+        ended.startup_s = running.startup_s
+    return ended
+
+
+def _not_started(child: _Child, timeout: Timeout) -> Ended:
+    """A child still starting after ``timeout.startup_s``: killed. Its function was never
+    called — an :class:`AttemptNotStartedError` (nothing happened) — unless it was called at
+    the very moment of the kill (then how it ended, as for any killed attempt)."""
+    child.cancel()
+    ended = child.join(None)
+    assert ended is not None
+    if child.startup_s is not None:
+        return _with_startup(ended, child)
+    return Ended(
+        error=AttemptNotStartedError(
+            f"the attempt's child process had not started its function "
+            f"{timeout.startup_s:g} s after it was spawned (start-up: a new interpreter "
+            "importing the function's module) and was killed; the function never ran"
+        ),
+        stopped=True,
+    )
+
+
 def call(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -375,11 +454,16 @@ def call(
             return Ended(error=exc)
     running: Running
     if timeout.kill:
-        running = _Child(payload if payload is not None else picklable_call(fn, args, kwargs))
+        child = _Child(payload if payload is not None else picklable_call(fn, args, kwargs))
+        _started(child)
+        if not child.wait_started(timeout.startup_s):
+            return _not_started(child, timeout)
+        running = child
     else:
         running = _Thread(fn, args, kwargs)
+        _started(running)
     ended = running.join(timeout.seconds)
-    return ended if ended is not None else running
+    return _with_startup(ended, running) if ended is not None else running
 
 
 async def acall(
@@ -401,13 +485,19 @@ async def acall(
             return Ended(error=exc)
     running: Running
     if timeout.kill:
-        running = _Child(payload if payload is not None else picklable_call(fn, args, kwargs))
+        child = _Child(payload if payload is not None else picklable_call(fn, args, kwargs))
+        _started(child)
+        if not await asyncio.to_thread(child.wait_started, timeout.startup_s):
+            return _not_started(child, timeout)
+        running = child
     elif inspect.iscoroutinefunction(fn):
         running = _Task(fn(*args, **kwargs))
+        _started(running)
     else:
         running = _Thread(fn, args, kwargs)
+        _started(running)
     ended = await running.ajoin(timeout.seconds)
-    return ended if ended is not None else running
+    return _with_startup(ended, running) if ended is not None else running
 
 
 __all__ = [
@@ -421,4 +511,5 @@ __all__ = [
     "picklable_call",
     "take_left_running",
     "timeout_of",
+    "watching",
 ]

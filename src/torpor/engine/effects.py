@@ -53,7 +53,7 @@ from . import approvals, attempts, settle
 from .approvals import Approval
 from .attempts import Ended, Retry, Running, Timeout
 from .calls import accepts_kw, refuse_async_in_loop
-from .journal import Journal, step_work
+from .journal import Journal, busy_in, step_work
 from .lease import before_effect
 from .reconcile import (
     Absent,
@@ -189,6 +189,19 @@ def perform(
     )
     if call is None:  # recorded (or reconciled as applied): its result, even None
         return j.value(sid, done)
+    with busy_in(j, sid):
+        return _attempts(j, sid, fn, args, pol, call)
+
+
+def _attempts(
+    j: Journal,
+    sid: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    pol: settle.AttemptPolicy,
+    call: EffectCall,
+) -> Any:
+    """:func:`perform`'s attempts of an intended effect until it is settled."""
     tries, grace_s = 1, settle.grace_s(pol)
     while True:
         out: Ended | Running
@@ -330,6 +343,8 @@ def _intend(
         )
     approval_id, consume, hashes = None, False, []
     if approval is not None:
+        # Changed content after approval: its new approval is requested (and waited for).
+        approval = approvals.renewed(j, approval, artifacts, sid)
         hashes = approvals.covering(j, approval, artifacts, sid)
         approval_id = approval.approval_id
         # A retry after `absent` (engine or person) stays under the consumption recorded

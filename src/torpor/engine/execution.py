@@ -16,6 +16,7 @@ loaded the state (latest checkpoint + the events after it):
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Callable, Mapping
@@ -45,7 +46,8 @@ from ..errors import (
 )
 from ..history import AttentionNeeded, Outcome, RunFinished, RunState, RunStatus
 from ..store.base import Lease
-from . import children, effects, inbox
+from . import attempts, children, effects, inbox
+from .cancel import CANCEL_GRACE_S, CancelWatch
 from .journal import Host, Journal
 from .lease import Heartbeat
 from .replay import Replay
@@ -87,6 +89,13 @@ ENGINE_ERRORS = (
 
 #: Longest outcome reason recorded (a longer one, e.g. from a huge exception message, is cut).
 MAX_REASON_CHARS = 4000
+
+
+async def _bound(watch: CancelWatch, coro: Any) -> Any:
+    """Run an async workflow's coroutine as a task the cancel watch can interrupt."""
+    task = asyncio.ensure_future(coro)
+    watch.bind(asyncio.get_running_loop(), task)
+    return await task
 
 
 class Execution:
@@ -163,21 +172,33 @@ class Execution:
             ordered=not inspect.iscoroutinefunction(self.wf.fn),
             from_version=recorded_version,
         )
-        hb = Heartbeat(j, self.heartbeat_s)
+        watch = CancelWatch(j, getattr(j.host, "cancel_grace_s", CANCEL_GRACE_S))
+        hb = Heartbeat(j, self.heartbeat_s, watch)
         hb.start()
         handle = self.make_handle(j)
         try:
             if j.state.cancel_requested:
                 raise Cancelled(j.state.cancel_reason or "cancelled before resuming")
             fn = self.wf.fn
-            if inspect.iscoroutinefunction(fn):
-                import asyncio  # (only async workflows need it)
-
-                value = asyncio.run(fn(handle, j.state.input))
-            else:
-                value = fn(handle, j.state.input)
+            with attempts.watching(watch.started):
+                if inspect.iscoroutinefunction(fn):
+                    value = asyncio.run(_bound(watch, fn(handle, j.state.input)))
+                else:
+                    value = fn(handle, j.state.input)
             if children.spawned(j):
                 children.join(j)  # a parent never finishes over an unfinished child (G14)
+        except asyncio.CancelledError:
+            if not j.state.cancel_requested:
+                raise
+            why = j.state.cancel_reason or "cancelled"
+            doubt = j.state.effects_in_doubt()
+            if doubt:  # interrupted with an effect in flight: it may have happened (G2)
+                return self.finish(
+                    Outcome.UNRESOLVED,
+                    f"{why}: interrupted while effect {doubt[0]} was in flight; a person must "
+                    f"settle it: torpor resolve {j.run_id} {doubt[0]} --applied/--absent --as NAME",
+                )
+            return self.finish(Outcome.CANCELLED, why)
         except Suspended as s:
             return self.result(reason=s.reason)
         except ReleaseRun as r:

@@ -18,6 +18,7 @@ waits build on the same calls.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -116,13 +117,33 @@ _IN_WORK: ContextVar[bool] = ContextVar("torpor_in_work", default=False)
 
 
 @contextmanager
-def step_work() -> Iterator[None]:
-    """Mark the code run inside it as a step's own work (see :func:`in_step_work`)."""
+def step_work(j: Journal | None = None, sid: str = "") -> Iterator[None]:
+    """Mark the code run inside it as a step's own work (see :func:`in_step_work`); given the
+    journal, the executing thread is noted busy in step ``sid`` meanwhile (:func:`busy_in`)."""
     token = _IN_WORK.set(True)
+    mark = j is not None and j.busy is None  # (inline: this runs around every step)
+    if mark:
+        j.busy = (sid, time.monotonic())  # type: ignore[union-attr]
     try:
         yield
     finally:
         _IN_WORK.reset(token)
+        if mark:
+            j.busy = None  # type: ignore[union-attr]
+
+
+@contextmanager
+def busy_in(j: Journal, sid: str) -> Iterator[None]:
+    """Note the executing thread busy in step ``sid`` (:attr:`Journal.busy`; the outermost
+    step of nested ones): the heartbeat records a cancel meanwhile (:mod:`.cancel`)."""
+    if j.busy is not None:
+        yield
+        return
+    j.busy = (sid, time.monotonic())
+    try:
+        yield
+    finally:
+        j.busy = None
 
 
 def in_step_work() -> bool:
@@ -181,6 +202,9 @@ class Journal:
         #: Held while events are folded and written: the heartbeat thread writes deferred
         #: events of an execution busy elsewhere (:meth:`flush_idle`).
         self.writing = threading.RLock()
+        #: ``(step id, monotonic start)`` while the executing thread runs a step's own work
+        #: (:func:`step_work`): the heartbeat records a cancel meanwhile (:mod:`.cancel`).
+        self.busy: tuple[str, float] | None = None
 
     # ------------------------------------------------------------------ the seam
 
@@ -207,9 +231,11 @@ class Journal:
             self.observer.mark()
 
     def sync(self) -> None:
-        """Move pending inbox messages into the history now."""
-        self.inbox_dirty = False
-        self.sync_inbox(self)
+        """Move pending inbox messages into the history now (from the executing thread, or
+        the heartbeat's while that thread is busy in a step: one at a time)."""
+        with self.writing:
+            self.inbox_dirty = False
+            self.sync_inbox(self)
 
     def recorded(self, sid: str, policy: Policy) -> Completion | None:
         """The recorded completion of step ``sid`` (NonDeterminismError if it was recorded
@@ -410,7 +436,7 @@ class Journal:
         comp = self.recorded(sid, policy)
         if comp is not None and (policy is not Policy.COMPUTE or comp.input_hash == input_hash):
             return Recorded(sid, self.value(sid, comp.result), False)
-        with step_work():
+        with step_work(self, sid):
             result, facts = work(sid)
         data = self.jsonable(sid, result)
         self.append(*self.step_events(sid, policy, data, facts, purpose, input_hash))

@@ -1,9 +1,12 @@
 """Holding a run's lease while it executes (DESIGN.md §1, lease; G3).
 
 A :class:`Heartbeat` thread renews the lease every ``heartbeat_s`` (at most half the ttl: one
-late renewal must not lose it) and notices inbox messages posted meanwhile. A renewal the store
-refuses means another owner took the run over: the journal is told, and the execution stops at
-its next boundary or write without writing anything (its writes would be fenced off anyway).
+late renewal must not lose it) and notices inbox messages posted meanwhile. Renewals that
+failed (the store's connection lost) are counted on the run once the store answers again
+(:meth:`~torpor.store.base.Store.note_infra`: ``show`` and the console print it). A renewal
+the store refuses means another owner took the run over: the journal is told, and the
+execution stops at its next boundary or write without writing anything (its writes would be
+fenced off anyway).
 Who an owner is, and whether a holder provably died, is :mod:`torpor.owners`.
 
 Right before an effect is called, :func:`before_effect` checks by this process's monotonic
@@ -28,6 +31,7 @@ import time
 
 from .. import faults
 from ..errors import LeaseLostError, StoreFileChangedError, TorporError
+from .cancel import CancelWatch
 from .journal import Journal
 
 #: The share of the ttl that must be left, by the monotonic clock, before an effect is called.
@@ -72,9 +76,11 @@ def before_effect(j: Journal, sid: str) -> None:
 class Heartbeat:
     """Renews ``journal.lease`` in a daemon thread until :meth:`stop`."""
 
-    def __init__(self, journal: Journal, interval_s: float):
+    def __init__(self, journal: Journal, interval_s: float, watch: CancelWatch | None = None):
         self.journal = journal
         self.interval_s = interval_s
+        #: Told after each renewal (a cancel that reaches a busy step: :mod:`.cancel`).
+        self.watch = watch
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._beat, daemon=True, name=f"lease-{journal.run_id}"
@@ -89,16 +95,29 @@ class Heartbeat:
 
     def _beat(self) -> None:
         j = self.journal
+        failed = False  # renewals failed since the last one that went through
         while not self._stop.wait(self.interval_s):
+            began = time.monotonic()
             try:
                 faults.point("lease.renewing")
                 j.lease = j.store.renew_lease(j.lease)
                 faults.point("lease.renewed")
-                if j.store.count_pending_inbox(j.run_id):
+                if failed:  # the store answers again: the outage leaves a trace on the run
+                    failed = False
+                    j.store.note_infra(j.run_id)
+                pending = j.store.count_pending_inbox(j.run_id) > 0
+                if pending:
                     j.inbox_dirty = True
                 j.flush_idle()  # an effect's observation still in this process: write it
+                if self.watch is not None:
+                    self.watch.beat(pending)
             except (LeaseLostError, StoreFileChangedError) as exc:
                 j.lost = exc
+                # Lost during an outage of the store's connection — renewals that failed, or
+                # one that waited longer than a beat for a connection: say so on the run.
+                if failed or time.monotonic() - began > self.interval_s:
+                    j.store.note_infra(j.run_id)
                 return
             except Exception:  # a transient store error: the next renewal retries
+                failed = True
                 continue

@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import faults
 from ..errors import (
+    AttemptStoppedError,
     AttemptTimeoutError,
     EffectNotApplied,
     EffectUnresolved,
@@ -78,9 +79,13 @@ def left_running(
     raise EffectUnresolved(key, reason)
 
 
-def _late(call: EffectCall, pol: AttemptPolicy) -> str:
+def _late(call: EffectCall, pol: AttemptPolicy, out: Running | None = None) -> str:
     assert pol.timeout is not None
-    return f"attempt {call.attempt} did not return within {pol.timeout.seconds:g} s"
+    late = f"attempt {call.attempt} did not return within {pol.timeout.seconds:g} s"
+    startup = getattr(out, "startup_s", None)
+    if startup is not None:  # a child process: the timeout counts from its function's start
+        late += f" of its function starting (after a start-up of {startup:.1f} s, not counted)"
+    return late
 
 
 def timed_out(
@@ -113,7 +118,7 @@ def after_grace(
     ``unresolved`` with the reason (EffectUnresolved); stopped — a timeout error of the attempt,
     to reconcile at once; else how it ended (a late return or error)."""
     assert pol.timeout is not None
-    late = _late(call, pol)
+    late = _late(call, pol, out)
     if ended is None:
         what = "was cancelled but had not stopped" if out.stoppable else "was still running"
         reason = (
@@ -148,10 +153,20 @@ def ended(
     exc = out.error
     if not isinstance(exc, Exception):  # (SystemExit in a child process or a thread)
         exc = RuntimeError(f"the attempt ended with {type(exc).__name__}: {exc}")
+    cancelled = j.state.cancel_requested
+    if out.stopped and cancelled:
+        exc = AttemptStoppedError(
+            f"attempt {call.attempt} was stopped by the cancel ({j.state.cancel_reason})"
+        )
     not_applied = isinstance(exc, EffectNotApplied)
     verdict = Absent() if not_applied else ask(call, pol.reconcile)
     r = pol.retry
-    again = r is not None and tries < r.attempts and (not_applied or isinstance(exc, r.on))
+    again = (
+        r is not None
+        and not cancelled  # a cancelled run starts no new attempt
+        and tries < r.attempts
+        and (not_applied or isinstance(exc, r.on))
+    )
     key = call.idempotency_key
     if again and isinstance(verdict, Absent):
         err = f"{type(exc).__name__}: {exc}"

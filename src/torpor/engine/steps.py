@@ -57,7 +57,7 @@ def run_step(
     try:
         # (An async ``fn`` inside a running loop: calling it runs none of its body, and
         # resolve() refuses the coroutine, so no check is needed before the call.)
-        with step_work():
+        with step_work(j, sid):
             value = resolve(fn(*args, **kwargs))
     except AsyncMisuseError:
         raise

@@ -57,10 +57,32 @@ class RunSummary:
 
     @property
     def lease(self) -> str:
-        """``STATUS (leased) by OWNER`` while an unfinished run has a lease owner, else ``""``."""
+        """``STATUS (leased) by OWNER`` while an unfinished run has a lease owner, else ``""``;
+        while the holder's lease is live, what happens if it is not responding (the lease
+        expires in N s, and ``resume --wait`` takes the run over then: issue 36, C05)."""
         if not self.rec.lease_owner or self.finished:
             return ""
-        return f"{self.status_text} by {self.rec.lease_owner}"
+        text = f"{self.status_text} by {self.rec.lease_owner}"
+        if self.held:
+            left_s = max(0, -(-(self.rec.lease_expires_at_ms - self.now_ms) // 1000))
+            text += (
+                f"; a live holder renews it while it works — if it is not responding, the "
+                f"lease expires in {left_s} s and `torpor resume --wait {self.rec.run_id}` "
+                "takes the run over then"
+            )
+        return text
+
+    @property
+    def infra(self) -> str:
+        """What the store's infrastructure did to the run (``infra_retries``: appends read
+        back after a lost connection, outages of lease renewals), or ``""``."""
+        n = self.rec.infra_retries
+        if not n:
+            return ""
+        return (
+            f"{n} incident(s) with the store's connection: an append read back after a lost "
+            "connection, or lease renewals that failed until the store answered again"
+        )
 
     @property
     def held(self) -> bool:
@@ -78,6 +100,12 @@ class RunSummary:
         """What permits the next transition; while a worker holds the run, ``in progress (held
         by OWNER)`` — an effect without an observation is being performed, not waiting to be
         reconciled."""
+        if self.held and self.state.cancel_requested:
+            return (
+                f"cancel requested: held by {self.rec.lease_owner}, the run ends cancelled at "
+                "its next boundary (a step that does not return is stopped after the cancel's "
+                "grace where it can be)"
+            )
         if self.held:
             return f"in progress (held by {self.rec.lease_owner})"
         return self.answers.get("next")

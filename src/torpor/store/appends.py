@@ -126,7 +126,7 @@ class Appends:
                 # The connection failed around the commit: it may or may not have landed.
                 # Read back instead of guessing; retry only what certainly did not land.
                 landed = self.landed(events)
-                self._note_retry(lease.run_id)
+                self.note_retry(lease.run_id)
                 if landed:
                     faults.point("append.landed")
                     return
@@ -134,7 +134,7 @@ class Appends:
                     raise
                 faults.point("append.absent")
 
-    def _note_retry(self, run_id: str) -> None:
+    def note_retry(self, run_id: str) -> None:
         """Leave a trace on the run row of an append that hit a lost connection (``show``
         prints the count); best effort: the connection may still be down."""
         with contextlib.suppress(StoreError), self.driver.transaction() as cur:

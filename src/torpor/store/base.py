@@ -422,6 +422,12 @@ class Store(
 
     def renew_lease(self, lease: Lease) -> Lease: ...
 
+    def note_infra(self, run_id: str) -> None:
+        """Count one infrastructure incident on the run's row (``infra_retries``; ``show`` and
+        the console print it): an append read back, or lease renewals that failed while the
+        store's connection was lost and later succeeded. Best effort: never raises."""
+        ...
+
     def check_database_file(self) -> None:
         """Raise StoreFileChangedError when the database file this store opened was deleted
         or replaced since (SQLite: its device and inode); a no-op for a database server."""

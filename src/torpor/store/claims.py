@@ -4,7 +4,8 @@ A queue's slots are not a counter: they are derived from the run rows (a run of 
 holds a slot from its first claim, ``started_at_ms``, until it is ``finished``), so a worker
 killed while holding one leaks nothing; whoever takes the run over (lease expiry, a dead owner
 proven on its host) continues it in the same slot. Rate limits count the runs started within
-their period.
+their period, a takeover being a start (it waits for room among the other runs' starts and
+restamps ``started_at_ms``; migration 0016 on PostgreSQL).
 
 - **SQLite**: ``claim_next`` is one statement that checks every limit, under the write lock of
   ``BEGIN IMMEDIATE``: no other process can claim between its count and its update.

@@ -441,6 +441,10 @@ class SQLStore(
 
     # ----------------------------------------------------------------- appends
 
+    def note_infra(self, run_id: str) -> None:
+        """See :meth:`.base.Store.note_infra`."""
+        self.appends.note_retry(run_id)
+
     def append(
         self,
         lease: Lease,

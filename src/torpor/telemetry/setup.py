@@ -178,6 +178,9 @@ def _from_env() -> Telemetry:
         attrs["service.name"] = "torpor"
     resource = Resource.create(attrs)
     tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    from .quiet import one_line
+
+    one_line()  # a collector that is down: one line per failed export, no tracebacks
     for exporter in _span_exporters():
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 

@@ -155,6 +155,10 @@ RETURNING lease_epoch, lease_taken_from;
 -- is an unstarted run of a queue with limits: the counts this statement saw may be stale by
 -- the time it commits (another worker claiming another run of that queue), so such a run is
 -- claimed by torpor_claim_checked (migration 0005), which counts again under the queue's lock.
+-- A takeover (a started run of a queue whose holder never released its lease) is a new start
+-- of its work: in a queue with a rate limit it is claimed by torpor_claim_checked too (migration
+-- 0016), which waits for room among the other runs' starts, and it restamps started_at_ms so
+-- the runs that start after it count it (issue 36: a limit holds across a takeover).
 -- Returns one row: (runs in top, run id, epoch, taken from, needs_check, queue); the run id is
 -- NULL when nothing was found, the epoch NULL when the checked claim found no room.
 WITH clock AS MATERIALIZED (
@@ -163,7 +167,7 @@ WITH clock AS MATERIALIZED (
     SELECT torpor_now_ms() AS now_ms, set_config('synchronous_commit', 'off', true) AS mode
 ),
 top AS MATERIALIZED (
-    SELECT run_id, queue, concurrency_key, started_at_ms FROM runs r
+    SELECT run_id, queue, concurrency_key, started_at_ms, lease_owner FROM runs r
     WHERE (status IN ('pending', 'running')
            OR (status = 'waiting'
                AND (wake_at_ms <= (SELECT now_ms FROM clock) OR lease_owner IS NOT NULL)))
@@ -192,9 +196,10 @@ top AS MATERIALIZED (
                    AND o.started_at_ms > (SELECT now_ms FROM clock) - q.rate_period_ms
                    ORDER BY o.queue, o.started_at_ms LIMIT q.rate_limit) AS recent)) AS full,
            (q.concurrency IS NOT NULL OR q.key_concurrency IS NOT NULL
-            OR q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL) AS limited
+            OR q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL) AS limited,
+           (q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL) AS rated
     FROM queues q
-    WHERE q.name IN (SELECT queue FROM top WHERE started_at_ms IS NULL)
+    WHERE q.name IN (SELECT queue FROM top WHERE started_at_ms IS NULL OR lease_owner IS NOT NULL)
 ), ckeys AS MATERIALIZED (
     SELECT DISTINCT queue, concurrency_key AS ckey FROM top
     WHERE started_at_ms IS NULL AND queue IS NOT NULL AND concurrency_key IS NOT NULL
@@ -218,10 +223,18 @@ top AS MATERIALIZED (
     HAVING count(*) >= q.key_rate_limit
 ), checked AS MATERIALIZED (
     -- The runs of `top` whose queue has room for them (per key too), by `top`'s snapshot.
-    SELECT t.run_id, (t.started_at_ms IS NULL AND COALESCE(qs.limited, false)) AS needs_check
+    -- (A takeover in a queue with a rate limit is checked too; skipped once found without room.)
+    SELECT t.run_id,
+           ((t.started_at_ms IS NULL AND COALESCE(qs.limited, false))
+            OR (t.started_at_ms IS NOT NULL AND t.lease_owner IS NOT NULL
+                AND COALESCE(qs.rated, false))) AS needs_check
     FROM top t LEFT JOIN qstate qs ON qs.name = t.queue
-    WHERE t.queue IS NULL OR t.started_at_ms IS NOT NULL OR qs.name IS NULL
-          OR (NOT (CAST(:skip_queues AS jsonb) ? t.queue) AND NOT qs.full
+    WHERE t.queue IS NULL OR qs.name IS NULL
+          OR (t.started_at_ms IS NOT NULL
+              AND (t.lease_owner IS NULL OR NOT qs.rated
+                   OR NOT (CAST(:skip_queues AS jsonb) ? t.queue)))
+          OR (t.started_at_ms IS NULL
+              AND NOT (CAST(:skip_queues AS jsonb) ? t.queue) AND NOT qs.full
               AND NOT EXISTS (SELECT 1 FROM kfull k
                               WHERE k.queue = t.queue AND k.ckey = t.concurrency_key))
 ), cand AS (
@@ -242,12 +255,15 @@ top AS MATERIALIZED (
     UPDATE runs
     SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
         lease_expires_at_ms = torpor_now_ms() + :ttl_ms, updated_at_ms = torpor_now_ms(),
-        started_at_ms = COALESCE(started_at_ms, torpor_now_ms())
+        started_at_ms = CASE WHEN runs.lease_owner IS NOT NULL AND runs.queue IS NOT NULL
+                             THEN torpor_now_ms()
+                             ELSE COALESCE(runs.started_at_ms, torpor_now_ms()) END
     FROM cand
     WHERE runs.run_id = cand.run_id AND NOT cand.needs_check
     RETURNING runs.run_id, runs.lease_epoch, runs.lease_taken_from
 ), checked_claim AS MATERIALIZED (
-    -- an unstarted run of a queue with limits: counted and claimed under the queue's lock
+    -- an unstarted run of a queue with limits, or a takeover under a rate limit: counted and
+    -- claimed under the queue's lock
     SELECT f.epoch, f.taken_from
     FROM cand, LATERAL torpor_claim_checked(cand.run_id, :owner, :ttl_ms) AS f
     WHERE cand.needs_check

@@ -236,13 +236,18 @@ SELECT run_id, status, outcome FROM runs WHERE run_id = :run_id;
 -- count. Under the write lock of BEGIN IMMEDIATE the counts cannot change before the update
 -- lands. Returns (0, run id, epoch, taken from, needs a checked claim: always 0 here, queue),
 -- or no row (:top_k and :skip_queues are PostgreSQL's).
+-- A takeover (a started run of a queue whose holder never released its lease) is a new start
+-- of its work: it waits for room in its queue's rate windows among the other runs' starts (not
+-- for the concurrency limits: it holds its slot) and restamps started_at_ms, so the runs that
+-- start after it count it (issue 36: a limit holds across a takeover).
 UPDATE runs
 SET lease_taken_from = lease_owner, lease_owner = :owner, lease_epoch = lease_epoch + 1,
     lease_expires_at_ms = :now_ms + :ttl_ms, updated_at_ms = :now_ms,
-    started_at_ms = COALESCE(started_at_ms, :now_ms)
+    started_at_ms = CASE WHEN lease_owner IS NOT NULL AND queue IS NOT NULL THEN :now_ms
+                         ELSE COALESCE(started_at_ms, :now_ms) END
 WHERE run_id = (
     WITH cand AS MATERIALIZED (
-        SELECT run_id, queue, concurrency_key, started_at_ms, priority,
+        SELECT run_id, queue, concurrency_key, started_at_ms, priority, lease_owner,
                COALESCE(wake_at_ms, created_at_ms) AS due, rowid AS n
         FROM runs r
         WHERE (status IN ('pending', 'running')
@@ -277,8 +282,18 @@ WHERE run_id = (
                    AND o.started_at_ms > :now_ms - q.key_rate_period_ms))
     )
     SELECT run_id FROM cand c
-    WHERE c.queue IS NULL OR c.started_at_ms IS NOT NULL
-       OR (c.queue NOT IN (SELECT name FROM qfull)
+    WHERE c.queue IS NULL
+       OR (c.started_at_ms IS NOT NULL AND (c.lease_owner IS NULL OR NOT EXISTS (
+           SELECT 1 FROM queues q WHERE q.name = c.queue AND (
+               (q.rate_limit IS NOT NULL AND q.rate_limit <= (
+                   SELECT count(*) FROM runs o WHERE o.queue = q.name AND o.run_id <> c.run_id
+                   AND o.started_at_ms > :now_ms - q.rate_period_ms))
+               OR (q.key_rate_limit IS NOT NULL AND c.concurrency_key IS NOT NULL
+                   AND q.key_rate_limit <= (
+                   SELECT count(*) FROM runs o WHERE o.queue = q.name AND o.run_id <> c.run_id
+                   AND o.concurrency_key = c.concurrency_key
+                   AND o.started_at_ms > :now_ms - q.key_rate_period_ms))))))
+       OR (c.started_at_ms IS NULL AND c.queue NOT IN (SELECT name FROM qfull)
            AND NOT EXISTS (SELECT 1 FROM kfull k
                            WHERE k.queue = c.queue AND k.ckey = c.concurrency_key))
     ORDER BY priority DESC, due, n
