@@ -37,7 +37,7 @@ from ..errors import (
     StoreMissingError,
 )
 from .base import check_schema
-from .sqlstore import SQLStore
+from .sqlite_leases import OSLockedLeases
 
 MIGRATIONS = Path(__file__).parent / "migrations" / "sqlite"
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -288,7 +288,7 @@ class SQLiteDriver:
         self._local = threading.local()
 
 
-class SQLiteStore(SQLStore):
+class SQLiteStore(OSLockedLeases):
     """SQLStore on SQLite. Wakeups poll ``PRAGMA data_version``, which changes whenever another
     connection commits: a cheap shared-memory read, so an idle worker notices a signal within
     milliseconds without querying the tables."""
