@@ -181,6 +181,15 @@ class Journal:
         #: Held while events are folded and written: the heartbeat thread writes deferred
         #: events of an execution busy elsewhere (:meth:`flush_idle`).
         self.writing = threading.RLock()
+        #: The store's identity as this host pinned it (:mod:`torpor.engine.highwater`): what
+        #: signed decisions must name (G16); "" until the runtime checked it.
+        self.store_identity = ""
+        #: After a restore a person accepted: new effects are reconciled with the outside
+        #: world before they are called while the history is before this seq (0: never).
+        self.reconcile_until = 0
+        #: Called by the heartbeat after each renewal (the runtime advances this host's
+        #: high-water mark there); None: nothing to do.
+        self.on_renewed: Callable[[Journal], None] | None = None
 
     # ------------------------------------------------------------------ the seam
 

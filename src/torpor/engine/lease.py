@@ -94,6 +94,8 @@ class Heartbeat:
                 faults.point("lease.renewing")
                 j.lease = j.store.renew_lease(j.lease)
                 faults.point("lease.renewed")
+                if j.on_renewed is not None:
+                    j.on_renewed(j)
                 if j.store.count_pending_inbox(j.run_id):
                     j.inbox_dirty = True
                 j.flush_idle()  # an effect's observation still in this process: write it
