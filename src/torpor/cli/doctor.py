@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import typer
 from rich.text import Text
 
+from ..engine.highwater import WHAT_NOW, audit
 from ..errors import TorporError
 from ..queues import damaged_rows
 from ..schedules import schedule_problems
@@ -28,6 +30,7 @@ def doctor(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     findings = examine(url)
     if all(f.what != "open" for f in findings) and findings[-1].detail != "no such file":
         findings += _dispatch(url)
+        findings += _high_water(url, options(ctx).settings().config_dir())
     if json_out:
         emit_json([dataclasses.asdict(f) for f in findings])
     else:
@@ -39,6 +42,48 @@ def doctor(ctx: typer.Context, json_out: JsonFlag = False) -> None:
             out.print(line, soft_wrap=True)
     if not all(f.ok for f in findings):
         raise typer.Exit(1)
+
+
+def _high_water(url: str, config_dir: Path) -> list[Finding]:
+    """The store against this host's high-water mark (G16): recreated, rolled back or restored
+    behind what this host saw committed (:func:`torpor.engine.highwater.audit`)."""
+    what = "high-water mark"
+    try:
+        store = open_store(url, read_only=True)
+    except TorporError as exc:
+        return [Finding(False, what, str(exc))]
+    try:
+        found = audit(config_dir, store)
+    except TorporError as exc:
+        return [Finding(False, what, str(exc))]
+    finally:
+        store.close()
+    if found is None:
+        return [Finding(True, what, "no mark on this host yet")]
+    if not found:
+        return [Finding(True, what, f"store {found.store_id} is not behind this host's mark")]
+    out = []
+    if found.recreated:
+        out.append(
+            Finding(
+                False,
+                what,
+                f"store {found.location} has identity {found.store_id}, but this host pinned "
+                f"{found.pinned} there: it was recreated or replaced; {WHAT_NOW}",
+            )
+        )
+    for run_id, now, seen in found.runs:
+        out.append(
+            Finding(
+                False,
+                what,
+                f"run {run_id!r}: history ends at seq {now}, but this host saw seq {seen} "
+                f"committed: the store was rolled back or restored; {WHAT_NOW}",
+            )
+        )
+    if not out:
+        out.append(Finding(False, what, f"{found.flagged}; {WHAT_NOW}"))
+    return out
 
 
 def _dispatch(url: str) -> list[Finding]:
