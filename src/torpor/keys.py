@@ -416,6 +416,10 @@ class Decision(Protocol):
     def decided_at_ms(self) -> int: ...
     @property
     def comment(self) -> str: ...
+    @property
+    def store(self) -> str: ...
+    @property
+    def request_seq(self) -> int: ...
 
 
 class Trust:
@@ -440,9 +444,23 @@ class Trust:
             self._seen = seen
         return self._ring
 
-    def check(self, run_id: str, approval_id: str, hashes: list[str], d: Decision) -> str | None:
+    def check(
+        self,
+        run_id: str,
+        approval_id: str,
+        hashes: list[str],
+        d: Decision,
+        *,
+        store: str | None = None,
+        request_seq: int | None = None,
+    ) -> str | None:
         """None when ``d`` is a valid decision on ``hashes`` of approval ``approval_id`` of run
-        ``run_id``; else why not (one line)."""
+        ``run_id`` — and, when given, of the store with identity ``store`` and the request at
+        ``request_seq`` (what a worker checks: G16, issue 34) — else why not (one line)."""
+        if d.scheme in ("ed25519", "hmac") and store is not None:
+            why = _bound_elsewhere(d, approval_id, store, request_seq)
+            if why is not None:
+                return why
         if d.scheme == "ed25519":
             return self._check_key(run_id, approval_id, hashes, d)
         if d.scheme == "hmac":
@@ -452,7 +470,14 @@ class Trust:
                     "TORPOR_APPROVALS is not hmac-local"
                 )
             data = signing.hmac_bytes(
-                run_id, approval_id, d.decision, d.approver, hashes, d.decided_at_ms
+                run_id,
+                approval_id,
+                d.decision,
+                d.approver,
+                hashes,
+                d.decided_at_ms,
+                store=d.store,
+                request_seq=d.request_seq,
             )
             if not signing.hmac_verify(self.hmac_key, data, d.signature):
                 return "its HMAC signature does not verify with the local shared key"
@@ -492,7 +517,31 @@ class Trust:
             delegate=d.delegate,
             key=d.key,
             comment=d.comment,
+            store=d.store,
+            request_seq=d.request_seq,
         )
         if not signing.ed25519_verify(entry.blob, data, d.signature):
             return f"the signature does not verify with {signer!r}'s key {d.key}"
         return None
+
+
+def _bound_elsewhere(
+    d: Decision, approval_id: str, store: str, request_seq: int | None
+) -> str | None:
+    """Why a signed decision is not for this store's request (None: it names them)."""
+    if not d.store:
+        return (
+            "it was signed before decisions named their store and request (version 1 of the "
+            "signed bytes): decide again"
+        )
+    if d.store != store:
+        return (
+            f"it was signed for store {d.store}, not this store {store} (a decision copied "
+            "from another store?)"
+        )
+    if request_seq is not None and d.request_seq != request_seq:
+        return (
+            f"it was signed for the request at seq {d.request_seq} of approval "
+            f"{approval_id!r}, not this request (seq {request_seq})"
+        )
+    return None

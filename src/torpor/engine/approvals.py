@@ -229,12 +229,15 @@ def refusal(j: Journal, aid: str, d: DecisionInfo | ApprovalDecided) -> str | No
             "a policy decision (--auto-approve) holds only in a process started with that "
             "flag; this one was not"
         )
+    info = j.state.approvals.get(aid)
     if isinstance(d, ApprovalDecided):
         hashes = list(d.hashes)  # what it claims to decide on (the fold compares them)
     else:
-        info = j.state.approvals.get(aid)
         hashes = list(info.hashes) if info is not None else []
-    return j.host.trust.check(j.run_id, aid, hashes, d)
+    # A decision is valid for one request in one store (G16): the identity this host pinned.
+    store = j.store_identity or j.store.store_id()
+    seq = info.requested_seq if info is not None else 0
+    return j.host.trust.check(j.run_id, aid, hashes, d, store=store, request_seq=seq)
 
 
 def screen(j: Journal, state: RunState, p: Payload) -> Payload:

@@ -12,11 +12,13 @@ accept-restore``.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import RunNotFoundError
+from ..errors import MarkError, RunNotFoundError
+from ..history import RunState
 from ..marks import Mark, MarkFile, now_ms
 from ..store.base import Store
 from .journal import Journal
@@ -33,6 +35,22 @@ def committed_seq(j: Journal) -> int:
     but not yet written (an effect's deferred observation)."""
     with j.writing:
         return j.state.seq - len(j.pending)
+
+
+def decision_binding(
+    config_dir: Path, store: Store, state: RunState, approval_id: str
+) -> tuple[str, int]:
+    """``(store identity, request seq)`` a decision on ``approval_id`` of the run in ``state``
+    signs (version 2 of the signed bytes, :mod:`torpor.signing`): the identity this host pinned
+    for the store when it has a mark of it, else the database's; the seq of the request."""
+    sid = store.store_id()
+    file = mark_file(config_dir, store)
+    with contextlib.suppress(MarkError):
+        mark = file.load() if file is not None else None
+        if mark is not None:
+            sid = mark.store_id
+    info = state.approvals.get(approval_id)
+    return sid, info.requested_seq if info is not None else 0
 
 
 def mark_file(config_dir: Path, store: Store) -> MarkFile | None:
@@ -194,4 +212,13 @@ def accept(config_dir: Path, store: Store, by: str, reason: str = "") -> dict[st
     return decision
 
 
-__all__ = ["WHAT_NOW", "Behind", "HighWater", "accept", "audit", "committed_seq", "mark_file"]
+__all__ = [
+    "WHAT_NOW",
+    "Behind",
+    "HighWater",
+    "accept",
+    "audit",
+    "committed_seq",
+    "decision_binding",
+    "mark_file",
+]

@@ -25,7 +25,9 @@ SHA256_RE = re.compile(r"[0-9a-f]{64}")
 #: 4: an agent's working memory: ``context_compacted`` (the oldest turns folded into the running
 #: summary, one atomic transition) and ``context_built`` (what a model call was sent: its hash and
 #: per-section token counts). Histories of versions 1-3 read as they were.
-EVENT_SCHEMA_VERSION = 4
+#: 5: decisions name the store and the request they were signed for
+#: (``approval_decided.store``/``request_seq``, issue 34).
+EVENT_SCHEMA_VERSION = 5
 
 
 class Policy(StrEnum):
@@ -212,6 +214,10 @@ class ApprovalDecided(Payload):
     key: str = ""
     delegate: str = ""
     given_by: str = ""
+    #: The store's identity and the request's seq the decision was signed for (version 2 of
+    #: the signed bytes, :mod:`torpor.signing`); "" and 0 in a decision signed before.
+    store: str = ""
+    request_seq: int = 0
 
     #: When the decision arrived in the run's inbox (the store's clock at posting, epoch ms;
     #: None: recorded by the lease holder itself, or by a torpor before event schema 3). A
