@@ -457,10 +457,14 @@ class Trust:
         """None when ``d`` is a valid decision on ``hashes`` of approval ``approval_id`` of run
         ``run_id`` — and, when given, of the store with identity ``store`` and the request at
         ``request_seq`` (what a worker checks: G16, issue 34) — else why not (one line)."""
-        if d.scheme in ("ed25519", "hmac") and store is not None:
+        why = self._check_signature(run_id, approval_id, hashes, d)
+        if why is None and store is not None:
             why = _bound_elsewhere(d, approval_id, store, request_seq)
-            if why is not None:
-                return why
+        return why
+
+    def _check_signature(
+        self, run_id: str, approval_id: str, hashes: list[str], d: Decision
+    ) -> str | None:
         if d.scheme == "ed25519":
             return self._check_key(run_id, approval_id, hashes, d)
         if d.scheme == "hmac":
