@@ -157,6 +157,8 @@ class Runtime:
         self._high_water: HighWater | None = None
 
     def close(self) -> None:
+        if self._high_water is not None:
+            self._high_water.close()
         self.store.close()
 
     def __enter__(self) -> Runtime:

@@ -5,23 +5,31 @@ of the workflow runs: it pins the store's identity the first time, and says why 
 behind when its identity is not the pinned one or the run's history ends before this host's
 mark for it (the caller then records that on the run and stops: no effect, no decision
 consumed). :meth:`HighWater.advance` raises the mark when an execution ends and at its lease
-renewals: one small fsynced file write per execution and per renewal, never one per effect.
+renewals — written by a writer thread right after, off the execution's path, several runs' in
+one fsynced write; never once per effect. A process killed before that write loses the last
+advance (a window of one write, after the execution's end or a renewal).
 :func:`audit` is what ``torpor doctor`` reports; :func:`accept` is ``torpor store
 accept-restore``.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import logging
+import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import MarkError, RunNotFoundError
+from ..errors import MarkError, RunNotFoundError, TorporError
 from ..history import RunState
 from ..marks import Mark, MarkFile, now_ms
 from ..store.base import Store
 from .journal import Journal
+
+log = logging.getLogger("torpor.highwater")
 
 #: The tail of every "behind" message: what to do.
 WHAT_NOW = (
@@ -68,6 +76,12 @@ class HighWater:
         self.store = store
         self.file = mark_file(config_dir, store)
         self._store_id: str | None = None
+        self._pending: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._flushing = threading.Lock()
+        self._wake = threading.Event()
+        self._writer: threading.Thread | None = None
+        self._closed = False
 
     def store_id(self) -> str:
         """The store's identity as the database says (read once)."""
@@ -99,15 +113,63 @@ class HighWater:
         return mark.reconcile.get(run_id, 0) if mark is not None else 0
 
     def advance(self, run_id: str, seq: int) -> None:
-        """Raise the run's mark to ``seq`` (a committed seq of its history)."""
+        """Raise the run's mark to ``seq`` (a committed seq of its history): noted at once,
+        written (and fsynced) by this mark's writer thread right after, off the execution's
+        path — several runs' advances in one write — and by :meth:`close`."""
         if self.file is None:
             return
-        mark = self.file.load()
-        if mark is not None and (mark.seq(run_id) >= seq or mark.behind):
-            return  # nothing new (or a store behind, which advances nothing until accepted)
-        self.file.update(
-            self.store_id(), lambda m: not m.behind and m.advance(run_id, seq, now_ms())
-        )
+        with self._lock:
+            if seq <= self._pending.get(run_id, 0):
+                return
+            self._pending[run_id] = seq
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._write_behind, daemon=True, name="torpor-high-water"
+                )
+                self._writer.start()
+                atexit.register(_flush_at_exit, weakref.ref(self))
+        self._wake.set()
+
+    def flush(self) -> None:
+        """Write the advances noted so far (MarkError when the mark cannot be written)."""
+        with self._flushing:
+            with self._lock:
+                batch, self._pending = self._pending, {}
+            if not batch or self.file is None:
+                return
+            mark = self.file.load()
+            if mark is not None and (
+                mark.behind or all(mark.seq(r) >= s for r, s in batch.items())
+            ):
+                return  # nothing new (or a store behind, which advances nothing until accepted)
+            at = now_ms()
+            self.file.update(
+                self.store_id(),
+                lambda m: not m.behind and any([m.advance(r, s, at) for r, s in batch.items()]),
+            )
+
+    def _write_behind(self) -> None:
+        while not self._closed:
+            self._wake.wait()
+            self._wake.clear()
+            try:
+                self.flush()
+            except TorporError as exc:  # the next advance, or close, tries again
+                log.warning("the high-water mark was not advanced: %s", exc)
+
+    def close(self) -> None:
+        """Write what is pending and stop the writer thread."""
+        self._closed = True
+        self._wake.set()
+        with contextlib.suppress(TorporError):
+            self.flush()
+
+
+def _flush_at_exit(ref: weakref.ref[HighWater]) -> None:
+    hw = ref()
+    if hw is not None:
+        with contextlib.suppress(Exception):
+            hw.flush()
 
 
 def _why(mark: Mark, store_id: str, run_id: str, seq: int) -> str:
