@@ -71,7 +71,10 @@ if os.environ.get("OWNER"):
     kw["owner"] = os.environ["OWNER"]
 rt = torpor.Runtime(sys.argv[1], **kw)
 try:
-    if sys.argv[2] == "run":
+    if sys.argv[2] == "claim":  # what a worker does: claim any runnable run
+        lease = rt.store.claim_next(rt.owner, 1.5)
+        print("claimed" if lease else "nothing to claim", flush=True)
+    elif sys.argv[2] == "run":
         print("result", rt.run("skew.send", None, run_id="r1").outcome, flush=True)
     else:
         print("result", rt.resume("r1").outcome, flush=True)
@@ -133,6 +136,14 @@ def test_a_clock_ahead_does_not_take_a_live_holder_over(tmp_path: Path, skew_s: 
         )
         assert "error LeaseHeldError" in taker.stdout, (taker.stdout, taker.stderr)
         assert "alive" in taker.stdout
+        worker = subprocess.run(
+            [sys.executable, "-c", PROC, url, "claim"],
+            env={**env, "SKEW_S": str(skew_s)},
+            capture_output=True,
+            text=True,
+            timeout=HANG_S,
+        )
+        assert "nothing to claim" in worker.stdout, (worker.stdout, worker.stderr)
         (tmp_path / "go").touch()
         out, err = holder.communicate(timeout=HANG_S)
     finally:

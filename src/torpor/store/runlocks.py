@@ -2,8 +2,8 @@
 
 A process that takes a run's lease on a SQLite store also takes an exclusive ``flock(2)`` on a
 per-run lock file beside the database (``<db>-runlocks/<sha256(run id)[:32]>.lock``, holding
-the owner id and run id as text), and keeps it until it releases the lease. The kernel drops
-the lock when the process dies, however it dies (``kill -9`` included), and only then. So,
+the owner id, run id, lease ttl and epoch as text), and keeps it until it releases the lease.
+The kernel drops the lock when the process dies, however it dies (``kill -9``), and only then. So,
 on one host, whether the holder of a lease is alive is a fact, not a reading of two clocks:
 
 - a lock that is **held** means the holder is alive: its lease is not taken over, even when
@@ -12,7 +12,8 @@ on one host, whether the holder of a lease is alive is a fact, not a reading of 
   lease ttl by this process's monotonic clock (no wall clock is read for that). Lease time
   then only bounds hangs (SIGSTOP, a frozen VM), and the hung holder, once it wakes, finds its
   lease lost before its next effect (:func:`torpor.engine.lease.before_effect`);
-- a lock that is **free** while its file names the lease's owner means that owner died:
+- a lock that is **free** while its file names the lease's owner and epoch means that owner
+  died (a file is never removed: what it names proves nothing once the lease row moved on):
   ``resume`` and workers take the run over at once, without waiting out the lease;
 - no lock file (a holder of an older torpor, or a lease being taken right now) proves
   nothing: the earlier rules apply (:func:`torpor.owners.owner_is_dead`, then lease expiry).
@@ -55,12 +56,12 @@ class RunLocks:
         digest = hashlib.sha256(run_id.encode()).hexdigest()[:32]
         return self.dir / f"{digest}.lock"
 
-    def take(self, run_id: str, owner: str, ttl_ms: int = 0) -> bool:
+    def take(self, run_id: str, owner: str, ttl_ms: int = 0, epoch: int = 0) -> bool:
         """Lock ``run_id``'s file for this store (True), or False when another open file holds
         it (a hung holder that was taken over; the next renewal tries again). Never blocks for
         long: a probe holds the lock for microseconds."""
         if run_id in self.held:
-            self._write(self.held[run_id], owner, run_id, ttl_ms)
+            self._write(self.held[run_id], owner, run_id, ttl_ms, epoch)
             return True
         path = self.path(run_id)
         try:
@@ -85,41 +86,40 @@ class RunLocks:
             if not same:  # unlinked by a releaser between our open and our lock: again
                 os.close(fd)
                 continue
-            self._write(fd, owner, run_id, ttl_ms)
+            self._write(fd, owner, run_id, ttl_ms, epoch)
             self.held[run_id] = fd
             return True
         return False
 
     @staticmethod
-    def _write(fd: int, owner: str, run_id: str, ttl_ms: int) -> None:
-        data = f"{owner}\n{run_id}\n{ttl_ms}\n".encode()
+    def _write(fd: int, owner: str, run_id: str, ttl_ms: int, epoch: int) -> None:
+        data = f"{owner}\n{run_id}\n{ttl_ms}\n{epoch}\n".encode()
         os.ftruncate(fd, 0)
         os.pwrite(fd, data, 0)
 
     def drop(self, run_id: str) -> None:
-        """Release ``run_id``'s lock (the file is removed first, so no one reads it stale)."""
+        """Release ``run_id``'s lock. The file stays (removing it costs a journaled metadata
+        write, milliseconds on a busy disk, on every release): what it names — the last
+        holder and its epoch — proves nothing once the lease row moved on."""
         fd = self.held.pop(run_id, None)
-        if fd is None:
-            return
-        path = self.path(run_id)
-        try:
-            if os.fstat(fd).st_ino == os.stat(path).st_ino:
-                path.unlink()
-        except OSError:
-            pass
-        os.close(fd)  # (closing releases the flock)
+        if fd is not None:
+            os.close(fd)  # (closing releases the flock)
 
-    def probe(self, run_id: str) -> tuple[str, str, int]:
-        """``("held", owner, ttl ms)``: a live process holds the lock (for a lease of that
-        ttl); ``("free", owner, ttl ms)``: the file is there, unlocked (its last holder,
-        ``owner``, is dead or gave it up); ``("none", "", 0)``: no lock file."""
+    def probe(self, run_id: str) -> tuple[str, str, int, int]:
+        """``("held", owner, ttl ms, epoch)``: a live process holds the lock (for a lease of
+        that ttl and epoch); ``("free", owner, ttl ms, epoch)``: the file is there, unlocked
+        (its last holder, ``owner`` at ``epoch``, is dead or gave it up); ``("none", "", 0,
+        0)``: no lock file, or this store holds it (it proves nothing of another owner in
+        this process)."""
         path = self.path(run_id)
         if run_id in self.held:
-            return ("held", *self._read(path))
+            # This store holds it: one process, for another owner of its own (tests do that);
+            # the lock tells nothing about that owner, the earlier rules apply.
+            return "none", "", 0, 0
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError:
-            return "none", "", 0
+            return "none", "", 0, 0
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -130,35 +130,14 @@ class RunLocks:
             os.close(fd)
 
     @staticmethod
-    def _read(path: Path) -> tuple[str, int]:
+    def _read(path: Path) -> tuple[str, int, int]:
         try:
             lines = path.read_text(errors="replace").split("\n")
         except OSError:
-            return "", 0
+            return "", 0, 0
         ttl = lines[2] if len(lines) > 2 else ""
-        return lines[0], int(ttl) if ttl.isdigit() else 0
-
-    def held_elsewhere(self) -> list[tuple[str, str, int]]:
-        """``(run id, owner, lease ttl ms)`` of every run whose lock another open file holds."""
-        out = []
-        try:
-            names = os.listdir(self.dir)
-        except OSError:
-            return []
-        for name in names:
-            if not name.endswith(".lock"):
-                continue
-            path = self.dir / name
-            try:
-                text = path.read_text(errors="replace").split("\n")
-            except OSError:
-                continue
-            if len(text) < 2 or not text[1] or text[1] in self.held:
-                continue
-            state, owner, ttl_ms = self.probe(text[1])
-            if state == "held":
-                out.append((text[1], owner, ttl_ms))
-        return out
+        epoch = lines[3] if len(lines) > 3 else ""
+        return lines[0], int(ttl) if ttl.isdigit() else 0, int(epoch) if epoch.isdigit() else 0
 
     def hung(self, run_id: str, row: tuple[str, int, int], ttl_s: float) -> bool:
         """Whether a holder whose lock is held is hung: its lease row ``(owner, epoch, expires

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import LeaseHeldError, RunNotFoundError
+from ..errors import LeaseHeldError
 from .base import Lease
 from .runlocks import RunLocks, lock_dir
 from .sqlstore import SQLStore
@@ -39,7 +39,22 @@ class OSLockedLeases(SQLStore):
         found: RunLocks | None = self.__dict__.get("_locks")
         if found is None:
             found = self.__dict__["_locks"] = RunLocks(lock_dir(os.path.realpath(self.driver.path)))
+            self.driver.may_take = self._may_take
         return found
+
+    def _may_take(self, run_id: str, owner: str, epoch: int, expires_ms: int, ttl_ms: int) -> bool:
+        """Whether a claim may take an expired lease: not while its holder's OS lock is held,
+        unless that holder is hung (its row unchanged for its ttl, seen by successive claims
+        on this process's monotonic clock)."""
+        locks = self.locks
+        if locks is None:
+            return True
+        state, _, held_ttl_ms, _ = locks.probe(run_id)
+        if state != "held":
+            return True
+        return locks.hung(
+            run_id, (owner, int(epoch), int(expires_ms)), (held_ttl_ms or ttl_ms) / 1000
+        )
 
     def acquire_lease(
         self,
@@ -58,8 +73,8 @@ class OSLockedLeases(SQLStore):
         if locks is not None and take_from is None:
             rec = self.get_run(run_id)
             if rec.lease_owner and rec.lease_owner != owner:
-                state, holder, ttl_ms = locks.probe(run_id)
-                if state == "free" and holder == rec.lease_owner:
+                state, holder, ttl_ms, epoch = locks.probe(run_id)
+                if state == "free" and (holder, epoch) == (rec.lease_owner, rec.lease_epoch):
                     take_from = (rec.lease_owner, rec.lease_epoch)  # its process died
                 elif (
                     state == "held"
@@ -77,7 +92,7 @@ class OSLockedLeases(SQLStore):
                     )
         lease = super().acquire_lease(run_id, owner, ttl_s, take_from=take_from, starts=starts)
         if locks is not None:
-            locks.take(run_id, owner, lease.ttl_ms)
+            locks.take(run_id, owner, lease.ttl_ms, lease.epoch)
         return lease
 
     def _hung(self, run_id: str, rec: Any, ttl_ms: int) -> bool:
@@ -105,23 +120,10 @@ class OSLockedLeases(SQLStore):
     ) -> Lease | None:
         """:meth:`SQLStore.claim_next`, never taking a run whose OS lock a live process holds
         (unless hung for a ttl; see :meth:`acquire_lease`); the lock is taken for this store."""
-        locks = self.locks
-        skip = list(exclude)
-        if locks is not None:
-            now = self.now_ms()
-            for run_id, _, held_ttl_ms in locks.held_elsewhere():
-                try:
-                    rec = self.get_run(run_id)
-                except RunNotFoundError:
-                    continue
-                if not rec.lease_owner or rec.lease_expires_at_ms > now:
-                    continue  # not claimable anyway
-                row = (rec.lease_owner, rec.lease_epoch, rec.lease_expires_at_ms)
-                if not locks.hung(run_id, row, (held_ttl_ms or ttl_s * 1000) / 1000):
-                    skip.append(run_id)
-        lease = super().claim_next(owner, ttl_s, accept=accept, exclude=skip)
+        locks = self.locks  # (registers the claim's judge of expired leases: _may_take)
+        lease = super().claim_next(owner, ttl_s, accept=accept, exclude=exclude)
         if lease is not None and locks is not None:
-            locks.take(lease.run_id, owner, lease.ttl_ms)
+            locks.take(lease.run_id, owner, lease.ttl_ms, lease.epoch)
         return lease
 
     def renew_lease(self, lease: Lease) -> Lease:
@@ -130,7 +132,7 @@ class OSLockedLeases(SQLStore):
         renewed = super().renew_lease(lease)
         locks = self.locks
         if locks is not None and lease.run_id not in locks.held:
-            locks.take(lease.run_id, lease.owner, lease.ttl_ms)
+            locks.take(lease.run_id, lease.owner, lease.ttl_ms, lease.epoch)
         return renewed
 
     def release_lease(self, lease: Lease) -> None:

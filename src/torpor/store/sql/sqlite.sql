@@ -251,7 +251,10 @@ WHERE run_id = (
         FROM runs r
         WHERE (status IN ('pending', 'running')
                OR (status = 'waiting' AND (wake_at_ms <= :now_ms OR lease_owner IS NOT NULL)))
-          AND (lease_owner IS NULL OR lease_expires_at_ms <= :now_ms)
+          -- An expired lease whose holder's OS lock is held (alive) is not taken, unless
+          -- that holder is hung (torpor_may_take: torpor.store.sqlite_leases).
+          AND (lease_owner IS NULL OR (lease_expires_at_ms <= :now_ms AND torpor_may_take(
+               run_id, lease_owner, lease_epoch, lease_expires_at_ms, :ttl_ms)))
           AND (:accept IS NULL OR EXISTS (
                SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
                WHERE w.key = r.workflow AND v.value = r.version))
