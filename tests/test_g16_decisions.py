@@ -116,18 +116,18 @@ def test_a_decision_for_another_request_is_refused(db_url: str, torpor_home: Pat
         _sql(db_url, "DELETE FROM inbox")
         body = dict(msg.body)
     # The same decision re-signed (by alice's real key: the strongest attacker) for another
-    # request seq of the same approval is refused by the seq; its original passes.
+    # request of the same approval is refused by the nonce.
     key = torpor.Settings.from_env().config_dir() / "keys" / "alice"
-    forged = {**body, "request_seq": body["request_seq"] + 7}
+    forged = {**body, "request": "another-request"}
     data = signing.decision_bytes(
         "r1", forged["approval_id"], "approve", "alice", forged["hashes"],
         forged["decided_at_ms"], key=forged["key"], comment="", store=forged["store"],
-        request_seq=forged["request_seq"],
+        request=forged["request"],
     )  # fmt: skip
     forged["signature"] = signing.encode_signature(FileSigner(key).sign(data))
     with torpor.Client(db_url) as c:
         c.store.post_inbox("r1", "decision", forged, message_id="other-request")
-    assert any("not this request" in r for r in _refused(db_url))
+    assert any("another request" in r for r in _refused(db_url))
 
 
 def test_a_decision_signed_before_is_decided_again(db_url: str) -> None:
@@ -153,12 +153,12 @@ def test_a_decision_signed_before_is_decided_again(db_url: str) -> None:
 def test_the_signed_bytes_name_the_store_and_the_request() -> None:
     v2 = signing.decision_bytes(
         "r1", "ship@abc", "approve", "alice", ["aa"], 1700000000000,
-        key="SHA256:x", store="0f" * 16, request_seq=4,
+        key="SHA256:x", store="0f" * 16, request="n4",
     )  # fmt: skip
     head, _, body = v2.partition(b"\n")
     assert head == b"torpor-approval-decision-v2"
-    assert json.loads(body)["store"] == "0f" * 16 and json.loads(body)["request_seq"] == 4
+    assert json.loads(body)["store"] == "0f" * 16 and json.loads(body)["request"] == "n4"
     assert v2 != signing.decision_bytes(
         "r1", "ship@abc", "approve", "alice", ["aa"], 1700000000000,
-        key="SHA256:x", store="0f" * 16, request_seq=5,
+        key="SHA256:x", store="0f" * 16, request="n5",
     )  # fmt: skip

@@ -401,7 +401,7 @@ class Client:
         from . import keys, signing
 
         at = self.store.now_ms()
-        store, request_seq = decision_binding(
+        store, request = decision_binding(
             self.settings.config_dir(), self.store, self.state(run_id), approval_id
         )
         body: dict[str, Any] = {
@@ -412,13 +412,13 @@ class Client:
             "comment": comment,
             "decided_at_ms": at,
             "store": store,
-            "request_seq": request_seq,
+            "request": request,
         }
         hmac_key = self.settings.hmac_key()
         if hmac_key is not None and key is None and not agent and not delegate:
             data = signing.hmac_bytes(
                 run_id, approval_id, decision, approver, hashes, at,
-                store=store, request_seq=request_seq,
+                store=store, request=request,
             )  # fmt: skip
             return {**body, "scheme": "hmac", "signature": signing.hmac_sign(hmac_key, data)}
         ring_path = self.settings.keyring_path()
@@ -442,7 +442,7 @@ class Client:
             key=fp,
             comment=comment,
             store=store,
-            request_seq=request_seq,
+            request=request,
         )
         body.update(
             scheme="ed25519",
@@ -457,7 +457,7 @@ class Client:
                 hashes,
                 ApprovalDecided.model_validate(body),
                 store=store,
-                request_seq=request_seq,
+                request=request,
             )
             if why is not None:
                 raise DecisionRefusedError(

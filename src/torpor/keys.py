@@ -419,7 +419,7 @@ class Decision(Protocol):
     @property
     def store(self) -> str: ...
     @property
-    def request_seq(self) -> int: ...
+    def request(self) -> str: ...
 
 
 class Trust:
@@ -452,14 +452,14 @@ class Trust:
         d: Decision,
         *,
         store: str | None = None,
-        request_seq: int | None = None,
+        request: str | None = None,
     ) -> str | None:
         """None when ``d`` is a valid decision on ``hashes`` of approval ``approval_id`` of run
-        ``run_id`` — and, when given, of the store with identity ``store`` and the request at
-        ``request_seq`` (what a worker checks: G16, issue 34) — else why not (one line)."""
+        ``run_id`` — and, when given, of the store with identity ``store`` and the request with
+        nonce ``request`` (what a worker checks: G16, issue 34) — else why not (one line)."""
         why = self._check_signature(run_id, approval_id, hashes, d)
         if why is None and store is not None:
-            why = _bound_elsewhere(d, approval_id, store, request_seq)
+            why = _bound_elsewhere(d, approval_id, store, request)
         return why
 
     def _check_signature(
@@ -481,7 +481,7 @@ class Trust:
                 hashes,
                 d.decided_at_ms,
                 store=d.store,
-                request_seq=d.request_seq,
+                request=d.request,
             )
             if not signing.hmac_verify(self.hmac_key, data, d.signature):
                 return "its HMAC signature does not verify with the local shared key"
@@ -522,16 +522,14 @@ class Trust:
             key=d.key,
             comment=d.comment,
             store=d.store,
-            request_seq=d.request_seq,
+            request=d.request,
         )
         if not signing.ed25519_verify(entry.blob, data, d.signature):
             return f"the signature does not verify with {signer!r}'s key {d.key}"
         return None
 
 
-def _bound_elsewhere(
-    d: Decision, approval_id: str, store: str, request_seq: int | None
-) -> str | None:
+def _bound_elsewhere(d: Decision, approval_id: str, store: str, request: str | None) -> str | None:
     """Why a signed decision is not for this store's request (None: it names them)."""
     if not d.store:
         return (
@@ -543,9 +541,9 @@ def _bound_elsewhere(
             f"it was signed for store {d.store}, not this store {store} (a decision copied "
             "from another store?)"
         )
-    if request_seq is not None and d.request_seq != request_seq:
+    if request is not None and d.request != request:
         return (
-            f"it was signed for the request at seq {d.request_seq} of approval "
-            f"{approval_id!r}, not this request (seq {request_seq})"
+            f"it was signed for another request of approval {approval_id!r} (nonce "
+            f"{d.request[:12] or 'none'}), not this one ({request[:12] or 'none'})"
         )
     return None

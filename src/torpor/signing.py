@@ -26,9 +26,9 @@ so a decision is valid for exactly one request in one store (G16)::
 
 with the members of version 1 and two more: ``store``, the store's identity (32 hex digits,
 ``store_identity``, migration 0014, as pinned outside the database by the worker's host:
-:mod:`torpor.marks`), and ``request_seq``, the seq of the ``approval_requested`` event in the
-run's history (the request's nonce: an approval requested again after its history was rolled
-back, or in another run or store, has another). A decision of version 1 (signed before) names
+:mod:`torpor.marks`), and ``request``, the request's nonce (``approval_requested.nonce``: random,
+made once when the request is recorded; another run, store, or a request recorded again has
+another). A decision of version 1 (signed before) names
 neither; workers refuse it, and the approval is decided again (see the CHANGELOG).
 
 The signature is Ed25519 (RFC 8032, "pure" Ed25519 over those bytes; 64 bytes), stored in
@@ -38,7 +38,7 @@ cryptography; it is imported only here, on first use.
 
 The local single-user mode (``TORPOR_APPROVALS=hmac-local``) signs the earlier body — the
 canonical JSON of ``run_id, approval_id, decision, approver, hashes, decided_at_ms``, and since
-issue 34 ``store`` and ``request_seq`` as above (one without them is decided again), without a
+issue 34 ``store`` and ``request`` as above (one without them is decided again), without a
 prefix — with HMAC-SHA256 (RFC 2104) under one shared key. A shared key proves nothing about
 who decided: such decisions are labelled "not attributable".
 """
@@ -76,10 +76,10 @@ def decision_bytes(
     key: str = "",
     comment: str = "",
     store: str = "",
-    request_seq: int = 0,
+    request: str = "",
 ) -> bytes:
     """The canonical bytes an Ed25519 key signs: version 2 when ``store`` (the store's
-    identity) is given, with ``request_seq`` (the request's seq); else version 1 (see the
+    identity) is given, with ``request`` (the request's nonce); else version 1 (see the
     module docstring)."""
     body: dict[str, Any] = {
         "run_id": run_id,
@@ -94,7 +94,7 @@ def decision_bytes(
     }
     prefix = DOMAIN
     if store:
-        body.update(store=store, request_seq=int(request_seq))
+        body.update(store=store, request=request)
         prefix = DOMAIN_V2
     return prefix + json.dumps(body, sort_keys=True, separators=(",", ":")).encode("ascii")
 
@@ -108,10 +108,10 @@ def hmac_bytes(
     decided_at_ms: int,
     *,
     store: str = "",
-    request_seq: int = 0,
+    request: str = "",
 ) -> bytes:
     """The bytes an HMAC decision signs (the body signed before keys per person; with the
-    store's identity and the request's seq when ``store`` is given)."""
+    store's identity and the request's nonce when ``store`` is given)."""
     body: dict[str, Any] = {
         "run_id": run_id,
         "approval_id": approval_id,
@@ -121,7 +121,7 @@ def hmac_bytes(
         "decided_at_ms": decided_at_ms,
     }
     if store:
-        body.update(store=store, request_seq=int(request_seq))
+        body.update(store=store, request=request)
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return text.encode()
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import getpass
 import socket
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -135,6 +136,7 @@ def request(
             summary=summary,
             approvers=people,
             required=required,
+            nonce=uuid.uuid4().hex,
         )
         comp = _decide(j, ask, wid, timeout)
     res = comp.result or {}
@@ -234,10 +236,11 @@ def refusal(j: Journal, aid: str, d: DecisionInfo | ApprovalDecided) -> str | No
         hashes = list(d.hashes)  # what it claims to decide on (the fold compares them)
     else:
         hashes = list(info.hashes) if info is not None else []
-    # A decision is valid for one request in one store (G16): the identity this host pinned.
+    # A decision is valid for one request in one store (G16): the identity this host pinned,
+    # the request's nonce.
     store = j.store_identity or j.store.store_id()
-    seq = info.requested_seq if info is not None else 0
-    return j.host.trust.check(j.run_id, aid, hashes, d, store=store, request_seq=seq)
+    nonce = info.nonce if info is not None else ""
+    return j.host.trust.check(j.run_id, aid, hashes, d, store=store, request=nonce)
 
 
 def screen(j: Journal, state: RunState, p: Payload) -> Payload:

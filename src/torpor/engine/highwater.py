@@ -47,10 +47,10 @@ def committed_seq(j: Journal) -> int:
 
 def decision_binding(
     config_dir: Path, store: Store, state: RunState, approval_id: str
-) -> tuple[str, int]:
-    """``(store identity, request seq)`` a decision on ``approval_id`` of the run in ``state``
+) -> tuple[str, str]:
+    """``(store identity, request nonce)`` a decision on ``approval_id`` of the run in ``state``
     signs (version 2 of the signed bytes, :mod:`torpor.signing`): the identity this host pinned
-    for the store when it has a mark of it, else the database's; the seq of the request."""
+    for the store when it has a mark of it, else the database's; the request's nonce."""
     sid = store.store_id()
     file = mark_file(config_dir, store)
     with contextlib.suppress(MarkError):
@@ -58,7 +58,7 @@ def decision_binding(
         if mark is not None:
             sid = mark.store_id
     info = state.approvals.get(approval_id)
-    return sid, info.requested_seq if info is not None else 0
+    return sid, info.nonce if info is not None else ""
 
 
 def mark_file(config_dir: Path, store: Store) -> MarkFile | None:

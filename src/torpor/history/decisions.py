@@ -73,7 +73,7 @@ def _approval_requested(s: RunState, p: ApprovalRequested, e: Event, refuse: Ref
         approvers=list(p.approvers),
         required=p.required,
         step_id=p.step_id,
-        requested_seq=e.seq,
+        nonce=p.nonce,
     )
 
 
@@ -105,7 +105,7 @@ def _approval_decided(s: RunState, p: ApprovalDecided, e: Event, refuse: Refuse)
             decided_at_ms=p.decided_at_ms,
             comment=p.comment,
             store=p.store,
-            request_seq=p.request_seq,
+            request=p.request,
             arrived_at_ms=p.arrived_at_ms,
         )
     )

@@ -26,7 +26,7 @@ SHA256_RE = re.compile(r"[0-9a-f]{64}")
 #: summary, one atomic transition) and ``context_built`` (what a model call was sent: its hash and
 #: per-section token counts). Histories of versions 1-3 read as they were.
 #: 5: decisions name the store and the request they were signed for
-#: (``approval_decided.store``/``request_seq``, issue 34).
+#: (``approval_decided.store``/``request``; the request's ``approval_requested.nonce``, issue 34).
 EVENT_SCHEMA_VERSION = 5
 
 
@@ -188,6 +188,9 @@ class ApprovalRequested(Payload):
     summary: str = ""
     approvers: list[str] = Field(default_factory=list)
     required: int = 1
+    #: This request's nonce (random, made once when it is recorded): signed decisions name it,
+    #: so a decision is valid for one request only ("": requested before issue 34).
+    nonce: str = ""
 
 
 #: How a decision is authenticated: ``ed25519`` — signed by the approver's own key (or a
@@ -214,10 +217,10 @@ class ApprovalDecided(Payload):
     key: str = ""
     delegate: str = ""
     given_by: str = ""
-    #: The store's identity and the request's seq the decision was signed for (version 2 of
-    #: the signed bytes, :mod:`torpor.signing`); "" and 0 in a decision signed before.
+    #: The store's identity and the request's nonce the decision was signed for (version 2 of
+    #: the signed bytes, :mod:`torpor.signing`); "" in a decision signed before.
     store: str = ""
-    request_seq: int = 0
+    request: str = ""
 
     #: When the decision arrived in the run's inbox (the store's clock at posting, epoch ms;
     #: None: recorded by the lease holder itself, or by a torpor before event schema 3). A
