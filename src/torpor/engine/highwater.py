@@ -39,10 +39,9 @@ WHAT_NOW = (
 
 
 def committed_seq(j: Journal) -> int:
-    """Where ``j``'s run's history is committed up to: its folded seq, less the events folded
-    but not yet written (an effect's deferred observation)."""
-    with j.writing:
-        return j.state.seq - len(j.pending)
+    """Where ``j``'s run's history is known committed up to (:attr:`Journal.committed_seq`:
+    never an effect's deferred observation not yet written, nor an append that failed)."""
+    return j.committed_seq
 
 
 def decision_binding(

@@ -190,6 +190,10 @@ class Journal:
         #: Called by the heartbeat after each renewal (the runtime advances this host's
         #: high-water mark there); None: nothing to do.
         self.on_renewed: Callable[[Journal], None] | None = None
+        #: The highest seq of this run's history known committed: loaded, or written by an
+        #: append the store acknowledged (what the high-water mark advances to; never a seq
+        #: folded into the state by an append that failed).
+        self.committed_seq = state.seq
 
     # ------------------------------------------------------------------ the seam
 
@@ -353,6 +357,7 @@ class Journal:
                 self._reload()
             raise
         self.pending = []
+        self.committed_seq = max(self.committed_seq, events[-1].seq if events else 0)
         if points:
             faults.point("append.after")
         self.replay.appended(events)
@@ -367,6 +372,7 @@ class Journal:
         """The state as recorded, with the deferred events folded again (nothing was written:
         they are still to be written)."""
         state = self.store.load(self.run_id)
+        self.committed_seq = max(self.committed_seq, state.seq)
         for ev in self.pending:
             apply(state, ev)
         self.state = state
