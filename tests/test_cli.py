@@ -102,8 +102,10 @@ COMMANDS = [
     "retention",
     "archive",
     "memory",
+    "store",
 ]
 KEYS_COMMANDS = ["init", "add", "remove", "list"]
+STORE_COMMANDS = ["mark", "accept-restore"]
 MEMORY_COMMANDS = ["search", "show", "sync", "prune"]
 
 
@@ -348,6 +350,7 @@ def test_help_for_every_command(flows: Path) -> None:
         *([c, "--help"] for c in COMMANDS),
         *(["keys", c, "--help"] for c in KEYS_COMMANDS),
         *(["memory", c, "--help"] for c in MEMORY_COMMANDS),
+        *(["store", c, "--help"] for c in STORE_COMMANDS),
     ]
     proc = subprocess.run(
         [sys.executable, "-c", HELP_DRIVER, json.dumps(invocations)],

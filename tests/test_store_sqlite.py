@@ -434,7 +434,10 @@ while time.time() < until:
             n += 1
             msg = f"{owner}#{n}"
             if n % 4 == 0:
-                time.sleep(0.2)  # outlive the lease: this write must be refused
+                # Outlive the lease, and a whole lease more: another racer's store, seeing this
+                # process alive (its OS lock held) yet not renewing for a ttl, takes it over
+                # (a hung holder, issue 33); this write must be refused.
+                time.sleep(0.4)
             state = write(lease, state, WarningRecorded(message=msg))
             ok.append(msg)
             msg = None

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from . import blobs, serde
 from .artifacts import ArtifactStore
 from .config import Settings
+from .engine.highwater import decision_binding
 from .errors import ArtifactNotFoundError, DecisionRefusedError, InboxError, RunFinishedError
 from .history import (
     REOPENABLE,
@@ -447,6 +448,9 @@ class Client:
         from . import keys, signing
 
         at = self.store.now_ms()
+        store, request = decision_binding(
+            self.settings.config_dir(), self.store, self.state(run_id), approval_id
+        )
         body: dict[str, Any] = {
             "approval_id": approval_id,
             "decision": decision,
@@ -454,10 +458,15 @@ class Client:
             "hashes": sorted(hashes),
             "comment": comment,
             "decided_at_ms": at,
+            "store": store,
+            "request": request,
         }
         hmac_key = self.settings.hmac_key()
         if hmac_key is not None and key is None and not agent and not delegate:
-            data = signing.hmac_bytes(run_id, approval_id, decision, approver, hashes, at)
+            data = signing.hmac_bytes(
+                run_id, approval_id, decision, approver, hashes, at,
+                store=store, request=request,
+            )  # fmt: skip
             return {**body, "scheme": "hmac", "signature": signing.hmac_sign(hmac_key, data)}
         ring_path = self.settings.keyring_path()
         ring = keys.Keyring.load(ring_path)
@@ -479,6 +488,8 @@ class Client:
             delegate=delegate or "",
             key=fp,
             comment=comment,
+            store=store,
+            request=request,
         )
         body.update(
             scheme="ed25519",
@@ -488,7 +499,12 @@ class Client:
         )
         if ring.exists:
             why = keys.Trust(ring_path).check(
-                run_id, approval_id, hashes, ApprovalDecided.model_validate(body)
+                run_id,
+                approval_id,
+                hashes,
+                ApprovalDecided.model_validate(body),
+                store=store,
+                request=request,
             )
             if why is not None:
                 raise DecisionRefusedError(

@@ -13,7 +13,8 @@ involved are attributes (after procrastinate's and httpx's exception modules).
     TorporError
     ├── ConfigError                   bad URL, bad setting, bad run id
     │   ├── KeyringError              a key or the keyring: missing, malformed, misplaced
-    │   └── UsersFileError            the console's users file: missing, malformed, no user
+    │   ├── UsersFileError            the console's users file: missing, malformed, no user
+    │   └── MarkError                 this host's high-water mark: unreadable or tampered
     ├── BadInputError                 malformed input given to the CLI (usage)
     ├── StoreError                    the store refused or failed
     │   ├── SchemaVersionError        database written by a newer torpor
@@ -21,6 +22,7 @@ involved are attributes (after procrastinate's and httpx's exception modules).
     │   ├── DamagedStoreError         a file that is not a (sound) SQLite database, or missing
     │   ├── StoreFileChangedError     the SQLite file was deleted or replaced while in use
     │   ├── StoreMissingError         a read-only open found no store at the path
+    │   ├── StoreBehindMarkError      rolled back, restored or recreated (G16)
     │   ├── LeaseError
     │   │   ├── LeaseHeldError        another owner holds the run
     │   │   └── LeaseLostError        our epoch was fenced off
@@ -145,6 +147,16 @@ class StoreFoundDamagedError(StoreFileChangedError, DamagedStoreError):
     before its next effect, as for a file deleted or replaced."""
 
 
+class StoreBehindMarkError(StoreError):
+    """The store is behind this host's high-water mark (G16): rolled back, restored from an
+    older copy, or recreated where another stood. No effect runs and no decision is consumed
+    until a person accepts it (``torpor store accept-restore``)."""
+
+
+class MarkError(ConfigError):
+    """This host's high-water mark file cannot be read, written or trusted (:mod:`torpor.marks`)."""
+
+
 class RunNotFoundError(StoreError):
     """No run with this id exists in the store."""
 
@@ -160,11 +172,11 @@ class LeaseError(StoreError):
 class LeaseHeldError(LeaseError):
     """Another owner holds an unexpired lease on the run."""
 
-    def __init__(self, run_id: str, owner: str, expires_at_ms: int):
+    def __init__(self, run_id: str, owner: str, expires_at_ms: int, detail: str = ""):
         super().__init__(
             f"run {run_id!r} is leased by {owner!r} until "
             f"{datetime.fromtimestamp(expires_at_ms / 1000, tz=UTC):%Y-%m-%d %H:%M:%S} UTC; "
-            "it is being executed elsewhere (retry after the lease expires)"
+            + (detail or "it is being executed elsewhere (retry after the lease expires)")
         )
         self.run_id = run_id
         self.owner = owner

@@ -419,6 +419,10 @@ class Decision(Protocol):
     def decided_at_ms(self) -> int: ...
     @property
     def comment(self) -> str: ...
+    @property
+    def store(self) -> str: ...
+    @property
+    def request(self) -> str: ...
 
 
 class Trust:
@@ -443,9 +447,27 @@ class Trust:
             self._seen = seen
         return self._ring
 
-    def check(self, run_id: str, approval_id: str, hashes: list[str], d: Decision) -> str | None:
+    def check(
+        self,
+        run_id: str,
+        approval_id: str,
+        hashes: list[str],
+        d: Decision,
+        *,
+        store: str | None = None,
+        request: str | None = None,
+    ) -> str | None:
         """None when ``d`` is a valid decision on ``hashes`` of approval ``approval_id`` of run
-        ``run_id``; else why not (one line)."""
+        ``run_id`` — and, when given, of the store with identity ``store`` and the request with
+        nonce ``request`` (what a worker checks: G16, issue 34) — else why not (one line)."""
+        why = self._check_signature(run_id, approval_id, hashes, d)
+        if why is None and store is not None:
+            why = _bound_elsewhere(d, approval_id, store, request)
+        return why
+
+    def _check_signature(
+        self, run_id: str, approval_id: str, hashes: list[str], d: Decision
+    ) -> str | None:
         if d.scheme == "ed25519":
             return self._check_key(run_id, approval_id, hashes, d)
         if d.scheme == "hmac":
@@ -455,7 +477,14 @@ class Trust:
                     "TORPOR_APPROVALS is not hmac-local"
                 )
             data = signing.hmac_bytes(
-                run_id, approval_id, d.decision, d.approver, hashes, d.decided_at_ms
+                run_id,
+                approval_id,
+                d.decision,
+                d.approver,
+                hashes,
+                d.decided_at_ms,
+                store=d.store,
+                request=d.request,
             )
             if not signing.hmac_verify(self.hmac_key, data, d.signature):
                 return "its HMAC signature does not verify with the local shared key"
@@ -495,7 +524,29 @@ class Trust:
             delegate=d.delegate,
             key=d.key,
             comment=d.comment,
+            store=d.store,
+            request=d.request,
         )
         if not signing.ed25519_verify(entry.blob, data, d.signature):
             return f"the signature does not verify with {signer!r}'s key {d.key}"
         return None
+
+
+def _bound_elsewhere(d: Decision, approval_id: str, store: str, request: str | None) -> str | None:
+    """Why a signed decision is not for this store's request (None: it names them)."""
+    if not d.store:
+        return (
+            "it was signed before decisions named their store and request (version 1 of the "
+            "signed bytes): decide again"
+        )
+    if d.store != store:
+        return (
+            f"it was signed for store {d.store}, not this store {store} (a decision copied "
+            "from another store?)"
+        )
+    if request is not None and d.request != request:
+        return (
+            f"it was signed for another request of approval {approval_id!r} (nonce "
+            f"{d.request[:12] or 'none'}), not this one ({request[:12] or 'none'})"
+        )
+    return None

@@ -24,11 +24,14 @@ from .config import Settings
 from .engine import children
 from .engine.cancel import CANCEL_GRACE_S
 from .engine.execution import Execution, RunResult
+from .engine.highwater import HighWater, committed_seq
+from .engine.journal import Journal
 from .errors import (
     ConfigError,
     LeaseHeldError,
     NotSerializable,
     PayloadError,
+    StoreBehindMarkError,
     TorporError,
     VersionMismatchError,
 )
@@ -143,8 +146,11 @@ class Runtime:
         self.on_event = on_event
         self.signing_key = self.settings.signing_key()
         self.trust = Trust(self.settings.keyring_path(), self.settings.hmac_key())
+        self._high_water: HighWater | None = None
 
     def close(self) -> None:
+        if self._high_water is not None:
+            self._high_water.close()
         self.store.close()
 
     def __enter__(self) -> Runtime:
@@ -230,10 +236,12 @@ class Runtime:
         """
         if lease is None:
             lease = self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
+        ex: Execution | None = None
         try:
             state = self.store.load(run_id)
             wf = get_workflow(state.workflow, state.module)
             ex = Execution(self, wf, lease, state, heartbeat_s=self.heartbeat_s, make_handle=Run)
+            self._check_high_water(ex)
             try:
                 wf.check_version(run_id, state.version)
             except VersionMismatchError:
@@ -248,8 +256,37 @@ class Runtime:
                 self._capture_episodes(run_id)
             return res
         finally:
+            if ex is not None and ex.journal.store_identity and ex.journal.lost is None:
+                with contextlib.suppress(TorporError):  # (a mark not written: the next does)
+                    self.high_water.advance(run_id, committed_seq(ex.journal))
             with contextlib.suppress(Exception):
                 self.store.release_lease(lease)
+
+    @property
+    def high_water(self) -> HighWater:
+        """This host's high-water mark of the store (:mod:`torpor.engine.highwater`)."""
+        if self._high_water is None:
+            self._high_water = HighWater(self.settings.config_dir(), self.store)
+        return self._high_water
+
+    def _check_high_water(self, ex: Execution) -> None:
+        """Before anything of the workflow runs: refuse a store behind this host's mark (G16;
+        recorded on the run, StoreBehindMarkError), and hand the execution the pinned store
+        identity, the seq until which new effects are reconciled first (after an accepted
+        restore) and the mark's advance at each lease renewal."""
+        j = ex.journal
+        hw = self.high_water
+        why = hw.check(j.run_id, j.state.seq)
+        if why is not None:
+            ex.note_attention(why)
+            raise StoreBehindMarkError(why)
+        j.store_identity = hw.store_id()
+        j.reconcile_until = hw.reconcile_until(j.run_id)
+
+        def renewed(journal: Journal) -> None:
+            hw.advance(journal.run_id, committed_seq(journal))
+
+        j.on_renewed = renewed
 
     def _run_traced(self, ex: Execution, lease: Lease, state: RunState) -> RunResult:
         """``ex.run()``, as one attempt span of the run's trace when telemetry is on."""

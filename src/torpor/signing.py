@@ -19,16 +19,28 @@ where ``{JSON}`` is one JSON object with exactly these members, keys sorted, no 
 - ``decided_at_ms``: when, in milliseconds since the Unix epoch (the store's clock);
 - ``comment``: the note recorded with the decision.
 
+**Version 2** (issue 34 item 1; what torpor signs since) names the store and the request too,
+so a decision is valid for exactly one request in one store (G16)::
+
+    torpor-approval-decision-v2\n{JSON}
+
+with the members of version 1 and two more: ``store``, the store's identity (32 hex digits,
+``store_identity``, migration 0014, as pinned outside the database by the worker's host:
+:mod:`torpor.marks`), and ``request``, the request's nonce (``approval_requested.nonce``: random,
+made once when the request is recorded; another run, store, or a request recorded again has
+another). A decision of version 1 (signed before) names
+neither; workers refuse it, and the approval is decided again (see the CHANGELOG).
+
 The signature is Ed25519 (RFC 8032, "pure" Ed25519 over those bytes; 64 bytes), stored in
 standard base64. Keys are OpenSSH ``ssh-ed25519`` keys (RFC 8709 wire format), so an existing
 ``~/.ssh/id_ed25519`` or ``ssh-agent`` can sign. The ``cryptography`` package does the
 cryptography; it is imported only here, on first use.
 
 The local single-user mode (``TORPOR_APPROVALS=hmac-local``) signs the earlier body — the
-canonical JSON of ``run_id, approval_id, decision, approver, hashes, decided_at_ms`` without a
-prefix — with HMAC-SHA256 (RFC 2104) under one shared key, so decisions recorded before keys
-per person still verify in that mode. A shared key proves nothing about who decided: such
-decisions are labelled "not attributable".
+canonical JSON of ``run_id, approval_id, decision, approver, hashes, decided_at_ms``, and since
+issue 34 ``store`` and ``request`` as above (one without them is decided again), without a
+prefix — with HMAC-SHA256 (RFC 2104) under one shared key. A shared key proves nothing about
+who decided: such decisions are labelled "not attributable".
 """
 
 from __future__ import annotations
@@ -45,6 +57,9 @@ from typing import Any
 #: as anything else a key might sign).
 DOMAIN = b"torpor-approval-decision-v1\n"
 
+#: Prefix of version 2 (the store and the request named too).
+DOMAIN_V2 = b"torpor-approval-decision-v2\n"
+
 #: Shortest HMAC key accepted in the local single-user mode, in bytes (HMAC-SHA256's output).
 MIN_HMAC_KEY_BYTES = 32
 
@@ -60,9 +75,13 @@ def decision_bytes(
     delegate: str = "",
     key: str = "",
     comment: str = "",
+    store: str = "",
+    request: str = "",
 ) -> bytes:
-    """The canonical bytes (version 1, see the module docstring) an Ed25519 key signs."""
-    body = {
+    """The canonical bytes an Ed25519 key signs: version 2 when ``store`` (the store's
+    identity) is given, with ``request`` (the request's nonce); else version 1 (see the
+    module docstring)."""
+    body: dict[str, Any] = {
         "run_id": run_id,
         "approval_id": approval_id,
         "hashes": sorted(hashes),
@@ -73,7 +92,11 @@ def decision_bytes(
         "decided_at_ms": int(decided_at_ms),
         "comment": comment,
     }
-    return DOMAIN + json.dumps(body, sort_keys=True, separators=(",", ":")).encode("ascii")
+    prefix = DOMAIN
+    if store:
+        body.update(store=store, request=request)
+        prefix = DOMAIN_V2
+    return prefix + json.dumps(body, sort_keys=True, separators=(",", ":")).encode("ascii")
 
 
 def hmac_bytes(
@@ -83,8 +106,12 @@ def hmac_bytes(
     approver: str,
     hashes: Sequence[str],
     decided_at_ms: int,
+    *,
+    store: str = "",
+    request: str = "",
 ) -> bytes:
-    """The bytes an HMAC decision signs (the body signed before keys per person)."""
+    """The bytes an HMAC decision signs (the body signed before keys per person; with the
+    store's identity and the request's nonce when ``store`` is given)."""
     body: dict[str, Any] = {
         "run_id": run_id,
         "approval_id": approval_id,
@@ -93,6 +120,8 @@ def hmac_bytes(
         "hashes": sorted(hashes),
         "decided_at_ms": decided_at_ms,
     }
+    if store:
+        body.update(store=store, request=request)
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return text.encode()
 

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from ..artifacts import ArtifactStore
 from ..blobs import check_references
+from ..engine.highwater import WHAT_NOW, audit
 from ..errors import BadInputError, StoreMissingError, TorporError
 from ..queues import damaged_rows
 from ..schedules import schedule_problems
@@ -59,6 +60,7 @@ def doctor(
     if opened:
         findings += _dispatch(url)
         findings += _references(url, settings.artifacts_url, deep)
+        findings += _high_water(url, settings.config_dir())
     findings += _damage(url, findings)
     if json_out:
         emit_json([dataclasses.asdict(f) for f in findings])
@@ -130,6 +132,48 @@ def _references(url: str, artifacts_url: str, deep: bool) -> list[Finding]:
     finally:
         store.close()
     return [Finding(ok, what, detail) for ok, what, detail in found]
+
+
+def _high_water(url: str, config_dir: Path) -> list[Finding]:
+    """The store against this host's high-water mark (G16): recreated, rolled back or restored
+    behind what this host saw committed (:func:`torpor.engine.highwater.audit`)."""
+    what = "high-water mark"
+    try:
+        store = open_store(url, read_only=True)
+    except TorporError as exc:
+        return [Finding(False, what, str(exc))]
+    try:
+        found = audit(config_dir, store)
+    except TorporError as exc:
+        return [Finding(False, what, str(exc))]
+    finally:
+        store.close()
+    if found is None:
+        return [Finding(True, what, "no mark on this host yet")]
+    if not found:
+        return [Finding(True, what, f"store {found.store_id} is not behind this host's mark")]
+    out = []
+    if found.recreated:
+        out.append(
+            Finding(
+                False,
+                what,
+                f"store {found.location} has identity {found.store_id}, but this host pinned "
+                f"{found.pinned} there: it was recreated or replaced; {WHAT_NOW}",
+            )
+        )
+    for run_id, now, seen in found.runs:
+        out.append(
+            Finding(
+                False,
+                what,
+                f"run {run_id!r}: history ends at seq {now}, but this host saw seq {seen} "
+                f"committed: the store was rolled back or restored; {WHAT_NOW}",
+            )
+        )
+    if not out:
+        out.append(Finding(False, what, f"{found.flagged}; {WHAT_NOW}"))
+    return out
 
 
 def _dispatch(url: str) -> list[Finding]:

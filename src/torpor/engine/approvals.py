@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import getpass
 import socket
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -140,6 +141,7 @@ def request(
             summary=summary,
             approvers=people,
             required=required,
+            nonce=uuid.uuid4().hex,
         )
         comp = _decide(j, ask, wid, timeout)
     res = comp.result or {}
@@ -234,12 +236,16 @@ def refusal(j: Journal, aid: str, d: DecisionInfo | ApprovalDecided) -> str | No
             "a policy decision (--auto-approve) holds only in a process started with that "
             "flag; this one was not"
         )
+    info = j.state.approvals.get(aid)
     if isinstance(d, ApprovalDecided):
         hashes = list(d.hashes)  # what it claims to decide on (the fold compares them)
     else:
-        info = j.state.approvals.get(aid)
         hashes = list(info.hashes) if info is not None else []
-    return j.host.trust.check(j.run_id, aid, hashes, d)
+    # A decision is valid for one request in one store (G16): the identity this host pinned,
+    # the request's nonce.
+    store = j.store_identity or j.store.store_id()
+    nonce = info.nonce if info is not None else ""
+    return j.host.trust.check(j.run_id, aid, hashes, d, store=store, request=nonce)
 
 
 def screen(j: Journal, state: RunState, p: Payload) -> Payload:

@@ -65,6 +65,7 @@ from .reconcile import (
     ask,
     reconcile_at_takeover,
     reconcile_on_replay,
+    reconcile_restored,
     register,
     registered_reconcile,
     resolution_payloads,
@@ -359,6 +360,12 @@ def _intend(
     payloads.append(
         EffectIntended(step_id=sid, key=key, operation=op, attempt=attempt, approval_id=approval_id)
     )
+    call = EffectCall(j.run_id, sid, key, op, attempt, args, kw)
+    if info is None and j.state.seq < j.reconcile_until:
+        # A store a person accepted back from a restore: this effect may have run before it.
+        settled = reconcile_restored(j, sid, call, reconcile, payloads)
+        if settled is not None:
+            return sid, settled[0], None
     for _ in range(_GUARD_RETRIES):
         try:
             j.append(*payloads, if_inbox_empty=consume)
@@ -374,7 +381,7 @@ def _intend(
             "the approval could not be consumed"
         )
     faults.point("effect.intended")
-    return sid, None, EffectCall(j.run_id, sid, key, op, attempt, args, kw)
+    return sid, None, call
 
 
 def _raise_recorded_failure(j: Journal, sid: str) -> None:

@@ -205,6 +205,19 @@ class Journal:
         #: ``(step id, monotonic start)`` while the executing thread runs a step's own work
         #: (:func:`step_work`): the heartbeat records a cancel meanwhile (:mod:`.cancel`).
         self.busy: tuple[str, float] | None = None
+        #: The store's identity as this host pinned it (:mod:`torpor.engine.highwater`): what
+        #: signed decisions must name (G16); "" until the runtime checked it.
+        self.store_identity = ""
+        #: After a restore a person accepted: new effects are reconciled with the outside
+        #: world before they are called while the history is before this seq (0: never).
+        self.reconcile_until = 0
+        #: Called by the heartbeat after each renewal (the runtime advances this host's
+        #: high-water mark there); None: nothing to do.
+        self.on_renewed: Callable[[Journal], None] | None = None
+        #: The highest seq of this run's history known committed: loaded, or written by an
+        #: append the store acknowledged (what the high-water mark advances to; never a seq
+        #: folded into the state by an append that failed).
+        self.committed_seq = state.seq
 
     # ------------------------------------------------------------------ the seam
 
@@ -370,6 +383,7 @@ class Journal:
                 self._reload()
             raise
         self.pending = []
+        self.committed_seq = max(self.committed_seq, events[-1].seq if events else 0)
         if points:
             faults.point("append.after")
         self.replay.appended(events)
@@ -384,6 +398,7 @@ class Journal:
         """The state as recorded, with the deferred events folded again (nothing was written:
         they are still to be written)."""
         state = self.store.load(self.run_id)
+        self.committed_seq = max(self.committed_seq, state.seq)
         for ev in self.pending:
             apply(state, ev)
         self.state = state

@@ -105,6 +105,8 @@ class Heartbeat:
                 if failed:  # the store answers again: the outage leaves a trace on the run
                     failed = False
                     j.store.note_infra(j.run_id)
+                if j.on_renewed is not None:
+                    j.on_renewed(j)
                 pending = j.store.count_pending_inbox(j.run_id) > 0
                 if pending:
                     j.inbox_dirty = True

@@ -121,6 +121,32 @@ def reconcile_on_replay(
     return None
 
 
+def reconcile_restored(
+    j: Journal, sid: str, call: EffectCall, reconcile: Reconcile | None, intent: list[Payload]
+) -> tuple[Any] | None:
+    """A new effect of a run whose store a person accepted back from a restore (G16): the
+    history this host had seen went further, so the call may have reached the outside world
+    already. Ask first. Applied: recorded with its ``intent`` payloads as the step's result,
+    ``(result,)`` returned. Unknown (or no reconcile to ask): recorded, the run unresolved.
+    Absent: nothing recorded, None returned (the caller records the intent and calls)."""
+    verdict = ask(call, reconcile)
+    key = call.idempotency_key
+    why = "the store was restored behind this host's mark; asked before calling"
+    if isinstance(verdict, Applied):
+        data = j.jsonable(sid, verdict.result, "reconciled result")
+        j.append(
+            *intent,
+            EffectReconciled(key=key, verdict=Verdict.APPLIED, result=data, reason=why),
+            StepCompleted(step_id=sid, result=data, policy=Policy.EFFECT),
+        )
+        return (data,)
+    if isinstance(verdict, Unknown):
+        reason = f"{verdict.reason} ({why})"
+        j.append(*intent, EffectReconciled(key=key, verdict=Verdict.UNKNOWN, reason=reason))
+        raise EffectUnresolved(key, reason)
+    return None
+
+
 # ------------------------------------------------------------------ takeover and people
 
 

@@ -73,6 +73,7 @@ def _approval_requested(s: RunState, p: ApprovalRequested, e: Event, refuse: Ref
         approvers=list(p.approvers),
         required=p.required,
         step_id=p.step_id,
+        nonce=p.nonce,
     )
 
 
@@ -103,6 +104,8 @@ def _approval_decided(s: RunState, p: ApprovalDecided, e: Event, refuse: Refuse)
             given_by=p.given_by,
             decided_at_ms=p.decided_at_ms,
             comment=p.comment,
+            store=p.store,
+            request=p.request,
             arrived_at_ms=p.arrived_at_ms,
         )
     )

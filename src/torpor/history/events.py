@@ -28,6 +28,8 @@ SHA256_RE = re.compile(r"[0-9a-f]{64}")
 #: 5: child runs (issue 37): ``run_started.parent``, ``wait_started`` of kind ``children``
 #: (``children``, ``need``), ``wait_completed`` via ``children``, and ``child_ended`` (a child's
 #: outcome, moved from the parent's inbox).
+#:    and (issue 34) decisions name the store and the request they were signed for
+#: (``approval_decided.store``/``request``; the request's ``approval_requested.nonce``, issue 34).
 EVENT_SCHEMA_VERSION = 5
 
 
@@ -191,6 +193,9 @@ class ApprovalRequested(Payload):
     summary: str = ""
     approvers: list[str] = Field(default_factory=list)
     required: int = 1
+    #: This request's nonce (random, made once when it is recorded): signed decisions name it,
+    #: so a decision is valid for one request only ("": requested before issue 34).
+    nonce: str = ""
 
 
 #: How a decision is authenticated: ``ed25519`` — signed by the approver's own key (or a
@@ -217,6 +222,10 @@ class ApprovalDecided(Payload):
     key: str = ""
     delegate: str = ""
     given_by: str = ""
+    #: The store's identity and the request's nonce the decision was signed for (version 2 of
+    #: the signed bytes, :mod:`torpor.signing`); "" in a decision signed before.
+    store: str = ""
+    request: str = ""
 
     #: When the decision arrived in the run's inbox (the store's clock at posting, epoch ms;
     #: None: recorded by the lease holder itself, or by a torpor before event schema 3). A

@@ -66,6 +66,9 @@ class DecisionInfo(BaseModel):
     given_by: str = ""
     decided_at_ms: int = 0
     comment: str = ""
+    #: The store identity and request nonce it was signed for ("": signed before).
+    store: str = ""
+    request: str = ""
     #: When it arrived in the run's inbox (epoch ms; None: recorded by the lease holder, or
     #: before event schema 3).
     arrived_at_ms: int | None = None
@@ -99,6 +102,9 @@ class ApprovalInfo(BaseModel):
     #: The decision step that waits for it (None: folded before this was kept). Once that
     #: step has ended — decided, or timed out — the approval takes no decision any more.
     step_id: str | None = None
+    #: The request's nonce (``approval_requested.nonce``), which signed decisions name ("": a
+    #: request made before issue 34).
+    nonce: str = ""
 
     def counted(self) -> list[DecisionInfo]:
         """The decisions that count: ``decisions``, or, in a state folded before decisions

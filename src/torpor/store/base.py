@@ -371,6 +371,16 @@ class Store(
         """The run row; RunNotFoundError."""
         ...
 
+    def store_id(self) -> str:
+        """The store's identity: 32 hex digits created once with its schema (migration 0014)."""
+        ...
+
+    @property
+    def location(self) -> str:
+        """Where the store is, as this host names it (its URL without a password; SQLite: the
+        file's resolved path): the key of this host's high-water mark (:mod:`torpor.marks`)."""
+        ...
+
     def trace_context(self, run_id: str, candidate: str | None = None) -> str | None:
         """The run's trace context, set to ``candidate`` first if unset (first writer wins)."""
         ...

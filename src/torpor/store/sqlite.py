@@ -39,7 +39,7 @@ from ..errors import (
 )
 from . import damage
 from .base import check_schema
-from .sqlstore import SQLStore
+from .sqlite_leases import OSLockedLeases
 
 MIGRATIONS = Path(__file__).parent / "migrations" / "sqlite"
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -85,6 +85,8 @@ class SQLiteDriver:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        #: Judges an expired lease a claim meets (:mod:`.sqlite_leases`); None: take it.
+        self.may_take: Callable[..., bool] | None = None
 
     def connect(self) -> sqlite3.Connection:
         """A new plain connection to the file, in this driver's mode (nothing configured)."""
@@ -93,13 +95,20 @@ class SQLiteDriver:
         else:
             query = "mode=ro" if self.mode == "ro" else "immutable=1"
             target, uri = f"{Path(self.path).resolve().as_uri()}?{query}", True
-        return sqlite3.connect(
+        conn = sqlite3.connect(
             target,
             uri=uri,
             isolation_level=None,
             check_same_thread=False,
             timeout=self.busy_timeout_ms / 1000,
         )
+        conn.create_function("torpor_may_take", 5, self._may_take)
+        return conn
+
+    def _may_take(self, *row: Any) -> int:
+        """SQL ``torpor_may_take(run id, owner, epoch, expires at, ttl ms)``: whether a claim
+        may take an expired lease (:attr:`may_take`, set by the store; yes when unset)."""
+        return 1 if self.may_take is None else int(self.may_take(*row))
 
     def conn(self) -> sqlite3.Connection:
         c: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -293,7 +302,7 @@ class SQLiteDriver:
         self._local = threading.local()
 
 
-class SQLiteStore(SQLStore):
+class SQLiteStore(OSLockedLeases):
     """SQLStore on SQLite. Wakeups poll ``PRAGMA data_version``, which changes whenever another
     connection commits: a cheap shared-memory read, so an idle worker notices a signal within
     milliseconds without querying the tables."""

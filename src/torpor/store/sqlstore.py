@@ -33,6 +33,7 @@ from ..errors import (
     LeaseLostError,
     RunFinishedError,
     RunNotFoundError,
+    StoreError,
 )
 from ..history import Event, RunStarted, RunState
 from ..owners import owner_is_dead
@@ -197,6 +198,25 @@ class SQLStore(
             self.driver.execute(cur, self.q["insert_event"], row)
             self.driver.fetchone(cur, self.q["notify_wake"], {"run_id": run_id})
         return True
+
+    @read_retried
+    def store_id(self) -> str:
+        """The store's identity (migration 0014): 32 hex digits, created once with the schema.
+        StoreError when the row is missing (a store damaged or rewritten by hand)."""
+        with self.driver.read() as cur:
+            row = self.driver.fetchone(cur, self.q["store_identity"], {})
+        if row is None:
+            raise StoreError(
+                f"store {display_url(self.url)} has no identity row (table store_identity): "
+                "it was damaged or rewritten by hand; run `torpor doctor`"
+            )
+        return str(row[0])
+
+    @property
+    def location(self) -> str:
+        """Where this store is, as this host names it (the key of its high-water mark,
+        :mod:`torpor.marks`): the URL without its password."""
+        return display_url(self.url)
 
     @read_retried
     def get_run(self, run_id: str) -> RunRecord:

@@ -285,6 +285,10 @@ WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
 UPDATE runs SET lease_owner = NULL, lease_expires_at_ms = 0, updated_at_ms = torpor_now_ms()
 WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch;
 
+-- name: store_identity
+-- The store's identity (migration 0014): (store id, created at ms), one row.
+SELECT store_id, created_at_ms FROM store_identity WHERE one = 1;
+
 -- name: recorded_seq
 -- The seq the run row last recorded (a status change, a checkpoint): the history reaches it.
 SELECT last_seq FROM runs WHERE run_id = :run_id;

@@ -123,6 +123,10 @@ WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch
 UPDATE runs SET lease_owner = NULL, lease_expires_at_ms = 0, updated_at_ms = :now_ms
 WHERE run_id = :run_id AND lease_owner = :owner AND lease_epoch = :epoch;
 
+-- name: store_identity
+-- The store's identity (migration 0014): (store id, created at ms), one row.
+SELECT store_id, created_at_ms FROM store_identity WHERE one = 1;
+
 -- name: recorded_seq
 -- The seq the run row last recorded (a status change, a checkpoint): the history reaches it.
 SELECT last_seq FROM runs WHERE run_id = :run_id;
@@ -252,7 +256,10 @@ WHERE run_id = (
         FROM runs r
         WHERE (status IN ('pending', 'running')
                OR (status = 'waiting' AND (wake_at_ms <= :now_ms OR lease_owner IS NOT NULL)))
-          AND (lease_owner IS NULL OR lease_expires_at_ms <= :now_ms)
+          -- An expired lease whose holder's OS lock is held (alive) is not taken, unless
+          -- that holder is hung (torpor_may_take: torpor.store.sqlite_leases).
+          AND (lease_owner IS NULL OR (lease_expires_at_ms <= :now_ms AND torpor_may_take(
+               run_id, lease_owner, lease_epoch, lease_expires_at_ms, :ttl_ms)))
           AND (:accept IS NULL OR EXISTS (
                SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
                WHERE w.key = r.workflow AND v.value = r.version))
