@@ -11,17 +11,20 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from ..client import Client
 from ..errors import BadInputError, TorporError
-from ..history import Event
+
+if TYPE_CHECKING:
+    from ..history import Event
+    from ..runtime import Runtime
+
 from ..queues import queue_snapshot
-from ..runtime import Runtime
-from ..store import open_store
 from ..workflows import import_modules
+from .listing import read_client
 from .render import console, plain
 from .root import options
 
@@ -102,13 +105,10 @@ def open_client(ctx: typer.Context, *, read_only: bool = False) -> Iterator[Clie
     (:func:`torpor.store.open_store`); what the open had to say goes to stderr."""
     settings = options(ctx).settings()
     if read_only:
-        store = open_store(settings.database_url, read_only=True)
-        note = store.note
-        if note:
-            console(stderr=True).print(plain(f"warning: {note}", style="yellow"))
-        client = Client(store, settings=settings)
-    else:
-        client = Client(settings=settings)
+        with read_client(settings) as client:
+            yield client
+        return
+    client = Client(settings=settings)
     try:
         yield client
     finally:
@@ -122,6 +122,8 @@ def open_runtime(ctx: typer.Context, imports: list[str] | None, **kw: Any) -> It
     opts = options(ctx)
     _import([*opts.imports, *(imports or [])])
     on_event = _progress_printer() if sys.stderr.isatty() else None
+    from ..runtime import Runtime  # the engine: only for the commands that execute
+
     rt = Runtime(settings=opts.settings(), on_event=on_event, **kw)
     try:
         yield rt
