@@ -10,6 +10,8 @@ them. Nothing here does I/O; every layer above records through these types.
 - :mod:`.views` — the checkpoint's four answers, step and effect views for people.
 """
 
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 from .kinds import (
@@ -186,9 +188,10 @@ def _load() -> None:
     import importlib
 
     modules = [importlib.import_module(f"{__name__}.{m}") for m in _MODULES]
+    # Every name bound afresh: importing the submodule ``fold`` set the attribute ``fold`` to
+    # the module, which the function of that name replaces here (as the eager imports did).
     for name in (*__all__, "RULES"):
-        if name not in globals():
-            globals()[name] = next(getattr(m, name) for m in modules if hasattr(m, name))
+        globals()[name] = next(getattr(m, name) for m in modules if hasattr(m, name))
     rules, types = globals()["RULES"], globals()["EVENT_TYPES"]
     assert set(rules) == set(types.values()), "every event type has its rule"
 
@@ -203,3 +206,17 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """This package's module type. The package's ``fold`` is the function: importing the
+    submodule of that name first (``import torpor.history.fold``) would otherwise make it the
+    module, before :func:`_load` binds the function."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "fold" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

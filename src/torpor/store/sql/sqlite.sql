@@ -245,8 +245,11 @@ WHERE run_id = (
         SELECT run_id, queue, concurrency_key, started_at_ms, priority,
                COALESCE(wake_at_ms, created_at_ms) AS due, rowid AS n
         FROM runs r
+        -- three arms, each an index search (runs_dispatch twice, runs_held): not every
+        -- waiting run visited to find the due and the still-leased ones (issue 48)
         WHERE (status IN ('pending', 'running')
-               OR (status = 'waiting' AND (wake_at_ms <= :now_ms OR lease_owner IS NOT NULL)))
+               OR (status = 'waiting' AND wake_at_ms <= :now_ms)
+               OR (status = 'waiting' AND lease_owner IS NOT NULL))
           AND (lease_owner IS NULL OR lease_expires_at_ms <= :now_ms)
           AND (:accept IS NULL OR EXISTS (
                SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
