@@ -960,6 +960,8 @@ def report(res: dict[str, Any]) -> str:
             else:
                 L.append(f"| {k} | {v['kills']} | {v['acked']:,} | {v['lost']:,} |")
         L.append("")
+    if res.get("scale"):
+        L += scale_report(res["scale"])
     if res.get("plots"):
         made = [f"`bench/results/{p}`" for p in res["plots"] if not p.startswith("(")]
         L.append("Plots: " + ", ".join(made or res["plots"]) + "\n")
@@ -1116,8 +1118,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=1000, help="steps per per-step run")
     ap.add_argument(
         "--sections",
-        default="per_step,resume,wake,effects,cold,kill",
-        help="comma-separated subset of per_step,resume,wake,effects,cold,kill",
+        default="per_step,resume,wake,effects,cold,kill,scale",
+        help="comma-separated subset of per_step,resume,wake,effects,cold,kill,scale",
+    )
+    ap.add_argument(
+        "--scale-finished",
+        type=int,
+        default=None,
+        help="scale section: finished runs in the big store (default 1,000,000; --quick 100,000)",
+    )
+    ap.add_argument(
+        "--scale-waiting",
+        type=int,
+        default=None,
+        help="scale section: waiting runs in the big store (default 100,000; --quick 10,000)",
     )
     ap.add_argument(
         "--cold-runs",
@@ -1167,6 +1181,7 @@ def main(argv: list[str] | None = None) -> int:
         "effects": {},
         "cold": {},
         "kill": {},
+        "scale": {},
     }
     systems: list[System] = []
     if "per_step" in sections:
@@ -1246,6 +1261,8 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:
                 res["kill"][label] = {"error": f"{type(exc).__name__}: {exc}"}
                 traceback.print_exc()
+    if "scale" in sections:
+        res["scale"] = measure_scale(args)
     res["targets"] = targets(res, {s.key: s for s in systems})
     (RESULTS / "results.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
     try:
@@ -1260,6 +1277,42 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     log(f"written to {RESULTS / 'report.md'} and {RESULTS / 'results.json'}")
     return 0
+
+
+def measure_scale(args: argparse.Namespace) -> dict[str, Any]:
+    """The scale section (issue 48): :mod:`scale` (a million finished and a hundred thousand
+    waiting runs against a near-empty store) and :mod:`cli_start` (read commands against
+    ``--version``), each in its own subprocess with this invocation's bytecode cache."""
+    finished = args.scale_finished or (100_000 if args.quick else 1_000_000)
+    waiting = args.scale_waiting or (10_000 if args.quick else 100_000)
+    out: dict[str, Any] = {}
+    for key, script, argv in (
+        ("store", "scale.py", ["--finished", str(finished), "--waiting", str(waiting)]),
+        ("cli", "cli_start.py", ["--reps", "5" if args.quick else "9"]),
+    ):
+        log(f"scale: {script} {' '.join(argv)}")
+        try:
+            subprocess.run(
+                [sys.executable, str(HERE / script), *argv], env=env(), check=True, timeout=3600
+            )
+            name = "scale" if key == "store" else "cli_start"
+            out[key] = json.loads((RESULTS / f"{name}.json").read_text())
+        except (subprocess.SubprocessError, OSError, ValueError) as exc:
+            out[key] = {"error": f"{type(exc).__name__}: {exc}"}
+    return out
+
+
+def scale_report(sc: dict[str, Any]) -> list[str]:
+    """The scale section's text (see :func:`measure_scale`)."""
+    import cli_start
+    import scale
+
+    L = ["## Scale: cost that stays flat as the work grows (issue 48)\n"]
+    for key, mod in (("store", scale), ("cli", cli_start)):
+        r = sc.get(key) or {}
+        L += [f"Not measured: {r['error']}"] if "error" in r else mod.lines(r) if r else []
+        L.append("")
+    return L
 
 
 @contextmanager
