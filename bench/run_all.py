@@ -1262,7 +1262,7 @@ def main(argv: list[str] | None = None) -> int:
                 res["kill"][label] = {"error": f"{type(exc).__name__}: {exc}"}
                 traceback.print_exc()
     if "scale" in sections:
-        res["scale"] = measure_scale(args)
+        res["scale"] = measure_scale(args, base)
     res["targets"] = targets(res, {s.key: s for s in systems})
     (RESULTS / "results.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
     try:
@@ -1279,23 +1279,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def measure_scale(args: argparse.Namespace) -> dict[str, Any]:
+def measure_scale(args: argparse.Namespace, base: str | None) -> dict[str, Any]:
     """The scale section (issue 48): :mod:`scale` (a million finished and a hundred thousand
-    waiting runs against a near-empty store) and :mod:`cli_start` (read commands against
+    waiting runs against a near-empty store; on SQLite, and on PostgreSQL when ``base`` is a
+    server) and :mod:`cli_start` (read commands against
     ``--version``), each in its own subprocess with this invocation's bytecode cache."""
     finished = args.scale_finished or (100_000 if args.quick else 1_000_000)
     waiting = args.scale_waiting or (10_000 if args.quick else 100_000)
     out: dict[str, Any] = {}
-    for key, script, argv in (
-        ("store", "scale.py", ["--finished", str(finished), "--waiting", str(waiting)]),
-        ("cli", "cli_start.py", ["--reps", "5" if args.quick else "9"]),
-    ):
+    sizes = ["--finished", str(finished), "--waiting", str(waiting)]
+    jobs = [("store", "scale.py", sizes, "scale")]
+    if base is not None:
+        jobs.append(("store_pg", "scale.py", [*sizes, "--backend", "postgres"], "scale_postgres"))
+    jobs.append(("cli", "cli_start.py", ["--reps", "5" if args.quick else "9"], "cli_start"))
+    for key, script, argv, name in jobs:
         log(f"scale: {script} {' '.join(argv)}")
         try:
+            e = env() if base is None else {**env(), "TORPOR_BENCH_DATABASE_URL": base}
             subprocess.run(
-                [sys.executable, str(HERE / script), *argv], env=env(), check=True, timeout=3600
+                [sys.executable, str(HERE / script), *argv], env=e, check=True, timeout=3600
             )
-            name = "scale" if key == "store" else "cli_start"
             out[key] = json.loads((RESULTS / f"{name}.json").read_text())
         except (subprocess.SubprocessError, OSError, ValueError) as exc:
             out[key] = {"error": f"{type(exc).__name__}: {exc}"}
@@ -1308,7 +1311,7 @@ def scale_report(sc: dict[str, Any]) -> list[str]:
     import scale
 
     L = ["## Scale: cost that stays flat as the work grows (issue 48)\n"]
-    for key, mod in (("store", scale), ("cli", cli_start)):
+    for key, mod in (("store", scale), ("store_pg", scale), ("cli", cli_start)):
         r = sc.get(key) or {}
         L += [f"Not measured: {r['error']}"] if "error" in r else mod.lines(r) if r else []
         L.append("")

@@ -1,4 +1,5 @@
-"""Cost that stays flat as the work grows (issue 48 item 1), SQLite: a store of ``--finished``
+"""Cost that stays flat as the work grows (issue 48 item 1), SQLite or PostgreSQL
+(``--backend``; a fresh schema of ``TORPOR_BENCH_DATABASE_URL``/``TORPOR_TEST_DATABASE_URL``): a store of ``--finished``
 finished runs (default 1,000,000) and ``--waiting`` waiting runs (default 100,000) against an
 near-empty store, the same four operations on each, each as a ratio big/empty (goal <= 1.5x):
 
@@ -12,8 +13,9 @@ How the big store is made: through the public API, one run of each kind is execu
 run that finishes; a run that waits for a signal with a 30-day timeout); then SQL copies their
 ``runs`` and ``events`` rows into ``--finished`` and ``--waiting`` rows with new run ids, older
 creation times (one millisecond apart, before the templates) and nothing else changed, in one
-transaction per table (a recursive CTE counting 1..N; a million runs take about a minute here,
-the public API would take hours). The baseline ("empty") store is made the same way with 60
+transaction per table (a recursive CTE counting 1..N on SQLite, ``generate_series`` and then
+``ANALYZE`` on PostgreSQL; a million runs take one or two minutes here, the public API would
+take hours). The baseline ("empty") store is made the same way with 60
 finished and 10 waiting runs: one full page for ``ls``, so both stores list the same 50 rows.
 Each operation is then timed ``--reps`` times on each store, alternating the two stores, and the
 median of each is reported; the ratio is of the medians. ``EXPLAIN QUERY PLAN`` of the
@@ -30,6 +32,7 @@ report, section ``scale``).
 from __future__ import annotations
 
 import argparse
+import re
 import sqlite3
 import statistics
 import sys
@@ -85,46 +88,88 @@ def _copy(db: sqlite3.Connection, tbl: str, template: str, prefix: str, n: int) 
     )
 
 
-def build(path: Path, finished: int, waiting: int, probes: int) -> dict[str, Any]:
-    """A store at ``path`` with ``finished`` + ``waiting`` bulk runs; returns the probe runs:
-    one finished run to show, ``probes`` waiting runs to wake. Seconds taken in ``load_s``."""
+def build(url: str, finished: int, waiting: int, probes: int) -> dict[str, Any]:
+    """A store at ``url`` (SQLite or PostgreSQL) with ``finished`` + ``waiting`` bulk runs;
+    returns the probe runs: one finished run to show, ``probes`` waiting runs to wake. Seconds
+    the SQL copy took in ``load_s``."""
     import torpor
 
     done, wait = _workflows()
-    url = f"sqlite:///{path}"
     rt = torpor.Runtime(url)
     shown = rt.run(done, 1).run_id
     waiters = [rt.run(wait, i, follow_timers=False).run_id for i in range(probes)]
     tmpl_w = waiters[0]
     rt.close()
     t0 = time.perf_counter()
-    db = sqlite3.connect(path)
-    with db:
-        for tbl in ("runs", "events"):
-            _copy(db, tbl, shown, "f", finished)
-            _copy(db, tbl, tmpl_w, "w", waiting)
-    db.close()
+    if url.startswith("sqlite"):
+        db = sqlite3.connect(url.removeprefix("sqlite:///"))
+        with db:
+            for tbl in ("runs", "events"):
+                _copy(db, tbl, shown, "f", finished)
+                _copy(db, tbl, tmpl_w, "w", waiting)
+        db.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(url) as pg:
+            for tbl in ("runs", "events"):
+                _copy_pg(pg, tbl, shown, "f", finished)
+                _copy_pg(pg, tbl, tmpl_w, "w", waiting)
+            pg.commit()
+            pg.execute("ANALYZE runs")  # autovacuum would, soon after a load this size
+            pg.execute("ANALYZE events")
+            pg.commit()
     return {"url": url, "shown": shown, "waiters": waiters, "load_s": time.perf_counter() - t0}
 
 
-def plans(path: Path) -> dict[str, list[str]]:
-    """``EXPLAIN QUERY PLAN`` of the named queries the four operations run."""
+def _copy_pg(pg: Any, tbl: str, template: str, prefix: str, n: int) -> None:
+    """:func:`_copy` on PostgreSQL (``generate_series``)."""
+    cols = [
+        r[0]
+        for r in pg.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+            "AND table_schema = current_schema() ORDER BY ordinal_position",
+            (tbl,),
+        )
+    ]
+    shifted = {"created_at_ms", "updated_at_ms", "at_ms", "started_at_ms"}
+    expr = [
+        f"'{prefix}' || lpad(k.i::text, 7, '0')"
+        if c == "run_id"
+        else f"t.{c} - k.i"
+        if c in shifted
+        else f"t.{c}"
+        for c in cols
+    ]
+    pg.execute(
+        f"INSERT INTO {tbl} ({', '.join(cols)}) SELECT {', '.join(expr)} "
+        f"FROM generate_series(1, %(n)s) AS k(i), {tbl} t WHERE t.run_id = %(t)s",
+        {"n": n, "t": template},
+    )
+
+
+def plans(url: str) -> dict[str, list[str]]:
+    """``EXPLAIN QUERY PLAN`` (SQLite) or ``EXPLAIN`` (PostgreSQL) of the named queries the
+    four operations run."""
     from torpor.store import open_store
 
-    store = open_store(f"sqlite:///{path}", read_only=True)
-    q = store.q  # type: ignore[attr-defined]
-    store.close()
     params: dict[str, Any] = {
-        "status": None, "outcome": None, "workflow": None, "attention": None, "limit": 50,
-        "run_id": "x", "now_ms": 0, "owner": "o", "ttl_ms": 1, "accept": None, "exclude": "[]",
-        "message_id": "m", "kind": "signal", "body": "{}",
+        "limit": 50, "run_id": "x", "now_ms": 0, "owner": "o", "ttl_ms": 1, "exclude": "[]",
+        "message_id": "m", "kind": "signal", "body": "{}", "top_k": 8, "skip_queues": "[]",
     }  # fmt: skip
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    sqlite = url.startswith("sqlite")
+    store = open_store(url, read_only=sqlite)
     out = {}
-    for name in ("list_runs", "get_run", "claim_next", "wake_run", "insert_inbox"):
-        rows = db.execute("EXPLAIN QUERY PLAN " + q[name], params).fetchall()
-        out[name] = [r[-1] for r in rows]
-    db.close()
+    try:
+        with store.driver.transaction() if not sqlite else store.driver.read() as cur:
+            for name in ("list_runs", "get_run", "claim_next", "wake_run", "insert_inbox"):
+                sql = store.q[name]  # type: ignore[attr-defined]
+                p = {k: params.get(k) for k in re.findall(r"(?<!:):(\w+)", sql)}
+                prefix = "EXPLAIN QUERY PLAN " if sqlite else "EXPLAIN "
+                rows = store.driver.fetchall(cur, prefix + sql, p)  # type: ignore[attr-defined]
+                out[name] = [str(r[-1]).strip() for r in rows]
+    finally:
+        store.close()
     return out
 
 
@@ -170,25 +215,36 @@ def measure(stores: dict[str, dict[str, Any]], reps: int) -> dict[str, dict[str,
     return ms
 
 
-def run(finished: int, waiting: int, reps: int) -> dict[str, Any]:
+def run(finished: int, waiting: int, reps: int, backend: str = "sqlite") -> dict[str, Any]:
     """Build both stores, measure, and return the figures (what ``python -m bench`` shows)."""
-    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+    from contextlib import ExitStack
+
+    from common import pg_schema
+
+    with ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-scale-")))
         stores = {}
         # The baseline holds one full page of finished runs (and a few waiting), so both
         # stores list the same 50 rows: what grows is the store, not the page.
         for key, (f, w) in {"empty": (BASE_F, BASE_W), "big": (finished, waiting)}.items():
-            path = Path(tmp) / f"{key}.db"
-            stores[key] = {**build(path, f, w, reps), "path": path}
-            print(f"[scale] {key}: {f} finished + {w} waiting loaded in "
+            url = (
+                f"sqlite:///{tmp / f'{key}.db'}"
+                if backend == "sqlite"
+                else stack.enter_context(pg_schema())
+            )
+            stores[key] = build(url, f, w, reps)
+            print(f"[scale] {backend} {key}: {f} finished + {w} waiting loaded in "
                   f"{stores[key]['load_s']:.1f} s", flush=True)  # fmt: skip
         ms = measure(stores, reps)
+        big = tmp / "big.db"
         res: dict[str, Any] = {
+            "backend": backend,
             "finished": finished,
             "waiting": waiting,
             "reps": reps,
             "load_s": stores["big"]["load_s"],
-            "db_mb": stores["big"]["path"].stat().st_size / 1e6,
-            "plans": plans(stores["big"]["path"]),
+            "db_mb": big.stat().st_size / 1e6 if backend == "sqlite" else None,
+            "plans": plans(stores["big"]["url"]),
             "ops": {},
         }
         for op in OPS:
@@ -205,9 +261,11 @@ def lines(res: dict[str, Any]) -> list[str]:
          "yes" if o["holds"] else "NO"]
         for op, o in res["ops"].items()
     ]  # fmt: skip
+    size = f"{res['db_mb']:.0f} MB, " if res.get("db_mb") else ""
     out = [
-        f"SQLite, {res['finished']:,} finished + {res['waiting']:,} waiting runs "
-        f"({res['db_mb']:.0f} MB, bulk-loaded by SQL in {res['load_s']:.0f} s) against an empty "
+        f"{'PostgreSQL' if res.get('backend') == 'postgres' else 'SQLite'}, "
+        f"{res['finished']:,} finished + {res['waiting']:,} waiting runs "
+        f"({size}bulk-loaded by SQL in {res['load_s']:.0f} s) against an empty "
         f"store ({BASE_F} + {BASE_W}: one full page); median of {res['reps']} each, "
         f"goal <= {GOAL}x.",
         "",
@@ -216,8 +274,11 @@ def lines(res: dict[str, Any]) -> list[str]:
         "Plans on the big store (EXPLAIN QUERY PLAN):",
         "",
     ]
+    pg = res.get("backend") == "postgres"
     for name, p in res["plans"].items():
-        out.append(f"- `{name}`: " + "; ".join(p))
+        # PostgreSQL's plans are long: the lines that read a table of runs (scan kind, index)
+        shown = [x for x in p if "Scan" in x and " runs" in x] if pg else p
+        out.append(f"- `{name}`: " + "; ".join(re.sub(r"  \(cost=.*", "", x) for x in shown))
     return out
 
 
@@ -226,10 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--finished", type=int, default=1_000_000)
     ap.add_argument("--waiting", type=int, default=100_000)
     ap.add_argument("--reps", type=int, default=21)
+    ap.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
     args = ap.parse_args(argv)
-    res = run(args.finished, args.waiting, args.reps)
+    res = run(args.finished, args.waiting, args.reps, args.backend)
     print("\n".join(lines(res)))
-    print(save("scale", res))
+    print(save("scale" if args.backend == "sqlite" else "scale_postgres", res))
     return 0
 
 
