@@ -1,7 +1,8 @@
 """Cost that stays flat as the work grows (issue 48 item 1), SQLite or PostgreSQL
-(``--backend``; a fresh schema of ``TORPOR_BENCH_DATABASE_URL``/``TORPOR_TEST_DATABASE_URL``): a store of ``--finished``
-finished runs (default 1,000,000) and ``--waiting`` waiting runs (default 100,000) against an
-near-empty store, the same four operations on each, each as a ratio big/empty (goal <= 1.5x):
+(``--backend``; a fresh schema of ``TORPOR_BENCH_DATABASE_URL``/``TORPOR_TEST_DATABASE_URL``):
+a store of ``--finished`` finished runs (default 1,000,000) and ``--waiting`` waiting runs
+(default 100,000) against a near-empty store, the same four operations on each, each as a
+ratio big/empty (goal <= 1.5x):
 
 - ``ls``: the newest page (``Client.runs(limit=50)``, what ``torpor ls`` reads);
 - ``show``: the report of one finished run (``torpor.report.run.gather``, what ``torpor show``
