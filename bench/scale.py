@@ -174,6 +174,40 @@ def plans(url: str) -> dict[str, list[str]]:
     return out
 
 
+def profile(url: str, names: list[str]) -> dict[str, list[str]]:
+    """PostgreSQL: ``EXPLAIN (ANALYZE, BUFFERS)`` of the named queries with real arguments (the
+    store's clock), in a transaction rolled back: where the time of an operation that does not
+    hold goes."""
+    from torpor.store import open_store
+
+    store = open_store(url)
+    out = {}
+    try:
+        args: dict[str, Any] = {
+            "limit": 50, "run_id": "x", "now_ms": store.now_ms(), "owner": "profile",
+            "ttl_ms": 1000, "exclude": "[]", "top_k": 8, "skip_queues": "[]",
+        }  # fmt: skip
+        d = store.driver  # type: ignore[attr-defined]
+        for name in names:
+            sql = store.q[name]  # type: ignore[attr-defined]
+            p = {k: args.get(k) for k in re.findall(r"(?<!:):(\w+)", sql)}
+            try:
+                with d.transaction() as cur:
+                    rows = d.fetchall(cur, "EXPLAIN (ANALYZE, BUFFERS) " + sql, p)
+                    raise _Rollback(rows)
+            except _Rollback as rb:
+                out[name] = [str(r[-1]) for r in rb.rows]
+    finally:
+        store.close()
+    return out
+
+
+class _Rollback(Exception):
+    def __init__(self, rows: list[Any]) -> None:
+        super().__init__("rollback")
+        self.rows = rows
+
+
 def measure(stores: dict[str, dict[str, Any]], reps: int) -> dict[str, dict[str, list[float]]]:
     """Milliseconds of each operation on each store, ``reps`` times, alternating stores."""
     import torpor
@@ -252,6 +286,11 @@ def run(finished: int, waiting: int, reps: int, backend: str = "sqlite") -> dict
             e, b = (statistics.median(ms[k][op]) for k in ("empty", "big"))
             res["ops"][op] = {"empty_ms": e, "big_ms": b, "ratio": b / e, "holds": b / e <= GOAL}
         res["samples_ms"] = ms
+        queries = {"ls": ["list_runs"], "claim": ["claim_next"], "wake": ["claim_next"]}
+        short = sorted({q for op, o in res["ops"].items() if not o["holds"]
+                        for q in queries.get(op, [])})  # fmt: skip
+        if backend == "postgres" and short:
+            res["profile"] = profile(stores["big"]["url"], short)
     return res
 
 
@@ -280,6 +319,9 @@ def lines(res: dict[str, Any]) -> list[str]:
         # PostgreSQL's plans are long: the lines that read a table of runs (scan kind, index)
         shown = [x for x in p if "Scan" in x and " runs" in x] if pg else p
         out.append(f"- `{name}`: " + "; ".join(re.sub(r"  \(cost=.*", "", x) for x in shown))
+    for name, p in (res.get("profile") or {}).items():
+        out += ["", f"Profile of `{name}` (EXPLAIN ANALYZE on the big store):", "", "```"]
+        out += [*p, "```"]
     return out
 
 
