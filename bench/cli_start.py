@@ -52,7 +52,7 @@ def run(runs: int, reps: int) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-cli-"))
     cache = tmp / "pycache"
     try:
-        s = build(tmp / "torpor.db", runs, 0, 1)
+        s = build(f"sqlite:///{tmp / 'torpor.db'}", runs, 0, 1)
         base = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONPYCACHE")}
         base.update(
             PYTHONPATH=str(HERE.parent / "src"), TORPOR_HOME=str(tmp), COLUMNS="120"
