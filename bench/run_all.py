@@ -974,6 +974,8 @@ def report(res: dict[str, Any]) -> str:
             else:
                 L.append(f"| {k} | {v['kills']} | {v['acked']:,} | {v['lost']:,} |")
         L.append("")
+    if res.get("scale"):
+        L += scale_report(res["scale"])
     if res.get("plots"):
         made = [f"`bench/results/{p}`" for p in res["plots"] if not p.startswith("(")]
         L.append("Plots: " + ", ".join(made or res["plots"]) + "\n")
@@ -1130,8 +1132,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=1000, help="steps per per-step run")
     ap.add_argument(
         "--sections",
-        default="per_step,resume,wake,effects,cold,kill,children",
-        help="comma-separated subset of per_step,resume,wake,effects,cold,kill,children",
+        default="per_step,resume,wake,effects,cold,kill,children,scale",
+        help="comma-separated subset of per_step,resume,wake,effects,cold,kill,children,scale",
+    )
+    ap.add_argument(
+        "--scale-finished",
+        type=int,
+        default=None,
+        help="scale section: finished runs in the big store (default 1,000,000; --quick 100,000)",
+    )
+    ap.add_argument(
+        "--scale-waiting",
+        type=int,
+        default=None,
+        help="scale section: waiting runs in the big store (default 100,000; --quick 10,000)",
     )
     ap.add_argument(
         "--cold-runs",
@@ -1182,6 +1196,7 @@ def main(argv: list[str] | None = None) -> int:
         "cold": {},
         "kill": {},
         "children": {},
+        "scale": {},
     }
     systems: list[System] = []
     if "per_step" in sections:
@@ -1277,6 +1292,8 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:
                 res["kill"][label] = {"error": f"{type(exc).__name__}: {exc}"}
                 traceback.print_exc()
+    if "scale" in sections:
+        res["scale"] = measure_scale(args, base)
     res["targets"] = targets(res, {s.key: s for s in systems})
     (RESULTS / "results.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
     try:
@@ -1291,6 +1308,45 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     log(f"written to {RESULTS / 'report.md'} and {RESULTS / 'results.json'}")
     return 0
+
+
+def measure_scale(args: argparse.Namespace, base: str | None) -> dict[str, Any]:
+    """The scale section (issue 48): :mod:`scale` (a million finished and a hundred thousand
+    waiting runs against a near-empty store; on SQLite, and on PostgreSQL when ``base`` is a
+    server) and :mod:`cli_start` (read commands against
+    ``--version``), each in its own subprocess with this invocation's bytecode cache."""
+    finished = args.scale_finished or (100_000 if args.quick else 1_000_000)
+    waiting = args.scale_waiting or (10_000 if args.quick else 100_000)
+    out: dict[str, Any] = {}
+    sizes = ["--finished", str(finished), "--waiting", str(waiting)]
+    jobs = [("store", "scale.py", sizes, "scale")]
+    if base is not None:
+        jobs.append(("store_pg", "scale.py", [*sizes, "--backend", "postgres"], "scale_postgres"))
+    jobs.append(("cli", "cli_start.py", ["--reps", "5" if args.quick else "9"], "cli_start"))
+    for key, script, argv, name in jobs:
+        log(f"scale: {script} {' '.join(argv)}")
+        try:
+            e = env() if base is None else {**env(), "TORPOR_BENCH_DATABASE_URL": base}
+            subprocess.run(
+                [sys.executable, str(HERE / script), *argv], env=e, check=True, timeout=3600
+            )
+            out[key] = json.loads((RESULTS / f"{name}.json").read_text())
+        except (subprocess.SubprocessError, OSError, ValueError) as exc:
+            out[key] = {"error": f"{type(exc).__name__}: {exc}"}
+    return out
+
+
+def scale_report(sc: dict[str, Any]) -> list[str]:
+    """The scale section's text (see :func:`measure_scale`)."""
+    import cli_start
+    import scale
+
+    L = ["## Scale: cost that stays flat as the work grows (issue 48)\n"]
+    for key, mod in (("store", scale), ("store_pg", scale), ("cli", cli_start)):
+        r = sc.get(key) or {}
+        L += [f"Not measured: {r['error']}"] if "error" in r else mod.lines(r) if r else []
+        L.append("")
+    return L
 
 
 @contextmanager

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import serde
 from .artifacts import ArtifactStore
 from .errors import TorporError
-from .history import Event
 from .store.base import INBOX_HEADROOM_BYTES, Store
+
+if TYPE_CHECKING:
+    from .history import Event
 
 _KEYS = frozenset({serde.TAG, "sha256", "size"})
 

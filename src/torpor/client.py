@@ -12,32 +12,24 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import blobs, serde
 from .artifacts import ArtifactStore
 from .config import Settings
-from .engine.highwater import decision_binding
 from .errors import ArtifactNotFoundError, DecisionRefusedError, InboxError, RunFinishedError
-from .history import (
-    REOPENABLE,
-    ApprovalDecided,
-    ArtifactRef,
-    EffectView,
-    Event,
-    MessageView,
-    Outcome,
-    RunState,
-    RunStatus,
-    StepView,
-    Verdict,
-    candidate_refusal,
-    checkpoint_answers,
-    effect_views,
-    message_views,
-    step_views,
-    utc_text,
-)
+from .history import REOPENABLE, Outcome, RunStatus, Verdict
+
+if TYPE_CHECKING:
+    from .history import (
+        ArtifactRef,
+        EffectView,
+        Event,
+        MessageView,
+        RunState,
+        StepView,
+    )
+
 from .store import open_store
 from .store.base import InboxMessage, RunCount, RunRecord, RunStorage, Store
 
@@ -138,14 +130,20 @@ class Client:
 
     def answers(self, run_id: str) -> dict[str, Any]:
         """The four answers of the latest checkpoint (DESIGN.md §1)."""
+        from .history import checkpoint_answers
+
         return checkpoint_answers(self.state(run_id))
 
     def steps(self, run_id: str) -> list[StepView]:
         """Every step with its latest status and number of attempts (reads the history)."""
+        from .history import step_views
+
         return step_views(self.store.iter_events(run_id))
 
     def effects(self, run_id: str) -> list[EffectView]:
         """Every effect with its latest status (reads the history)."""
+        from .history import effect_views
+
         return effect_views(self.store.iter_events(run_id))
 
     def inbox(self, run_id: str) -> list[InboxMessage]:
@@ -157,6 +155,8 @@ class Client:
         """Every signal the run received and every message it refused, with its disposition:
         consumed by a wait, buffered, late (arrived after the deadline of the wait of its name
         that was open), refused and why (reads the history)."""
+        from .history import message_views
+
         return message_views(self.store.iter_events(run_id), self.state(run_id))
 
     def runnable(self, limit: int = 100) -> list[str]:
@@ -172,6 +172,8 @@ class Client:
 
     def artifacts(self, run_id: str) -> list[ArtifactRef]:
         """Every artifact version the run created, oldest first (reads the history)."""
+        from .history import ArtifactRef
+
         self.store.get_run(run_id)
         return [
             ArtifactRef(**ev.payload.model_dump())
@@ -183,6 +185,8 @@ class Client:
         """One artifact of the run by name (latest version), ``name@version``, or sha256 (a
         unique prefix, ``sha256:`` optional; an offloaded value's too, named after the event
         that records it). Raises ArtifactNotFoundError."""
+        from .history import ArtifactRef
+
         refs = self.artifacts(run_id)
         name, _, version = ref.rpartition("@")
         if name and version.isdigit():
@@ -356,6 +360,8 @@ class Client:
         would be refused raises DecisionRefusedError with the reason and is not sent (with no
         local keyring, the run's workers are the ones to check it).
         """
+        from .history import candidate_refusal
+
         if decision not in ("approve", "deny"):
             raise InboxError(f"decision must be approve or deny, not {decision!r}")
         st = self._open(run_id)
@@ -411,6 +417,8 @@ class Client:
         settle it (a deny, or ``required`` approvals with the ``counted`` ones) or include
         ``approver``'s: a decision
         sent now would be refused when the run resumes, so the person is told, not thanked."""
+        from .history import utc_text
+
         sent = [
             m.body
             for m in self.store.pending_inbox(run_id)
@@ -446,6 +454,8 @@ class Client:
     ) -> dict[str, Any]:
         """The decision's message body, signed (and checked against the local keyring)."""
         from . import keys, signing
+        from .engine.highwater import decision_binding  # (not for read commands)
+        from .history import ApprovalDecided
 
         at = self.store.now_ms()
         store, request = decision_binding(

@@ -55,8 +55,6 @@ from decimal import Decimal
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel, ValidationError
-
 from .errors import NotDecodable, NotSerializable, TorporError
 
 #: The hard maximum, in bytes of canonical JSON, of one recorded value or event payload
@@ -80,6 +78,19 @@ STATE_WARN_BYTES = int(os.environ.get("TORPOR_STATE_WARN_BYTES") or 8 << 20)
 MAX_DEPTH = 200
 
 
+def _is_model(value: Any) -> bool:
+    """Whether ``value`` is a pydantic model, without importing pydantic: when nothing has
+    imported it, no value can be one (a read command stays light, issue 48)."""
+    pyd = sys.modules.get("pydantic")
+    return pyd is not None and isinstance(value, pyd.BaseModel)
+
+
+def _is_model_class(c: type) -> bool:
+    """Whether the class ``c`` is a pydantic model (see :func:`_is_model`)."""
+    pyd = sys.modules.get("pydantic")
+    return pyd is not None and issubclass(c, pyd.BaseModel)
+
+
 def to_jsonable(value: Any, path: str = "$", _depth: int = 0) -> Any:
     """Return ``value`` as plain JSON data, or raise :class:`NotSerializable` naming the path."""
     if _depth > MAX_DEPTH:
@@ -95,7 +106,7 @@ def to_jsonable(value: Any, path: str = "$", _depth: int = 0) -> Any:
         if not math.isfinite(value):
             raise NotSerializable(f"{path}: non-finite float {value!r} is not JSON")
         return value
-    if isinstance(value, BaseModel):
+    if _is_model(value):
         return value.model_dump(mode="json")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return to_jsonable(dataclasses.asdict(value), path, _depth + 1)
@@ -225,7 +236,8 @@ def register_type(
 
 def _recordable_class(c: type) -> bool:
     return (
-        issubclass(c, BaseModel | enum.Enum)
+        issubclass(c, enum.Enum)
+        or _is_model_class(c)
         or dataclasses.is_dataclass(c)
         or (issubclass(c, tuple) and hasattr(c, "_fields"))
     )
@@ -304,7 +316,7 @@ def _enc_other(v: Any, path: str, depth: int, compat: bool) -> Any:
         return _tagged("uuid", str(v))
     if t is bytes:
         return _tagged("bytes", base64.b64encode(v).decode("ascii"))
-    if isinstance(v, BaseModel):
+    if _is_model(v):
         try:
             data = v.model_dump(mode="json")
         except Exception as exc:
@@ -434,7 +446,7 @@ def _dec_tagged(tag: str, data: dict[str, Any], path: str) -> Any:
         return _dec_class(tag, v, path)
     except NotDecodable:
         raise
-    except (ValueError, TypeError, AttributeError, KeyError, ValidationError) as exc:
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:  # pydantic's is a ValueError
         raise NotDecodable(
             f"{path}: the recorded {tag!r} value cannot be read back ({type(exc).__name__}: "
             f"{exc}); if its class changed, keep it able to take the recorded fields"
@@ -458,8 +470,8 @@ def _dec_class(tag: str, v: Any, path: str) -> Any:
         )
     if issubclass(cls, enum.Enum):
         return cls(decode(v, f"{path}.value"))
-    if issubclass(cls, BaseModel):
-        return cls.model_validate(v)
+    if _is_model_class(cls):
+        return cls.model_validate(v)  # type: ignore[attr-defined]  # a BaseModel subclass
     if issubclass(cls, tuple):
         return cls(*(decode(x, f"{path}[{i}]") for i, x in enumerate(v)))
     return cls(**{k: decode(x, f"{path}.{k}") for k, x in v.items()})

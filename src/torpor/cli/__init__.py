@@ -49,6 +49,41 @@ __all__ = ["app", "main"]
 _app: typer.Typer | None = None
 _command: Any = None
 
+#: Commands whose module alone is registered when one of them is invoked, so that a read
+#: command imports only what it prints (issue 48): ``torpor ls`` loads neither the engine nor
+#: the other commands. Every other invocation (``--help`` too) registers them all.
+_LIGHT = {"ls": "read", "show": "read", "events": "read"}
+#: The root options that take a value (see ``root.py``), skipped to find the command's name.
+_VALUED = {"--db", "--artifacts", "--import"}
+
+
+def _command_of(args: Sequence[str]) -> str | None:
+    """The name of the command ``args`` invoke (the first word that is not a root option or
+    its value), or None."""
+    it = iter(args)
+    for a in it:
+        if a in _VALUED:
+            next(it, None)
+        elif not a.startswith("-"):
+            return a
+    return None
+
+
+_light: set[str] = set()
+
+
+def _load_one(module_name: str) -> typer.Typer:
+    """The app with the commands of one module only (for :data:`_LIGHT`); :func:`_load_app`
+    registers them all afresh later if asked, in their order."""
+    import importlib
+
+    from .root import app
+
+    if module_name not in _light:
+        importlib.import_module(f"{__name__}.{module_name}").register(app)
+        _light.add(module_name)
+    return app
+
 
 def _load_app() -> typer.Typer:
     """The app with every command registered (once, on first use)."""
@@ -71,6 +106,7 @@ def _load_app() -> typer.Typer:
         )
         from .root import app, reflow_help
 
+        app.registered_commands.clear()  # any registered by _load_one, re-added in order
         # Each command module adds its commands to the app; this order is the order
         # ``torpor --help`` lists them in.
         for module in (
@@ -113,6 +149,28 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _fast_ls(args: list[str]) -> None:
+    """``torpor ls`` without Typer (:func:`torpor.cli.listing.fast_ls`), inside the same error
+    boundary as the app; returns when ``args`` are not a plain ``ls``."""
+    from ..errors import BadInputError, TorporError
+    from .exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, error_message, fail
+    from .listing import fast_ls
+
+    try:
+        done = fast_ls(args)
+    except BadInputError as exc:
+        fail(error_message(exc), EXIT_USAGE)
+    except TorporError as exc:
+        fail(error_message(exc), EXIT_ERROR)
+    except KeyboardInterrupt:
+        fail("interrupted", EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(EXIT_ERROR) from None
+    if done:
+        raise SystemExit(0)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """The ``torpor`` script: run the app inside the one error boundary."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -122,8 +180,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.stdout.write(version_line())
         raise SystemExit(0)
 
+    if _command_of(args) == "ls" and _app is None:
+        _fast_ls(args)  # returns only when the app must handle these words
+
     import typer
-    from pydantic import ValidationError
 
     from ..errors import BadInputError, LeaseHeldError, TorporError
     from .exits import (
@@ -136,7 +196,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         lease_message,
     )
 
-    command = _load_command()
+    light = _LIGHT.get(_command_of(args) or "")
+    if light and _app is None:  # a read command: only its module's commands (issue 48)
+        from .numbers import bound_numbers
+        from .root import reflow_help
+
+        one = _load_one(light)
+        reflow_help(one)
+        command = bound_numbers(typer.main.get_command(one))
+    else:
+        command = _load_command()
     if not args:
         args = ["--help"]
     try:
@@ -149,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         fail("aborted", EXIT_ERROR)
     except LeaseHeldError as exc:
         fail(lease_message(exc), EXIT_LEASED)
-    except (BadInputError, ValidationError) as exc:
+    except BadInputError as exc:
         fail(error_message(exc), EXIT_USAGE)
     except TorporError as exc:
         fail(error_message(exc), EXIT_ERROR)
@@ -159,4 +228,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         # `torpor events X | head`: the reader left; nothing to report.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(EXIT_ERROR) from None
+    except Exception as exc:
+        # pydantic's ValidationError, matched without importing pydantic: when it is not
+        # loaded, nothing can have raised it.
+        pyd = sys.modules.get("pydantic")
+        if pyd is None or not isinstance(exc, pyd.ValidationError):
+            raise
+        fail(error_message(exc), EXIT_USAGE)
     raise SystemExit(rv if isinstance(rv, int) else 0)

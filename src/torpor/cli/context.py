@@ -11,19 +11,22 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from .. import telemetry
 from ..client import Client
 from ..errors import BadInputError, TorporError
-from ..history import Event
+
+if TYPE_CHECKING:
+    from ..history import Event
+    from ..runtime import Runtime
+
 from ..queues import queue_snapshot
-from ..runtime import Runtime, heartbeat_for
 from ..store import open_store
-from ..urls import display_url
 from ..workflows import import_modules
+from .listing import tell_store
 from .render import console, plain
 from .root import options
 
@@ -146,6 +149,8 @@ def open_runtime(
     on_event = _progress_printer() if sys.stderr.isatty() else None
     settings = opts.settings()
     telemetry.get()  # a bad OTEL_* value stops here, before a store is opened or created
+    from ..runtime import Runtime, heartbeat_for  # the engine: only for commands that execute
+
     if "lease_ttl_s" in kw:  # and a bad lease timing
         heartbeat_for(kw["lease_ttl_s"], kw.get("heartbeat_s"))
     store = open_store(settings.database_url, create=create)
@@ -159,27 +164,6 @@ def open_runtime(
         yield rt
     finally:
         rt.close()
-
-
-def store_text(url: str) -> str:
-    """The store a command uses, as said on stderr: its URL (no password), and for a SQLite
-    file given relative to the current folder the absolute path too — a user who ``cd``s
-    elsewhere reads another store (pin one: TORPOR_HOME or TORPOR_DATABASE_URL, absolute)."""
-    shown = display_url(url)
-    if url.startswith("sqlite:"):
-        path = url.split("://", 1)[1].split("?", 1)[0]
-        path = path[1:] if path.startswith("/") else path
-        if path and path != ":memory:" and not os.path.isabs(path):
-            shown += f" ({os.path.abspath(path)})"
-    return shown
-
-
-def tell_store(url: str, *, always: bool = False) -> None:
-    """Say on stderr which store this command reads or writes (one dim line): to a person at
-    a terminal, or ``always`` (``ls``); a script reading stderr gets only what went wrong."""
-    if always or sys.stderr.isatty():
-        line = plain(f"store: {store_text(url)}", style="dim")
-        console(stderr=True).print(line, soft_wrap=True)
 
 
 def _progress_printer() -> Any:

@@ -8,8 +8,6 @@ from __future__ import annotations
 import sys
 from typing import NoReturn
 
-from pydantic import ValidationError
-
 from ..errors import LeaseHeldError
 from .render import relative, safe_text
 
@@ -42,7 +40,8 @@ def error_message(exc: BaseException) -> str:
     """The one line that explains ``exc``."""
     if isinstance(exc, LeaseHeldError):
         return lease_message(exc)
-    if isinstance(exc, ValidationError):
+    pyd = sys.modules.get("pydantic")  # not imported: nothing raised its ValidationError
+    if pyd is not None and isinstance(exc, pyd.ValidationError):
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
         )

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..history import MessageView, Outcome, RunStatus, WaitInfo
-from ..queues import describe_dispatch, why_not_running
-from ..report.approvals import approval_lines, trust_here
-from ..report.run import gather, lease_text
-from ..store.base import InboxMessage
-from .artifacts import offloaded_table
-from .context import open_client, tell_store
+from ..history import Outcome, RunStatus
+from .context import open_client
+from .listing import print_runs
 from .render import (
     add_row,
     console,
@@ -27,8 +22,13 @@ from .render import (
     when,
 )
 from .root import JsonFlag, RunId, options
-from .storage import storage_text
-from .tree import children_table, tree_label, tree_order
+
+if TYPE_CHECKING:
+    from ..history import MessageView, WaitInfo
+    from ..store.base import InboxMessage
+
+# ``show`` and ``events`` import the report, the models and the storage figures in their
+# bodies: ``ls`` imports only what it prints (issue 48).
 
 
 def list_runs(
@@ -49,55 +49,14 @@ def list_runs(
 
     Example: torpor ls --outcome unresolved
     """
-    with open_client(ctx, read_only=True, say_store=False) as client:
-        runs = client.runs(
-            status=status.value if status else None,
-            outcome=outcome.value if outcome else None,
-            limit=limit,
-        )
-        now = client.store.now_ms()
-        order = tree_order(client, runs) if tree else [(0, r, None) for r in runs]
-        runs = [r for _, r, _ in order]
-        why = {
-            r.run_id: why_not_running(client.store, r.run_id) for r in runs if r.status == "pending"
-        }
-    tell_store(options(ctx).settings().database_url, always=True)
-    if json_out:  # each run row, with why a queued run is not running
-        emit_json(
-            [
-                {
-                    **asdict(r),
-                    "not_running": why.get(r.run_id),
-                    **({"depth": d, "parent": p} if tree else {}),
-                }
-                for d, r, p in order
-            ]
-        )
-        return
-    out = console()
-    if not runs:
-        out.print("no runs")
-        return
-    attention = any(r.attention for r in runs)
-    columns = ["RUN", "WORKFLOW", "VERSION", "STATUS", "OUTCOME", "UPDATED", "WAKE", "EVENTS"]
-    queued = any(why.values())
-    columns += ["WHY NOT RUNNING"] if queued else []
-    table = new_table(*columns, *(["NEEDS ATTENTION"] if attention else []))
-    for depth, r, _ in order:
-        add_row(
-            table,
-            tree_label(depth, r.run_id),
-            r.workflow,
-            r.version,
-            lease_text(r, now),
-            r.outcome,
-            when(r.updated_at_ms),
-            relative(r.wake_at_ms) if r.status == RunStatus.WAITING.value else None,
-            r.last_seq,
-            *([why.get(r.run_id)] if queued else []),
-            *([short((r.attention or "").split(": ", 1)[0], 60)] if attention else []),
-        )
-    out.print(table)
+    print_runs(
+        options(ctx).settings(),
+        status.value if status else None,
+        outcome.value if outcome else None,
+        limit,
+        json_out,
+        tree=tree,
+    )
 
 
 def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
@@ -110,6 +69,13 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
 
     Example: torpor show deploy-42
     """
+    from ..queues import describe_dispatch
+    from ..report.approvals import approval_lines, trust_here
+    from ..report.run import gather
+    from .artifacts import offloaded_table
+    from .storage import storage_text
+    from .tree import children_table
+
     with open_client(ctx, read_only=True) as client:
         report = gather(client, run_id)
     if json_out:

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -61,7 +60,8 @@ def plain(value: Any, style: str = "", **kw: Any) -> Text:
 
 def json_default(o: Any) -> Any:
     """``json.dumps`` fallback: pydantic models, dataclasses, else ``str``."""
-    if isinstance(o, BaseModel):
+    pyd = sys.modules.get("pydantic")  # not imported: no value here is one of its models
+    if pyd is not None and isinstance(o, pyd.BaseModel):
         return o.model_dump(mode="json")
     if dataclasses.is_dataclass(o) and not isinstance(o, type):
         return dataclasses.asdict(o)

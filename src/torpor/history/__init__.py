@@ -10,86 +10,99 @@ them. Nothing here does I/O; every layer above records through these types.
 - :mod:`.views` — the checkpoint's four answers, step and effect views for people.
 """
 
-from . import decisions as _decisions  # noqa: F401  (registers the approval rules)
-from . import waits as _waits  # noqa: F401  (registers the wait and message rules)
-from .decisions import candidate_refusal
-from .events import (
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+from .kinds import (
     EVENT_SCHEMA_VERSION,
-    EVENT_TYPES,
     REOPENABLE,
     SHA256_RE,
-    ApprovalConsumed,
-    ApprovalDecided,
-    ApprovalRefused,
-    ApprovalRequested,
-    ApprovalRevoked,
-    ArtifactCreated,
-    AttentionNeeded,
-    BudgetSet,
-    CancelRequested,
-    CheckpointSaved,
-    ChildEnded,
-    ContextBuilt,
-    ContextCompacted,
-    DecisionScheme,
-    EffectFailed,
-    EffectIntended,
-    EffectObserved,
-    EffectReconciled,
-    Event,
-    LeaseAcquired,
-    MessageRefused,
-    ModelCalled,
     Outcome,
-    Payload,
-    PlannedStep,
-    PlanRecorded,
     Policy,
-    RunFinished,
-    RunReopened,
-    RunStarted,
     RunStatus,
-    SignalReceived,
-    StepCompleted,
-    StepFailed,
-    StepStarted,
-    ToolCallSettled,
     Verdict,
-    VerificationRecorded,
-    VersionAccepted,
-    WaitCompleted,
-    WaitStarted,
-    WarningRecorded,
-    starts_step,
-    type_of,
-)
-from .fold import RULES, apply, crashed_attempts, fold
-from .plans import plan_problem
-from .state import (
-    ApprovalInfo,
-    ArtifactRef,
-    Budget,
-    DecisionInfo,
-    EffectInfo,
-    PendingSignal,
-    PlanStepInfo,
-    RunState,
-    StepInfo,
-    Usage,
-    WaitInfo,
-)
-from .views import (
-    EffectView,
-    MessageView,
-    StepView,
-    checkpoint_answers,
-    effect_views,
-    message_views,
-    step_views,
-    utc_text,
 )
 
-assert set(RULES) == set(EVENT_TYPES.values()), "every event type has its rule"
+if TYPE_CHECKING:
+    from .decisions import candidate_refusal
+    from .events import (
+        EVENT_SCHEMA_VERSION,
+        EVENT_TYPES,
+        REOPENABLE,
+        SHA256_RE,
+        ApprovalConsumed,
+        ApprovalDecided,
+        ApprovalRefused,
+        ApprovalRequested,
+        ApprovalRevoked,
+        ArtifactCreated,
+        AttentionNeeded,
+        BudgetSet,
+        CancelRequested,
+        CheckpointSaved,
+        ChildEnded,
+        ContextBuilt,
+        ContextCompacted,
+        DecisionScheme,
+        EffectFailed,
+        EffectIntended,
+        EffectObserved,
+        EffectReconciled,
+        Event,
+        LeaseAcquired,
+        MessageRefused,
+        ModelCalled,
+        Outcome,
+        Payload,
+        PlannedStep,
+        PlanRecorded,
+        Policy,
+        RunFinished,
+        RunReopened,
+        RunStarted,
+        RunStatus,
+        SignalReceived,
+        StepCompleted,
+        StepFailed,
+        StepStarted,
+        ToolCallSettled,
+        Verdict,
+        VerificationRecorded,
+        VersionAccepted,
+        WaitCompleted,
+        WaitStarted,
+        WarningRecorded,
+        starts_step,
+        type_of,
+    )
+    from .fold import RULES as RULES
+    from .fold import apply, crashed_attempts, fold
+    from .plans import plan_problem
+    from .state import (
+        ApprovalInfo,
+        ArtifactRef,
+        Budget,
+        DecisionInfo,
+        EffectInfo,
+        PendingSignal,
+        PlanStepInfo,
+        RunState,
+        StepInfo,
+        Usage,
+        WaitInfo,
+    )
+    from .views import (
+        EffectView,
+        MessageView,
+        StepView,
+        checkpoint_answers,
+        effect_views,
+        message_views,
+        step_views,
+        utc_text,
+    )
+
 
 __all__ = [
     "EVENT_SCHEMA_VERSION",
@@ -165,3 +178,47 @@ __all__ = [
     "type_of",
     "utc_text",
 ]
+
+
+_MODULES = ("events", "state", "fold", "decisions", "waits", "plans", "views")
+
+
+def _load() -> None:
+    """Import the payload models, the state, the fold and its rules, and bind every public
+    name here. Deferred to the first use of one of them, so that importing the package for
+    its enums (:mod:`.kinds`) does not import pydantic (issue 48)."""
+    import importlib
+
+    modules = [importlib.import_module(f"{__name__}.{m}") for m in _MODULES]
+    # Every name bound afresh: importing the submodule ``fold`` set the attribute ``fold`` to
+    # the module, which the function of that name replaces here (as the eager imports did).
+    for name in (*__all__, "RULES"):
+        globals()[name] = next(getattr(m, name) for m in modules if hasattr(m, name))
+    rules, types = globals()["RULES"], globals()["EVENT_TYPES"]
+    assert set(rules) == set(types.values()), "every event type has its rule"
+
+
+def __getattr__(name: str) -> Any:
+    """A name of the package's models or rules, loaded on first use (see :func:`_load`)."""
+    if name in __all__ or name == "RULES":
+        _load()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """This package's module type. The package's ``fold`` is the function: importing the
+    submodule of that name first (``import torpor.history.fold``) would otherwise make it the
+    module, before :func:`_load` binds the function."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "fold" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -16,20 +16,10 @@ from ..blobs import OffloadedValue
 from ..history import ArtifactRef, EffectView, Event, MessageView, RunState, RunStatus, StepView
 from ..owners import owner_is_dead
 from ..store.base import Dispatch, InboxMessage, RunRecord, RunStorage
+from .lease import lease_text
 
 if TYPE_CHECKING:
     from ..client import Client
-
-
-def lease_text(r: RunRecord, now_ms: int) -> str:
-    """A run's status with what its lease says: ``(leased)`` while a live holder has it,
-    ``(holder dead)`` for a holder on this machine proven dead (``resume`` takes it over at
-    once), ``(resumable: holder gone)`` once an unreleased lease expired."""
-    if not r.lease_owner or r.status == RunStatus.FINISHED.value:
-        return r.status
-    if r.lease_expires_at_ms <= now_ms:
-        return f"{r.status} (resumable: holder gone)"
-    return r.status + (" (holder dead)" if owner_is_dead(r.lease_owner) else " (leased)")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import faults, serde
 from ..errors import (
@@ -18,7 +18,10 @@ from ..errors import (
     StoreError,
     TransitionError,
 )
-from ..history import EffectIntended, Event, RunState, starts_step
+
+if TYPE_CHECKING:
+    from ..history import Event, RunState
+
 from . import codec
 from .base import CHECKPOINT_EVENTS, Driver, Lease, damaged_column
 from .children import tell_parent
@@ -165,6 +168,8 @@ class Appends:
         force_checkpoint: bool,
         now: int,
     ) -> None:
+        from ..history import starts_step
+
         run_id, first = lease.run_id, events[0].seq
         columns = (
             state.status.value,
@@ -273,6 +278,8 @@ class Appends:
     ) -> None:
         """The fenced-row path as one statement (``append_fenced``); on a refusal, whether a
         performed key or the fence refused it is read back (no round trip when it lands)."""
+        from ..history import EffectIntended
+
         intends = [e.payload.key for e in events if isinstance(e.payload, EffectIntended)]
         n = self.driver.write_one(
             self.q["append_fenced"], {**fence, **_columns(rows), "intends": intends}
@@ -301,6 +308,8 @@ class Appends:
     ) -> int:
         """Inside the transaction: the fenced row update, the index checks, the inserts.
         Returns the checkpoint seq."""
+        from ..history import EffectIntended
+
         row = self.driver.fetchone(cur, self.q["fence_row"], fence)
         if row is None:
             raise LeaseLostError(

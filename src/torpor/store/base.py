@@ -29,10 +29,12 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 
 from ..errors import CorruptRecordError, SchemaVersionError, StoreError
-from ..history import Event, RunStarted, RunState
+
+if TYPE_CHECKING:
+    from ..history import Event, RunStarted, RunState
 from ..urls import display_url
 from .domain import EpisodeRows, EpisodeVectorRows, MaintenanceOps, QueueRows, ScheduleRows
 

@@ -13,23 +13,19 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Iterable
-from typing import Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from .. import scrub, serde
 from ..errors import CorruptRecordError, NotSerializable, PayloadError
-from ..history import (
-    EVENT_SCHEMA_VERSION,
-    EVENT_TYPES,
-    ArtifactCreated,
-    EffectObserved,
-    EffectReconciled,
-    Event,
-    Payload,
-    RunState,
-    Verdict,
-)
+from ..history import EVENT_SCHEMA_VERSION, Verdict
+
+if TYPE_CHECKING:
+    from ..history import (
+        Event,
+        Payload,
+        RunState,
+    )
+
 from . import chunks
 from .base import INBOX_HEADROOM_BYTES, Completion
 from .chunks import Fetch, Sink
@@ -84,6 +80,8 @@ def performed_key(payload: Payload) -> str | None:
     """The idempotency key an event records as performed (an observation, or a verdict that
     the effect was applied), else None. Stored in the indexed ``effect_key`` column: a key
     found there is never intended again (G2), whatever the run state still holds."""
+    from ..history import EffectObserved, EffectReconciled
+
     if isinstance(payload, EffectObserved):
         return payload.key
     if isinstance(payload, EffectReconciled) and payload.verdict is Verdict.APPLIED:
@@ -145,6 +143,8 @@ def encode(event: Event, sink: Sink | None = None) -> dict[str, Any]:
 def artifact_refs(texts: Iterable[str], events: Iterable[Event] = ()) -> dict[str, int]:
     """``{sha256: size}`` of every artifact that stored ``texts`` (payloads, chunks, inbox
     bodies) refer to as an offloaded value, and that ``events`` record as created."""
+    from ..history import ArtifactCreated
+
     found = {h: int(n) for t in texts if '"blob"' in t for h, n in _BLOB_RE.findall(t)}
     for e in events:
         if isinstance(e.payload, ArtifactCreated):
@@ -170,6 +170,10 @@ def decode(run_id: str, row: tuple[Any, ...], fetch: Fetch | None = None) -> Eve
     payload that is not JSON or does not match its type, bad column types), the error names
     the run and the seq; nothing is repaired or rewritten.
     """
+    from pydantic import ValidationError
+
+    from ..history import EVENT_TYPES, Event
+
     seq, etype, epoch, at_ms, v, payload = row
 
     def corrupt(problem: str) -> CorruptRecordError:
@@ -272,6 +276,8 @@ def _checkpoint(
     fetch: Fetch | None,
     user_state: Callable[[int], Any] | None,
 ) -> tuple[RunState | None, str | None]:
+    from ..history import RunState
+
     if not isinstance(ckpt_seq, int) or not 0 < ckpt_seq <= last_seq:
         return None, f"the run row's checkpoint seq {ckpt_seq!r} is not within its history"
     body, mark, digest = str(text).partition(DIGEST_MARK)
@@ -282,12 +288,12 @@ def _checkpoint(
             state = RunState.model_validate(_load(body, fetch))
         else:
             state = RunState.model_validate_json(body)
-    except (ValidationError, ValueError, TypeError, CorruptRecordError):
+    except (ValueError, TypeError, CorruptRecordError):  # pydantic's is a ValueError
         return None, "the checkpoint is not a run state (or a chunk of it is missing or altered)"
     if state.user_state is None and state.user_checkpoint_seq and user_state is not None:
         try:
             state.user_state = user_state(state.user_checkpoint_seq)
-        except (ValidationError, ValueError, TypeError, CorruptRecordError):
+        except (ValueError, TypeError, CorruptRecordError):  # pydantic's is a ValueError
             return None, f"the user checkpoint at seq {state.user_checkpoint_seq} cannot be read"
     if state.run_id != run_id or state.seq != ckpt_seq:
         return None, (

@@ -16,10 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ConfigError
-from ..history import Event
+
+if TYPE_CHECKING:
+    from ..history import Event
+
 
 #: A row as the database returns it (columns in the order the method documents).
 Row = tuple[Any, ...]

@@ -19,11 +19,14 @@ registered with :func:`torpor.retention.register_collector`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import serde
 from ..errors import CorruptRecordError, StoreError
-from ..history import Event, RunState, apply
+
+if TYPE_CHECKING:
+    from ..history import Event
+
 from . import codec
 from .base import Driver
 from .chunkio import ChunkIO
@@ -203,6 +206,8 @@ class MaintenanceStore:
         """Bring an archived run back (its history, its run row rebuilt by folding it, its
         chunks and references); returns its id. StoreError when the run exists already,
         CorruptRecordError naming ``where`` and the line for an archive that cannot be read."""
+        from ..history import RunState, apply
+
         it = iter(lines)
         try:
             head = serde.loads(next(it))

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CorruptRecordError, RunNotFoundError, TransitionError
-from ..history import CheckpointSaved, Event, RunState, apply
+
+if TYPE_CHECKING:
+    from ..history import Event, RunState
+
 from ..urls import display_url
 from . import codec
 from .base import Completion, Driver, read_retried
@@ -85,6 +88,8 @@ class HistoryReads:
         authority; nothing is rewritten). A corrupt event, or a stored history that is itself
         impossible, raises CorruptRecordError naming run and seq.
         """
+        from ..history import RunState
+
         with self.driver.read() as cur:
             row = self.driver.fetchone(cur, self.q["get_checkpoint"], {"run_id": run_id})
             if row is None:
@@ -139,6 +144,8 @@ class HistoryReads:
         fetch = self.chunkio.fetcher(cur, run_id, ckpt_seq)
 
         def user_state(seq: int) -> Any:
+            from ..history import CheckpointSaved
+
             row = self.driver.fetchone(cur, self.q["event_at"], {"run_id": run_id, "seq": seq})
             if row is None:
                 raise ValueError(f"no event at seq {seq}")
@@ -167,6 +174,8 @@ class HistoryReads:
     def _fold_rows(
         self, cur: Any, run_id: str, state: RunState, rows: list[tuple[Any, ...]], row_seq: int
     ) -> RunState:
+        from ..history import apply
+
         for r in rows:
             apply(state, codec.decode(run_id, r, self.chunkio.fetcher(cur, run_id, r[0])))
         if state.seq < row_seq:

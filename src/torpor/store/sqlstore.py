@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import faults, serde
 from ..errors import (
@@ -35,7 +35,10 @@ from ..errors import (
     RunNotFoundError,
     StoreError,
 )
-from ..history import Event, RunStarted, RunState
+
+if TYPE_CHECKING:
+    from ..history import Event, RunStarted, RunState
+
 from ..owners import owner_is_dead
 from ..urls import display_url
 from . import codec
@@ -174,6 +177,8 @@ class SQLStore(
         priority and delayed start (:class:`~torpor.store.base.Dispatch`; None: no queue).
         ``scope`` and ``task_type`` go on the run row (what its episodes are filed under,
         :mod:`torpor.episodes`); ``started.parent`` names the run it is a child of."""
+        from ..history import Event
+
         d = asdict(dispatch or Dispatch())
         now = self.now_ms()
         ev = Event(run_id=run_id, seq=1, type="run_started", payload=started, at_ms=now, epoch=0)

@@ -168,9 +168,11 @@ WITH clock AS MATERIALIZED (
 ),
 top AS MATERIALIZED (
     SELECT run_id, queue, concurrency_key, started_at_ms, lease_owner FROM runs r
+    -- three arms, each an index search (runs_dispatch twice, runs_held): not every waiting
+    -- run visited to find the due and the still-leased ones (issue 48)
     WHERE (status IN ('pending', 'running')
-           OR (status = 'waiting'
-               AND (wake_at_ms <= (SELECT now_ms FROM clock) OR lease_owner IS NOT NULL)))
+           OR (status = 'waiting' AND wake_at_ms <= (SELECT now_ms FROM clock))
+           OR (status = 'waiting' AND lease_owner IS NOT NULL))
       AND (lease_owner IS NULL OR lease_expires_at_ms <= (SELECT now_ms FROM clock))
       AND (CAST(:accept AS jsonb) IS NULL OR EXISTS (
            SELECT 1 FROM jsonb_each(CAST(:accept AS jsonb)) AS w(name, versions),

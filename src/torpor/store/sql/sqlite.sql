@@ -254,8 +254,11 @@ WHERE run_id = (
         SELECT run_id, queue, concurrency_key, started_at_ms, priority, lease_owner,
                COALESCE(wake_at_ms, created_at_ms) AS due, rowid AS n
         FROM runs r
+        -- three arms, each an index search (runs_dispatch twice, runs_held): not every
+        -- waiting run visited to find the due and the still-leased ones (issue 48)
         WHERE (status IN ('pending', 'running')
-               OR (status = 'waiting' AND (wake_at_ms <= :now_ms OR lease_owner IS NOT NULL)))
+               OR (status = 'waiting' AND wake_at_ms <= :now_ms)
+               OR (status = 'waiting' AND lease_owner IS NOT NULL))
           -- An expired lease whose holder's OS lock is held (alive) is not taken, unless
           -- that holder is hung (torpor_may_take: torpor.store.sqlite_leases).
           AND (lease_owner IS NULL OR (lease_expires_at_ms <= :now_ms AND torpor_may_take(
