@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +22,7 @@ from typer.testing import CliRunner
 
 import runtime_kit as kit
 import torpor
+from conftest import HANG_S, ROOT
 from torpor.agents.models import ScriptedModel, say, use
 from torpor.cli import app
 from torpor.errors import BadInputError
@@ -169,3 +175,37 @@ def test_an_agents_past_state_names_the_context_its_model_call_was_sent(
     assert gather_at(client, "a1", client.get("a1").last_seq).context == built[1].payload
     out = _show(db_url, "a1", "--at", str(built[0].seq)).output
     assert "Context" in out and built[0].payload.context_hash in out, out  # type: ignore[attr-defined]
+
+
+@pytest.mark.proc
+def test_the_cli_docs_section_runs_as_written(tmp_path: Path) -> None:
+    """docs/cli.md, "A run as it was at any point": the script, then its commands, in real
+    processes against one SQLite store; then a seq past the end is one line, exit 2."""
+    text = (ROOT / "docs" / "cli.md").read_text().split("## A run as it was at any point", 1)[1]
+    (tmp_path / "ship.py").write_text(text.split("```python\n# ship.py\n", 1)[1].split("```")[0])
+    block = text.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(ln.split("#", 1)[0]) for ln in block.strip().splitlines()]
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="200")
+        if argv[0] == "torpor":
+            argv = [sys.executable, "-m", "torpor.cli", *argv[1:]]
+        elif argv[0] == "python":
+            argv = [sys.executable, *argv[1:]]
+        return subprocess.run(
+            argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_S
+        )
+
+    outs = [run(c) for c in commands]
+    assert [o.returncode for o in outs] == [0, 0, 0], [o.stderr for o in outs]
+    assert outs[0].stdout.splitlines() == ["approval", "wait_started", "{}"]
+    assert "wait_started" in outs[1].stdout
+    shown = outs[2].stdout
+    assert "as of" in shown and "seq 3 of" in shown and "a past state" in shown, shown
+    assert "read" in shown and "Artifacts" not in shown, shown
+    bad = run(["torpor", "show", "ship-1", "--at", "99"])
+    assert bad.returncode == 2 and bad.stdout == ""
+    (line,) = bad.stderr.strip().splitlines()
+    assert re.fullmatch(
+        r"error: run 'ship-1' has no event at seq 99: its history is seq 1\.\.\d+", line
+    )
