@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -209,3 +210,20 @@ def test_the_cli_docs_section_runs_as_written(tmp_path: Path) -> None:
     assert re.fullmatch(
         r"error: run 'ship-1' has no event at seq 99: its history is seq 1\.\.\d+", line
     )
+
+
+def test_every_seq_of_the_recorded_effects_fixture_folds(tmp_path: Path) -> None:
+    """Histories written by an older torpor (tests/fixtures/legacy/effects-v3: effects
+    intended, observed, in doubt, reconciled; signal, timer and approval waits): every seq of
+    every run folds, each report extending the one before, the last equal to the live state."""
+    shutil.copy(
+        ROOT / "tests" / "fixtures" / "legacy" / "effects-v3.sqlite", tmp_path / "old.db"
+    )
+    with torpor.Client(f"sqlite:///{tmp_path}/old.db") as client:
+        runs = client.runs(limit=100)
+        assert len(runs) >= 9
+        for r in runs:
+            reps = [gather_at(client, r.run_id, seq) for seq in range(1, r.last_seq + 1)]
+            for before, after in itertools.pairwise(reps):
+                _extends(before, after)
+            assert reps[-1].state.model_dump() == client.state(r.run_id).model_dump(), r.run_id
