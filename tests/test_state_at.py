@@ -216,9 +216,7 @@ def test_every_seq_of_the_recorded_effects_fixture_folds(tmp_path: Path) -> None
     """Histories written by an older torpor (tests/fixtures/legacy/effects-v3: effects
     intended, observed, in doubt, reconciled; signal, timer and approval waits): every seq of
     every run folds, each report extending the one before, the last equal to the live state."""
-    shutil.copy(
-        ROOT / "tests" / "fixtures" / "legacy" / "effects-v3.sqlite", tmp_path / "old.db"
-    )
+    shutil.copy(ROOT / "tests" / "fixtures" / "legacy" / "effects-v3.sqlite", tmp_path / "old.db")
     with torpor.Client(f"sqlite:///{tmp_path}/old.db") as client:
         runs = client.runs(limit=100)
         assert len(runs) >= 9
