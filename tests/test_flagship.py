@@ -9,6 +9,7 @@ the remote carrying the key's trailer, delivered messages carrying the key's Mes
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -237,6 +238,36 @@ def test_approval_flow_waits_then_publishes_once(tmp_path: Path) -> None:
     report = json.loads(checked.stdout)
     assert report["commits_with_key"] == [figures["commit"]]
     assert len(report["emails_with_message_id"]) == 1
+    _every_seq_folds(agent)
+
+
+def _every_seq_folds(agent: Agent) -> None:
+    """Issue 45: the report of every seq of the flagship's run folds (``show --at``'s
+    ``gather_at``), each extending the one before, the last equal to the live state; the
+    CLI renders it at the approval wait, the first effect and the end (a CLI call costs
+    ~50x a fold)."""
+    from typer.testing import CliRunner
+
+    from torpor.cli import app
+    from torpor.report.past import gather_at
+
+    client = agent.client()
+    try:
+        last = client.get(agent.run_id).last_seq
+        reps = [gather_at(client, agent.run_id, seq) for seq in range(1, last + 1)]
+        first = {e.type: e.seq for e in reversed(client.events(agent.run_id))}
+        assert reps[-1].state.model_dump() == client.state(agent.run_id).model_dump()
+    finally:
+        client.close()
+    for a, b in itertools.pairwise(reps):
+        assert b.state.seq == a.state.seq + 1
+        assert [s.step_id for s in a.steps] == [s.step_id for s in b.steps][: len(a.steps)]
+        assert [e.key for e in a.effects] == [e.key for e in b.effects][: len(a.effects)]
+        assert a.artifacts == b.artifacts[: len(a.artifacts)]
+    db = f"sqlite:///{agent.home}/torpor.db"
+    for seq in (first["wait_started"], first["effect_intended"], last):
+        out = CliRunner().invoke(app, ["--db", db, "show", agent.run_id, "--at", str(seq)])
+        assert out.exit_code == 0 and f"seq {seq} of {last}" in out.output, out.output
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from . import blobs, serde
 from .artifacts import ArtifactStore
 from .config import Settings
-from .errors import ArtifactNotFoundError, DecisionRefusedError, InboxError, RunFinishedError
+from .errors import (
+    ArtifactNotFoundError,
+    BadInputError,
+    DecisionRefusedError,
+    InboxError,
+    RunFinishedError,
+)
 from .history import REOPENABLE, Outcome, RunStatus, Verdict
 
 if TYPE_CHECKING:
@@ -127,6 +133,31 @@ class Client:
     def events(self, run_id: str, after_seq: int = 0, limit: int = 1_000_000) -> list[Event]:
         self.store.get_run(run_id)
         return self.store.read_events(run_id, after_seq, limit)
+
+    def history_to(self, run_id: str, seq: int) -> list[Event]:
+        """Run ``run_id``'s events 1..``seq``, in order: its history as it was when event
+        ``seq`` was appended (issue 45). RunNotFoundError for an unknown run; BadInputError
+        (one line naming the run and its range) for a ``seq`` below 1 or past its last."""
+        last = self.store.get_run(run_id).last_seq
+        if not 1 <= seq <= last:
+            raise BadInputError(
+                f"run {run_id!r} has no event at seq {seq}: its history is seq 1..{last}"
+            )
+        events = self.store.read_events(run_id, 0, seq)
+        if len(events) != seq or events[-1].seq != seq:  # a history is dense from 1 (G4)
+            raise BadInputError(
+                f"run {run_id!r}: its history holds {len(events)} of the events 1..{seq}"
+            )
+        return events
+
+    def state_at(self, run_id: str, seq: int) -> RunState:
+        """The state of run ``run_id`` as it was at seq ``seq`` — its events 1..``seq``
+        folded by the same pure fold as :meth:`state` (steps, effects, artifacts, waits,
+        approvals, plan and usage as they were then; ``.seq`` == ``seq``). Errors as
+        :meth:`history_to`. The latest state is ``state_at(run_id, get(run_id).last_seq)``."""
+        from .history import fold
+
+        return fold(self.history_to(run_id, seq))
 
     def answers(self, run_id: str) -> dict[str, Any]:
         """The four answers of the latest checkpoint (DESIGN.md §1)."""

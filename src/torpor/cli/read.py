@@ -9,6 +9,7 @@ import typer
 from ..history import Outcome, RunStatus
 from .context import open_client
 from .listing import print_runs
+from .past import context_fields, past_line
 from .render import (
     add_row,
     console,
@@ -59,15 +60,29 @@ def list_runs(
     )
 
 
-def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
+def show(
+    ctx: typer.Context,
+    run_id: RunId,
+    at: Annotated[
+        int | None,
+        typer.Option(
+            "--at",
+            metavar="SEQ",
+            help="The run as it was at seq SEQ of its history (1..its last; torpor events).",
+        ),
+    ] = None,
+    json_out: JsonFlag = False,
+) -> None:
     """Show a run: checkpoint answers, steps, effects, artifacts, waits, approvals, outcome.
 
     The four answers of the latest checkpoint (what it is establishing, the evidence, effects
     that may have happened, what permits the next transition); steps with status and attempts;
     effects with status and, when in doubt, why; artifacts with sha256; the open wait; approvals
-    with the content hashes they bind; the outcome and its reason.
+    with the content hashes they bind; the outcome and its reason. --at SEQ: the same, as it
+    was when event SEQ was appended (its history folded to SEQ), with the context the latest
+    model call up to then was sent.
 
-    Example: torpor show deploy-42
+    Example: torpor show deploy-42 --at 12
     """
     from ..queues import describe_dispatch
     from ..report.approvals import approval_lines, trust_here
@@ -77,16 +92,23 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
     from .tree import children_table
 
     with open_client(ctx, read_only=True) as client:
-        report = gather(client, run_id)
+        if at is None:
+            report = gather(client, run_id)
+        else:
+            from ..report.past import gather_at
+
+            report = gather_at(client, run_id, at)
     if json_out:
         emit_json(report.as_json())
         return
     live, rec, state = report.summary, report.rec, report.state
+    now_view = report.as_of is None  # False: a past state (--at), shown without action hints
     stored, dispatch, not_running = report.storage, report.dispatch, live.not_running
 
     out = console()
     status = state.status.value + (f" ({state.wait.kind})" if state.wait else "")
     pairs: list[tuple[str, Any]] = [
+        *past_line(report),
         ("run", run_id),
         ("workflow", f"{rec.workflow} (version {rec.version})"),
         ("status", status),
@@ -102,7 +124,8 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         pairs.append(("goal", state.goal))
     pairs.append(("created", when(rec.created_at_ms)))
     pairs.append(("updated", when(rec.updated_at_ms)))
-    pairs.append(("events", f"{rec.last_seq} (latest checkpoint at seq {rec.checkpoint_seq})"))
+    if now_view:
+        pairs.append(("events", f"{rec.last_seq} (latest checkpoint at seq {rec.checkpoint_seq})"))
     if dispatch is not None and (dispatch.queue or dispatch.not_before_ms or dispatch.priority):
         pairs.append(("queue", describe_dispatch(dispatch)))
     if not_running:
@@ -119,7 +142,8 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         pairs.append(("cancel", "requested"))
     if state.warnings:
         pairs.append(("warnings", "; ".join(state.warnings)))
-    pairs.append(("storage", storage_text(stored)))
+    if now_view:  # what it occupies now, not then
+        pairs.append(("storage", storage_text(stored)))
     fields(out, pairs)
 
     heading(out, "Checkpoint")
@@ -169,6 +193,8 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
             ],
         )
 
+    context_fields(out, report)
+
     if report.steps:
         table = new_table("STEP", "POLICY", "STATUS", "ATTEMPTS", "PURPOSE", title="Steps")
         for s in report.steps:
@@ -184,7 +210,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
             add_row(table, e.key, e.step_id, e.operation, e.status, e.attempt, e.reason)
         out.print()
         out.print(table)
-        for e in report.effects:
+        for e in report.effects if now_view else []:  # a past state gets no hints
             if e.status == "unknown":
                 out.print(
                     plain(
@@ -229,7 +255,7 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
                 ("deadline", relative(w.deadline_ms) if w.deadline_ms else "none"),
             ],
         )
-        if w.kind == "signal":
+        if w.kind == "signal" and now_view:
             out.print(
                 plain(
                     f"answer it: torpor signal {run_id} --wait-id {w.wait_id} --payload JSON",
@@ -243,7 +269,11 @@ def show(ctx: typer.Context, run_id: RunId, json_out: JsonFlag = False) -> None:
         trust = trust_here(options(ctx).settings())
         for aid, info in state.approvals.items():
             for text, style in approval_lines(
-                run_id, aid, info, trust, pending_here=aid in pending and aid not in decided
+                run_id,
+                aid,
+                info,
+                trust,
+                pending_here=now_view and aid in pending and aid not in decided,
             ):
                 out.print(plain(text, style=style))
             if aid in decided and info.status == "requested":

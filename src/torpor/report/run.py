@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..blobs import OffloadedValue
-from ..history import ArtifactRef, EffectView, Event, MessageView, RunState, RunStatus, StepView
+from ..history import (
+    ArtifactRef,
+    ContextBuilt,
+    EffectView,
+    Event,
+    MessageView,
+    RunState,
+    RunStatus,
+    StepView,
+)
 from ..owners import owner_is_dead
 from ..store.base import Dispatch, InboxMessage, RunRecord, RunStorage
 from .lease import lease_text
@@ -153,6 +162,11 @@ class RunReport:
     children: list[RunRecord] = field(default_factory=list)
     #: Values recorded by reference in the artifact store (large results, payloads).
     offloaded: list[OffloadedValue] = field(default_factory=list)
+    #: A past state (issue 45, :func:`torpor.report.past.gather_at`): ``(seq, last_seq)``, the
+    #: seq the history was folded to and the run's latest; None for the run as it is now.
+    as_of: tuple[int, int] | None = None
+    #: In a past state: the context the latest model call up to then was sent (None: none).
+    context: ContextBuilt | None = None
 
     @property
     def rec(self) -> RunRecord:
@@ -215,6 +229,11 @@ class RunReport:
             "storage": {**self.storage.__dict__, "total_bytes": self.storage.total_bytes},
             "parent": self.parent,
             "children": self.children,
+            **(
+                {"as_of": {"seq": self.as_of[0], "of": self.as_of[1]}, "context": self.context}
+                if self.as_of
+                else {}
+            ),
         }
 
 

@@ -1,0 +1,41 @@
+"""What ``torpor show RUN --at SEQ`` adds to ``show`` (issue 45): the line that says the
+state shown is a past one, and the context the latest model call up to then was sent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..report.run import RunReport
+from .render import fields, heading
+
+
+def past_line(report: RunReport) -> list[tuple[str, Any]]:
+    """``[("as of", "seq N of M ...")]`` for a past state, else ``[]``."""
+    if report.as_of is None:
+        return []
+    seq, last = report.as_of
+    note = "the latest state" if seq == last else f"a past state; {last - seq} event(s) came after"
+    return [("as of", f"seq {seq} of {last} ({note}; updated is when seq {seq} was appended)")]
+
+
+def context_fields(out: Any, report: RunReport) -> None:
+    """A past state's ``Context`` section: the ``context_built`` of the latest model call up
+    to then (its hash, tokens per section, budget, what was cut); nothing without one."""
+    c = report.context
+    if report.as_of is None or c is None:
+        return
+    heading(out, "Context (latest model call up to then)")
+    sections = ", ".join(f"{k} {v}" for k, v in c.sections.items()) or "none"
+    fields(
+        out,
+        [
+            ("step", c.step_id),
+            ("sha256", c.context_hash),
+            ("tokens", f"{c.total_tokens} of {c.budget_tokens} ({sections})"),
+            ("cut", ", ".join(c.cut) or "nothing"),
+            ("compactions", report.state.context_compactions),
+        ],
+    )
+
+
+__all__ = ["context_fields", "past_line"]
