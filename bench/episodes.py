@@ -124,13 +124,6 @@ def load_postgres(url: str, wl: Workload, start: int, stop: int) -> None:
             "|| array_to_tsvector(string_to_array(tags, ' ')) FROM stage"
         )
         conn.execute("CREATE INDEX episodes_tsv ON episodes USING gin (tsv)")
-        # The lexeme counters, as the write path keeps them (recounted whole after a load).
-        conn.execute("TRUNCATE episode_lexemes")
-        conn.execute(
-            "INSERT INTO episode_lexemes SELECT l, count(*) FROM episodes, "
-            "unnest(tsvector_to_array(tsv)) AS l GROUP BY l "
-            "UNION ALL SELECT '', count(*) FROM episodes"
-        )
         conn.execute("VACUUM (ANALYZE) episodes")
 
 

@@ -99,24 +99,12 @@ class Searcher:
     def _weigh(
         self, f: EpisodeFilter, words: Sequence[str]
     ) -> tuple[int, dict[str, float], list[str]]:
-        """``(N, {informative word: idf}, [common words])`` for the filter. SQLite counts in
-        the index (capped); PostgreSQL reads the lexeme counters (it would have to visit every
-        row to count it), scaling a word's store-wide count to the filter."""
+        """``(N, {informative word: idf}, [common words])`` for the filter, counted in the
+        index on every backend (capped: see the module docstring)."""
         ix = self.index
-        if ix.counts_in_index:
-            n = ix.count(f, [], N_CAP)
-            cap = max(CAP_MIN, n // 5)
-            dfs = {w: ix.count(f, [w], cap) for w in words} if n else {}
-        else:
-            found, docs = ix.doc_counts(f.tags, words)
-            total = int(found.get("", 0))
-            n = min(int(found.get(t, 0)) for t in f.tags)
-            cap = max(CAP_MIN, n // 5)
-            dfs = {
-                w: max(1, round(int(d) * n / total)) if d else 0
-                for w, d in docs.items()
-                if n and total
-            }
+        n = ix.count(f, [], N_CAP)
+        cap = max(CAP_MIN, n // 5)
+        dfs = {w: ix.count(f, [w], cap) for w in words} if n else {}
         idf: dict[str, float] = {}
         common: list[str] = []
         for w in words:

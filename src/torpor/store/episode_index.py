@@ -3,8 +3,10 @@ queries each step of a search runs, within one read snapshot (an
 :class:`~torpor.store.domain.EpisodeIndex`). Both backends index each episode's words and one
 token per filter (scope, agent, task type, outcome), so a filter and the query's words are one
 intersection of posting lists: SQLite FTS5 (``episodes_fts``, an external-content index) and
-PostgreSQL full text (a ``tsvector`` with a GIN index, and per-lexeme counters kept by the
-writers). Rows are then read by id with the exact columns compared, so a token collision could
+PostgreSQL full text (a ``tsvector`` with a GIN index). Both count a filter's episodes and a
+word's within it in the index itself, so a search weighs words the same way on both and a
+writer touches no row but its own (no shared counters: concurrent writers never wait on each
+other). Rows are then read by id with the exact columns compared, so a token collision could
 never leak an episode of another scope.
 """
 
@@ -19,7 +21,7 @@ from .domain import EpisodeFilter, Row
 
 EPISODE_COLUMNS = (
     "episode_id, run_id, boundary, scope, agent, task_type, kind, outcome, summary, lesson, "
-    "at_seq, created_at_ms, conditions, refs, claims, superseded_by"
+    "at_seq, created_at_ms, conditions, refs, claims, superseded_by, valid_until_ms"
 )
 
 _E_COLUMNS = ", ".join("e." + c.strip() for c in EPISODE_COLUMNS.split(","))
@@ -64,7 +66,11 @@ class SQLEpisodeIndex:
         self.cur = cur
         self.queries = queries
         self.sqlite = driver.dialect == "sqlite"
-        self.counts_in_index = self.sqlite
+        if not self.sqlite:
+            # Every query of a search is an intersection of GIN posting lists; the planner's
+            # estimate for a filter token (rare, so outside the tsvector statistics) would
+            # otherwise trade it for a sequential scan on small or freshly loaded tables.
+            driver.execute(cur, "SET LOCAL enable_seqscan = off", {})
 
     def _cond(
         self, f: EpisodeFilter, words: Sequence[str], key: str, params: dict[str, Any]
@@ -81,9 +87,6 @@ class SQLEpisodeIndex:
             f"tsv @@ (CAST(:{key}_f AS tsquery) && to_tsquery('english', CAST(:{key}_w AS text)))"
         )
 
-    def _id(self) -> str:
-        return "rowid" if self.sqlite else "id"
-
     def _table(self) -> str:
         return "episodes_fts" if self.sqlite else "episodes"
 
@@ -95,31 +98,34 @@ class SQLEpisodeIndex:
         row = self.driver.fetchone(self.cur, sql, params)
         return int(row[0]) if row else 0
 
-    def doc_counts(
-        self, tags: Sequence[str], words: Sequence[str]
-    ) -> tuple[dict[str, int], dict[str, int]]:
-        """``({tag: episodes}, {word: episodes})`` from the writers' counters (PostgreSQL; the
-        tag ``""`` counts every episode)."""
-        d, q = self.driver, self.queries
-        found = d.fetchall(self.cur, q["tag_docs"], {"tags": [*tags, ""]})
-        docs = d.fetchall(self.cur, q["word_docs"], {"words": list(words)})
-        return {str(t): int(n) for t, n in found}, {str(w): int(n) for w, n in docs}
-
     def scored(self, f: EpisodeFilter, idf: Mapping[str, float], over: int) -> list[Row]:
-        """``(id, score)`` of up to ``over`` episodes, best first (ties: newest)."""
+        """``(id, score)`` of up to ``over`` episodes, best first (ties: newest). SQLite: one
+        FTS5 lookup per word, summed; PostgreSQL: one GIN scan for the filter and any word,
+        each row's words weighed on the row (never a scan per word)."""
         params: dict[str, Any] = {"over": over}
-        parts = []
-        for i, (w, weight) in enumerate(idf.items()):
-            cond = self._cond(f, [w], f"m{i}", params)
-            params[f"i{i}"] = weight
-            cast = f":i{i}" if self.sqlite else f"CAST(:i{i} AS float8)"
-            parts.append(
-                f"SELECT {self._id()} AS id, {cast} AS w FROM {self._table()} WHERE {cond}"
+        if self.sqlite:
+            parts = []
+            for i, (w, weight) in enumerate(idf.items()):
+                cond = self._cond(f, [w], f"m{i}", params)
+                params[f"i{i}"] = weight
+                parts.append(f"SELECT rowid AS id, :i{i} AS w FROM episodes_fts WHERE {cond}")
+            sql = (
+                "SELECT id, sum(w) AS s FROM (" + " UNION ALL ".join(parts) + ") u "
+                "GROUP BY id ORDER BY s DESC, id DESC LIMIT :over"
             )
-        sql = (
-            "SELECT id, sum(w) AS s FROM (" + " UNION ALL ".join(parts) + ") u "
-            "GROUP BY id ORDER BY s DESC, id DESC LIMIT :over"
-        )
+        else:
+            cond = self._cond(f, list(idf), "m", params)
+            terms = []
+            for i, (w, weight) in enumerate(idf.items()):
+                params[f"w{i}"], params[f"i{i}"] = w, weight
+                terms.append(
+                    f"CASE WHEN tsv @@ to_tsquery('english', CAST(:w{i} AS text)) "
+                    f"THEN CAST(:i{i} AS float8) ELSE 0 END"
+                )
+            sql = (
+                f"SELECT id, {' + '.join(terms)} AS s FROM episodes WHERE {cond} "
+                "ORDER BY s DESC, id DESC LIMIT :over"
+            )
         return [(int(i), float(s)) for i, s in self.driver.fetchall(self.cur, sql, params)]
 
     def recent(

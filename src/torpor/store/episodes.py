@@ -5,9 +5,8 @@ of its protocol). What an episode says, when one contradicts another, and how a 
 :mod:`torpor.episodes`.
 
 The queries are whole in ``sql/episodes/<dialect>.sql`` by name; a few exist in one dialect
-only — the FTS5 index rows on SQLite (``index_episode``, ``unindex_episode``), the lexeme
-counters on PostgreSQL (``count_lexemes``, ``uncount_lexemes``, ``word_docs``, ``tag_docs``) —
-and the store runs whichever its dialect has.
+only — the FTS5 index rows on SQLite (``index_episode``, ``unindex_episode``; PostgreSQL's
+``tsvector`` is a column of the row) — and the store runs whichever its dialect has.
 
 Writing is keyed by ``(run_id, boundary)`` (``INSERT … ON CONFLICT DO NOTHING``) in one
 transaction with the run row's ``episodes_seq``: a process killed at any point leaves each
@@ -98,8 +97,6 @@ class EpisodeTables:
         if "index_episode" in q:  # SQLite: the FTS5 index's own rows
             params = {"id": row[0], "summary": ep.summary, "lesson": ep.lesson, "tags": ep.tags}
             self.driver.execute(cur, q["index_episode"], params)
-        else:  # PostgreSQL: the lexeme counters searches are sized by
-            self.driver.execute(cur, q["count_lexemes"], {"id": row[0]})
         owner = EPISODE_OWNER_PREFIX + ep.episode_id
         for sha in ep.refs.get("artifacts", []):
             params = {"hash": sha, "owner": owner, "run_id": ep.run_id}
@@ -158,7 +155,7 @@ class EpisodeTables:
 
     def prune_episodes(self, *, before_ms: int, superseded_only: bool, batch: int) -> int:
         """Delete episodes created before ``before_ms``, ``batch`` per transaction, with their
-        index rows (or lexeme counts) and artifact references; returns how many."""
+        index rows and artifact references; returns how many."""
         q, total = self._eq, 0
         while True:
             with self.driver.transaction() as cur:
@@ -168,8 +165,6 @@ class EpisodeTables:
                     if "unindex_episode" in q:
                         entry = {"id": id_, "summary": summary, "lesson": lesson, "tags": tags}
                         self.driver.execute(cur, q["unindex_episode"], entry)
-                    else:
-                        self.driver.execute(cur, q["uncount_lexemes"], {"id": id_})
                     self.driver.execute(cur, q["delete_episode"], {"id": id_})
                     owner = {"owner": EPISODE_OWNER_PREFIX + eid}
                     self.driver.execute(cur, q["delete_episode_refs"], owner)

@@ -54,6 +54,7 @@ from .base import (
 )
 from .chunkio import ChunkIO
 from .claims import claim
+from .episode_scopes import EpisodeScopeTables
 from .episodes import EpisodeTables
 from .maintenance import MaintenanceStore
 from .queues import QueueStore
@@ -67,7 +68,9 @@ _Memo = tuple[int, int, int, tuple[Any, ...]]
 log = logging.getLogger("torpor.store")
 
 
-class SQLStore(HistoryReads, QueueStore, ScheduleStore, EpisodeTables, MaintenanceStore):
+class SQLStore(
+    HistoryReads, QueueStore, ScheduleStore, EpisodeTables, EpisodeScopeTables, MaintenanceStore
+):
     """Domain operations over a :class:`~torpor.store.base.Driver`. Thread-safe when the
     driver is.
 

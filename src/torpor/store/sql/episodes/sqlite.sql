@@ -1,7 +1,8 @@
 -- Episodic memory queries (SQLite); the same names as postgres.sql. Columns of an episode, in
 -- the order the store returns them (store/episodes.py): episode_id, run_id, boundary, scope, agent,
 -- task_type, kind, outcome, summary, lesson, at_seq, created_at_ms, conditions, refs, claims,
--- superseded_by, then the score.
+-- superseded_by, valid_until_ms,
+-- then the score.
 
 -- name: run_filing
 SELECT workflow, scope, task_type, episodes_seq FROM runs WHERE run_id = :run_id;
@@ -39,11 +40,15 @@ WHERE scope = :scope AND task_type = :task_type AND superseded_by IS NULL
 ORDER BY created_at_ms DESC LIMIT :limit;
 
 -- name: supersede
-UPDATE episodes SET superseded_by = :by WHERE episode_id = :episode_id AND superseded_by IS NULL;
+-- The old episode stopped being true when the one superseding it was written (`valid_until_ms`:
+-- that episode's time; a person's supersession of an older one: the newer one's).
+UPDATE episodes SET superseded_by = :by,
+       valid_until_ms = (SELECT created_at_ms FROM episodes n WHERE n.episode_id = :by)
+WHERE episode_id = :episode_id AND superseded_by IS NULL;
 
 -- name: get_episode
 SELECT episode_id, run_id, boundary, scope, agent, task_type, kind, outcome, summary, lesson,
-       at_seq, created_at_ms, conditions, refs, claims, superseded_by, 0.0
+       at_seq, created_at_ms, conditions, refs, claims, superseded_by, valid_until_ms, 0.0
 FROM episodes WHERE episode_id = :episode_id;
 
 -- name: prunable
