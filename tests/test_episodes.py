@@ -461,6 +461,38 @@ def test_the_same_data_ranks_the_same_top_k_on_both_backends(db_url: str, pg_url
     assert results[0] == results[1]
 
 
+def test_a_batch_supersedes_as_writes_one_by_one_do(
+    db_url: str, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's supersession check (each scope and task type's live episodes read once) ends
+    with the same episodes superseded, by the same ones, as writing them one at a time — with
+    a window small enough that the batch's own rows overflow it (the fallback read)."""
+    import torpor.episodes.store as episode_store
+
+    monkeypatch.setattr(episode_store, "SUPERSEDE_WINDOW", 3)
+
+    def draft(n: int) -> Episode:
+        verdict = "failed" if (n * 7) % 5 < 2 else "succeeded"
+        return ep(n, f"s{n % 2}", f"deploy {n}", claims={f"tool{n % 3}": verdict})
+
+    eps = [draft(n) for n in range(40)]
+    states = []
+    for url, batch in ((db_url, 1), (pg_url, 1), (pg_url, 13)):
+        with torpor.Runtime(url) as r:
+            es = EpisodeStore(r.store)
+            es.forget("s0"), es.forget("s1")  # (one SQLite file for both cases)
+            for lo in range(0, len(eps), batch):
+                es.write(eps[lo : lo + batch])
+            states.append({e.episode_id: es.get(e.episode_id).superseded_by for e in eps})
+    with torpor.Runtime(db_url) as r:
+        es = EpisodeStore(r.store)
+        es.forget("s0"), es.forget("s1")
+        es.write(eps)
+        states.append({e.episode_id: es.get(e.episode_id).superseded_by for e in eps})
+    assert sum(1 for v in states[0].values() if v) > 5
+    assert states[0] == states[1] == states[2] == states[3]
+
+
 def test_postgres_writers_share_no_rows(pg_url: str) -> None:
     """Writers in different scopes touch no common row (no shared counters): a writer holding
     its transaction open does not block another scope's writer, which commits first."""
@@ -551,8 +583,12 @@ def test_queries_have_the_same_names_in_both_dialects() -> None:
     from torpor.episodes.store import load_episode_queries
 
     sqlite, pg = set(load_episode_queries("sqlite")), set(load_episode_queries("postgres"))
-    assert sqlite - pg == {"index_episode", "unindex_episode"}  # FTS5's own index rows
-    assert pg - sqlite == set()  # no counters: both count in the index
+    # SQLite: a prepared statement per row, and FTS5's own index rows; PostgreSQL: one
+    # statement per batch (no counters: both count in the index).
+    assert sqlite - pg == {
+        "last_episode_id", "insert_episode", "inserted_since", "index_since", "unindex_episode"
+    }  # fmt: skip
+    assert pg - sqlite == {"insert_episodes"}
 
 
 def test_an_idle_worker_writes_episodes_a_dead_process_left(rt: torpor.Runtime) -> None:

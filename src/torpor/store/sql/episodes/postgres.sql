@@ -13,19 +13,22 @@ WHERE task_type IS NOT NULL AND status IN ('waiting', 'finished')
   AND episodes_seq < (SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id)
 ORDER BY created_at_ms LIMIT :limit;
 
--- name: insert_episode
--- tsv: the lesson (weight A) and the summary (weight B) in the english configuration, plus
--- the filter tokens as lexemes of their own (array_to_tsvector: taken verbatim, unparsed).
-INSERT INTO episodes (episode_id, run_id, boundary, scope, agent, task_type, kind, outcome,
-                      summary, lesson, conditions, refs, claims, tags, at_seq, created_at_ms,
-                      tsv)
-VALUES (:episode_id, :run_id, :boundary, :scope, :agent, :task_type, :kind, :outcome,
-        :summary, :lesson, :conditions, :refs, :claims, :tags, :at_seq, :created_at_ms,
-        setweight(to_tsvector('english', CAST(:lesson AS text)), 'A')
-        || setweight(to_tsvector('english', CAST(:summary AS text)), 'B')
-        || array_to_tsvector(string_to_array(CAST(:tags AS text), ' ')))
+-- name: insert_episodes
+-- A batch in one statement (`:rows`: a JSON array of objects keyed by column), the tsvector as
+-- insert_episode computes it: the rows newly written come back (`id, episode_id`).
+INSERT INTO episodes (episode_id, run_id, boundary, scope, agent, task_type, kind, outcome, summary, lesson, conditions, refs, claims, tags, at_seq, created_at_ms, tsv)
+SELECT episode_id, run_id, boundary, scope, agent, task_type, kind, outcome, summary, lesson, conditions, refs, claims, tags, at_seq, created_at_ms,
+       setweight(to_tsvector('english', lesson), 'A')
+       || setweight(to_tsvector('english', summary), 'B')
+       || array_to_tsvector(string_to_array(tags, ' '))
+FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(episode_id text, run_id text, boundary text, scope text, agent text, task_type text, kind text, outcome text, summary text, lesson text, conditions text, refs text, claims text, tags text, at_seq bigint, created_at_ms bigint)
 ON CONFLICT DO NOTHING
-RETURNING id;
+RETURNING id, episode_id;
+
+-- name: live_claims_batch
+SELECT episode_id, claims, created_at_ms FROM episodes
+WHERE scope = :scope AND task_type = :task_type AND superseded_by IS NULL
+ORDER BY created_at_ms DESC LIMIT :limit;
 
 -- name: mark_captured
 UPDATE runs SET episodes_seq = :seq WHERE run_id = :run_id AND episodes_seq < :seq;
