@@ -135,7 +135,7 @@ class EpisodeTables:
         superseded meanwhile left out). They are read once per scope and task type (``window``
         plus the batch's own rows); when what was read runs short of the window, that
         episode's check reads the table again (:meth:`_supersede_contradicted`)."""
-        groups: dict[tuple[str, str], list[int]] = {}
+        groups: dict[tuple[str, Any], list[int]] = {}
         for i, ep in enumerate(written):
             groups.setdefault((ep.scope, ep.task_type), []).append(i)
         position = {ep.episode_id: i for i, ep in enumerate(written)}
@@ -165,12 +165,12 @@ class EpisodeTables:
                             gone.add(old_id)
 
     def _live_claims(
-        self, cur: Any, wanted: Sequence[tuple[tuple[str, str], int]]
-    ) -> dict[tuple[str, str], list[Row]]:
+        self, cur: Any, wanted: Sequence[tuple[tuple[str, Any], int]]
+    ) -> dict[tuple[str, Any], list[Row]]:
         """``{(scope, task type): [(episode_id, claims, created_at_ms)]}``: the latest ``limit``
         live episodes of each, newest first — one statement per 50 of them (a ``UNION ALL`` of
         the ``live_claims_batch`` query, each part along the scope's b-tree)."""
-        out: dict[tuple[str, str], list[Row]] = {}
+        out: dict[tuple[str, Any], list[Row]] = {}
         one = self._eq["live_claims_batch"].strip().rstrip(";")
         for lo in range(0, len(wanted), 50):
             parts, params = [], {}
