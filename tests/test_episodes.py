@@ -638,3 +638,44 @@ def test_a_model_may_phrase_the_lesson_in_a_recorded_step(rt: torpor.Runtime) ->
     kit.WORLD["a_works"] = True
     assert rt.run(agent, {"target": "prod"}, run_id="ph2", scope="acme").outcome == "succeeded"
     assert len(phrasing.calls) == 1
+
+
+def test_postgres_search_plans_use_the_indexes_at_every_size(pg_url: str) -> None:
+    """Every query a search runs on PostgreSQL — the filter's size, each word's count, the
+    scored candidates, the recent fill, the rows — is planned on an index (GIN or b-tree),
+    never a sequential scan of the episodes, whether the store holds 20, 400 or 4,000
+    episodes (freshly analyzed)."""
+    eps, queries = _zipf_episodes(7, 4000)
+    with torpor.Runtime(pg_url) as r:
+        es, d = EpisodeStore(r.store), r.store.driver
+        asked: list[tuple[str, dict]] = []
+        fetchall, fetchone = d.fetchall, d.fetchone
+
+        def spy_all(cur: object, sql: str, params: dict) -> list:
+            asked.append((sql, dict(params)))
+            return fetchall(cur, sql, params)
+
+        def spy_one(cur: object, sql: str, params: dict) -> object:
+            asked.append((sql, dict(params)))
+            return fetchone(cur, sql, params)
+
+        loaded = 0
+        for size in (20, 400, 4000):
+            es.bulk_import(eps[loaded:size], batch=200)
+            loaded = size
+            with d.transaction() as cur:
+                d.execute(cur, "ANALYZE episodes", {})
+            asked.clear()
+            d.fetchall, d.fetchone = spy_all, spy_one  # type: ignore[method-assign]
+            try:
+                for q in [*queries[:6], ""]:
+                    es.search(q, scope="s1")
+                    es.search(q, scope="s2", task_type="t0", limit=3)
+            finally:
+                d.fetchall, d.fetchone = fetchall, fetchone  # type: ignore[method-assign]
+            assert len(asked) > 20
+            with r.store.episode_index() as ix:  # (its snapshot, as a search plans in it)
+                for sql, params in asked:
+                    plan = "\n".join(str(x[0]) for x in fetchall(ix.cur, "EXPLAIN " + sql, params))
+                    assert "Seq Scan on episodes" not in plan, (size, sql, plan)
+                    assert "episodes" not in sql or "Index" in plan or "Bitmap" in plan, plan
