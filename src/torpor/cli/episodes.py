@@ -226,6 +226,7 @@ def prune(
 
 def register(app: typer.Typer) -> None:
     """Add the ``memory`` command group to ``app`` (with :mod:`.memory_scopes`' commands)."""
-    from . import memory_scopes  # noqa: F401  (its commands join memory_app)
+    from .memory_scopes import add_commands
 
+    add_commands(memory_app)
     app.add_typer(memory_app)

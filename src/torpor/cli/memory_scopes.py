@@ -1,7 +1,7 @@
 """``torpor memory ls``, ``export``, ``import`` and ``forget``: a scope's memory as a whole
 (:meth:`torpor.episodes.EpisodeStore.iter_scope`, :meth:`~torpor.episodes.EpisodeStore.forget`,
-:meth:`~torpor.episodes.EpisodeStore.bulk_import`). Registered on the ``memory`` group of
-:mod:`.episodes`."""
+:meth:`~torpor.episodes.EpisodeStore.bulk_import`), added to the ``memory`` group by
+:func:`.episodes.register`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import typer
 
 from ..errors import BadInputError
 from .context import open_client
-from .episodes import memory_app
 from .render import add_row, console, emit_json, new_table, when
 from .root import JsonFlag
 
@@ -27,7 +26,6 @@ ScopeRequired = Annotated[
 ]
 
 
-@memory_app.command("ls")
 def ls(
     ctx: typer.Context,
     scope: Annotated[
@@ -81,7 +79,6 @@ def _record(ep: Any) -> dict[str, Any]:
     return out
 
 
-@memory_app.command("export")
 def export(
     ctx: typer.Context,
     scope: ScopeRequired,
@@ -111,7 +108,6 @@ def export(
         console().print(f"exported {n} episode(s) of scope {scope!r} to {out}")
 
 
-@memory_app.command("import")
 def import_(
     ctx: typer.Context,
     path: Annotated[
@@ -150,7 +146,6 @@ def import_(
     console().print(f"imported {n} new episode(s)")
 
 
-@memory_app.command("forget")
 def forget(
     ctx: typer.Context,
     scope: ScopeRequired,
@@ -176,4 +171,12 @@ def forget(
     console().print(f"forgot scope {scope!r}: removed {what}")
 
 
-__all__ = ["export", "forget", "import_", "ls"]
+def add_commands(memory_app: typer.Typer) -> None:
+    """Add ``ls``, ``export``, ``import`` and ``forget`` to the ``memory`` group."""
+    memory_app.command("ls")(ls)
+    memory_app.command("export")(export)
+    memory_app.command("import")(import_)
+    memory_app.command("forget")(forget)
+
+
+__all__ = ["add_commands", "export", "forget", "import_", "ls"]
