@@ -46,12 +46,6 @@ def parse_since(option: str, text: str, now_ms: int) -> int:
     return int(dt.timestamp() * 1000)
 
 
-Scope = Annotated[
-    str,
-    typer.Option("--scope", metavar="SCOPE", help="The scope searched (default: the empty one)."),
-]
-
-
 @memory_app.command()
 def search(
     ctx: typer.Context,
