@@ -10,7 +10,7 @@ episodes the caller may see:
 1. ``N`` — how many episodes the filter holds (counted in the index, capped);
 2. for each query word, ``df`` — how many of those contain it, counted up to
    ``cap = max(CAP_MIN, min(N / 5, CAP_MAX))``: a word found in a fifth of the filter or more
-   (or in ``CAP_MAX`` of its episodes, in a filter of more than 5 × ``CAP_MAX``) is as
+   (or in ``CAP_MAX`` of its episodes, in a filter of more than 5 x ``CAP_MAX``) is as
    uninformative as a stop word and is not scored — so counting and scoring a word never reads
    more than ``CAP_MAX`` postings, whatever the filter's size (PostgreSQL visits a row for
    each);

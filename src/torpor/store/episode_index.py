@@ -110,33 +110,22 @@ class SQLEpisodeIndex:
         return int(row[0]) if row else 0
 
     def scored(self, f: EpisodeFilter, idf: Mapping[str, float], over: int) -> list[Row]:
-        """``(id, score)`` of up to ``over`` episodes, best first (ties: newest). SQLite: one
-        FTS5 lookup per word, summed; PostgreSQL: one GIN scan for the filter and any word,
-        each row's words weighed on the row (never a scan per word)."""
+        """``(id, score)`` of up to ``over`` episodes, best first (ties: newest): one index
+        lookup per word (the filter and that word), the weights summed. On PostgreSQL each is a
+        GIN bitmap scan that reads a match's id from its row, never its ``tsvector`` (a plain
+        lexeme query needs no recheck), so a long episode costs no more than a short one."""
         params: dict[str, Any] = {"over": over}
-        if self.sqlite:
-            parts = []
-            for i, (w, weight) in enumerate(idf.items()):
-                cond = self._cond(f, [w], f"m{i}", params)
-                params[f"i{i}"] = weight
-                parts.append(f"SELECT rowid AS id, :i{i} AS w FROM episodes_fts WHERE {cond}")
-            sql = (
-                "SELECT id, sum(w) AS s FROM (" + " UNION ALL ".join(parts) + ") u "
-                "GROUP BY id ORDER BY s DESC, id DESC LIMIT :over"
-            )
-        else:
-            cond = self._cond(f, list(idf), "m", params)
-            terms = []
-            for i, (w, weight) in enumerate(idf.items()):
-                params[f"w{i}"], params[f"i{i}"] = w, weight
-                terms.append(
-                    f"CASE WHEN tsv @@ to_tsquery('english', CAST(:w{i} AS text)) "
-                    f"THEN CAST(:i{i} AS float8) ELSE 0 END"
-                )
-            sql = (
-                f"SELECT id, {' + '.join(terms)} AS s FROM episodes WHERE {cond} "
-                "ORDER BY s DESC, id DESC LIMIT :over"
-            )
+        parts = []
+        table, rid = ("episodes_fts", "rowid") if self.sqlite else ("episodes", "id")
+        for i, (w, weight) in enumerate(idf.items()):
+            cond = self._cond(f, [w], f"m{i}", params)
+            params[f"i{i}"] = weight
+            cast = f":i{i}" if self.sqlite else f"CAST(:i{i} AS float8)"
+            parts.append(f"SELECT {rid} AS id, {cast} AS w FROM {table} WHERE {cond}")
+        sql = (
+            "SELECT id, sum(w) AS s FROM (" + " UNION ALL ".join(parts) + ") u "
+            "GROUP BY id ORDER BY s DESC, id DESC LIMIT :over"
+        )
         return [(int(i), float(s)) for i, s in self.driver.fetchall(self.cur, sql, params)]
 
     def recent(
