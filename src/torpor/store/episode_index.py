@@ -122,8 +122,11 @@ class SQLEpisodeIndex:
             params[f"i{i}"] = weight
             cast = f":i{i}" if self.sqlite else f"CAST(:i{i} AS float8)"
             parts.append(f"SELECT {rid} AS id, {cast} AS w FROM {table} WHERE {cond}")
+        # Rounded: a float sum's last bits depend on the order rows arrive in, and ties must
+        # break the same way (by id) on both backends.
+        total = "round(sum(w), 9)" if self.sqlite else "round(CAST(sum(w) AS numeric), 9)"
         sql = (
-            "SELECT id, sum(w) AS s FROM (" + " UNION ALL ".join(parts) + ") u "
+            f"SELECT id, {total} AS s FROM (" + " UNION ALL ".join(parts) + ") u "
             "GROUP BY id ORDER BY s DESC, id DESC LIMIT :over"
         )
         return [(int(i), float(s)) for i, s in self.driver.fetchall(self.cur, sql, params)]
