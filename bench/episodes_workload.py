@@ -10,6 +10,12 @@
   ``OUTCOMES``; ``created_at_ms`` increasing one second per episode.
 - **Queries**: 2-4 words drawn from the same distribution, with a scope and a task type (the
   filters narrowing to about 1 %).
+
+:class:`SkewedWorkload` is the field workload of issue 31: texts of 20-160 words (a third
+summary, the rest lesson), ``SKEWED_SCOPES`` scopes drawn with a Zipf law (exponent 1: the
+largest holds ~13 % of the store, most hold a few dozen episodes), queries of 2-4 words in a
+scope drawn the same way (scope filter only), so at every store size many filters hold fewer
+than 1,000 episodes.
 """
 
 from __future__ import annotations
@@ -91,4 +97,52 @@ class Workload:
         return out
 
 
-__all__ = ["AGENTS", "OUTCOMES", "SCOPES", "TASK_TYPES", "Row", "Workload", "vocabulary"]
+SKEWED_SCOPES = [f"user-{i:04d}" for i in range(1000)]
+
+
+class SkewedWorkload(Workload):
+    """The issue 31 field workload (see the module docstring); ``task_type`` is None in its
+    queries (a scope filter only)."""
+
+    def __init__(self, seed: int = 31, vocab_size: int = VOCABULARY, zipf_s: float = ZIPF_S):
+        super().__init__(seed, vocab_size, zipf_s)
+        self.scope_cum = list(itertools.accumulate(1 / r for r in range(1, len(SKEWED_SCOPES) + 1)))
+
+    def _scope(self, rnd: random.Random) -> str:
+        return rnd.choices(SKEWED_SCOPES, cum_weights=self.scope_cum)[0]
+
+    def episodes(self, start: int, stop: int) -> Iterator[Row]:
+        for n in range(start, stop):
+            rnd = random.Random(self.seed * 1_000_003 + n)
+            k = rnd.randint(20, 160)
+            words = self._draw(rnd, k)
+            yield Row(
+                n=n,
+                scope=self._scope(rnd),
+                agent=AGENTS[rnd.randrange(len(AGENTS))],
+                task_type=TASK_TYPES[rnd.randrange(len(TASK_TYPES))],
+                outcome=OUTCOMES[rnd.randrange(len(OUTCOMES))],
+                summary=" ".join(words[: k // 3]),
+                lesson="- " + " ".join(words[k // 3 :]),
+                created_at_ms=1_700_000_000_000 + n * 1000,
+            )
+
+    def queries(self, count: int, seed: int = 7) -> list[tuple[str, str, str | None]]:  # type: ignore[override]
+        rnd = random.Random(seed)
+        return [
+            (" ".join(self._draw(rnd, rnd.randint(2, 4))), self._scope(rnd), None)
+            for _ in range(count)
+        ]
+
+
+__all__ = [
+    "AGENTS",
+    "OUTCOMES",
+    "SCOPES",
+    "SKEWED_SCOPES",
+    "TASK_TYPES",
+    "Row",
+    "SkewedWorkload",
+    "Workload",
+    "vocabulary",
+]

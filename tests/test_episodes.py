@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 import episodes_kit as kit
 import torpor
+from conftest import HANG_S
 from torpor.cli import app
 from torpor.episodes import Episode, EpisodeStore, episodes_section, section_for_run, terms
 from torpor.errors import ConfigError, EpisodeNotFoundError
@@ -421,35 +422,103 @@ def test_memory_commands(rt: torpor.Runtime, store_url: str) -> None:
     assert "no episode 'nope:ended@1'" in str(missing.exception)
 
 
-def test_postgres_lexeme_counters_follow_writes_and_prunes(rt: torpor.Runtime) -> None:
-    """PostgreSQL sizes a search from counters kept in the writing transaction: after
-    concurrent writes and a prune they equal a recount of the episodes."""
-    if rt.store.driver.dialect != "postgres":
-        pytest.skip("SQLite counts in its FTS5 index; no counters to keep")
-    es = EpisodeStore(rt.store)
-    eps = [ep(i, f"s{i % 3}", f"lesson {i} deploy timeout {i % 7}") for i in range(30)]
-    threads = [threading.Thread(target=es.write, args=(eps[i::3],)) for i in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert es.prune(before_ms=1_000_010) == 10
+def _zipf_episodes(seed: int, n: int) -> tuple[list[Episode], list[str]]:
+    """``n`` episodes in 3 scopes and 2 task types, texts drawn with a Zipf law from words of
+    consonants only (no stemmer on either backend changes them, none is a stop word), and 40
+    queries of 1-4 words from the same law."""
+    import random
 
-    def counters() -> tuple[dict[str, int], dict[str, int]]:
-        with rt.store.driver.read() as cur:
-            kept = rt.store.driver.fetchall(
-                cur, "SELECT lexeme, docs FROM episode_lexemes WHERE docs > :z", {"z": 0}
-            )
-            recount = rt.store.driver.fetchall(
-                cur,
-                "SELECT l, count(*) FROM episodes, unnest(tsvector_to_array(tsv)) AS l "
-                "GROUP BY l UNION ALL SELECT '', count(*) FROM episodes WHERE :z = 0",
-                {"z": 0},
-            )
-        return dict(kept), dict(recount)
+    rnd = random.Random(seed)
+    letters = "bcdfghjklmnpqrtvwxz"
+    vocab = sorted({"".join(rnd.choice(letters) for _ in range(5)) for _ in range(300)})
+    weights = [1 / (r + 1) ** 1.1 for r in range(len(vocab))]
+    eps = []
+    for i in range(n):
+        words = rnd.choices(vocab, weights, k=rnd.randint(4, 30))
+        eps.append(ep(i, f"s{i % 3}", " ".join(words), task_type=f"t{i % 2}", at_ms=1_000_000 + i))
+    queries = [" ".join(rnd.choices(vocab, weights, k=rnd.randint(1, 4))) for _ in range(40)]
+    return eps, queries
 
-    kept, recount = counters()
-    assert kept == recount and kept[""] == 20
+
+def test_the_same_data_ranks_the_same_top_k_on_both_backends(db_url: str, pg_url: str) -> None:
+    """One ranking (rarity within the caller's filter, counted in each backend's index): the
+    same episodes written in the same order give the same top 10, in the same order, for every
+    query and filter on SQLite and PostgreSQL."""
+    eps, queries = _zipf_episodes(31, 600)
+    results = []
+    for url in (db_url, pg_url):
+        with torpor.Runtime(url) as r:
+            es = EpisodeStore(r.store)
+            for lo in range(0, len(eps), 100):
+                es.write(eps[lo : lo + 100])
+            got = []
+            for q in queries:
+                for scope, tt in (("s0", None), ("s1", "t1"), ("s2", "t0")):
+                    hits = es.search(q, scope=scope, task_type=tt, limit=10)
+                    got.append([(h.episode_id, round(h.score, 9)) for h in hits])
+            results.append(got)
+    assert sum(map(bool, results[0])) > 0.8 * len(results[0]), "most queries found something"
+    assert results[0] == results[1]
+
+
+def test_a_batch_supersedes_as_writes_one_by_one_do(
+    db_url: str, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's supersession check (each scope and task type's live episodes read once) ends
+    with the same episodes superseded, by the same ones, as writing them one at a time — with
+    a window small enough that the batch's own rows overflow it (the fallback read)."""
+    import torpor.episodes.store as episode_store
+
+    monkeypatch.setattr(episode_store, "SUPERSEDE_WINDOW", 3)
+
+    def draft(n: int) -> Episode:
+        verdict = "failed" if (n * 7) % 5 < 2 else "succeeded"
+        return ep(n, f"s{n % 2}", f"deploy {n}", claims={f"tool{n % 3}": verdict})
+
+    eps = [draft(n) for n in range(40)]
+    states = []
+    for url, batch in ((db_url, 1), (pg_url, 1), (pg_url, 13)):
+        with torpor.Runtime(url) as r:
+            es = EpisodeStore(r.store)
+            es.forget("s0"), es.forget("s1")  # (one SQLite file for both cases)
+            for lo in range(0, len(eps), batch):
+                es.write(eps[lo : lo + batch])
+            states.append({e.episode_id: es.get(e.episode_id).superseded_by for e in eps})
+    with torpor.Runtime(db_url) as r:
+        es = EpisodeStore(r.store)
+        es.forget("s0"), es.forget("s1")
+        es.write(eps)
+        states.append({e.episode_id: es.get(e.episode_id).superseded_by for e in eps})
+    assert sum(1 for v in states[0].values() if v) > 5
+    assert states[0] == states[1] == states[2] == states[3]
+
+
+def test_postgres_writers_share_no_rows(pg_url: str) -> None:
+    """Writers in different scopes touch no common row (no shared counters): a writer holding
+    its transaction open does not block another scope's writer, which commits first."""
+    import psycopg
+
+    with torpor.Runtime(pg_url) as r:
+        es = EpisodeStore(r.store)
+        es.write([ep(0, "warm", "deploy timeout")])
+        order: list[str] = []
+        with psycopg.connect(pg_url, autocommit=False) as hold:
+            hold.execute(
+                "INSERT INTO episodes (episode_id, run_id, boundary, scope, agent, task_type, "
+                "kind, outcome, summary, lesson, conditions, refs, claims, tags, at_seq, "
+                "created_at_ms, tsv) VALUES ('h:ended@1', 'h', 'ended@1', 'held', 'ag', "
+                "'deploy', 'ended', 'failed', 'deploy timeout', 'deploy timeout', '{}', '{}', "
+                "'{}', '', 1, 1, to_tsvector('english', 'deploy timeout'))"
+            )
+            t = threading.Thread(
+                target=lambda: (es.write([ep(1, "other", "deploy timeout")]), order.append("w"))
+            )
+            t.start()
+            t.join(timeout=HANG_S)
+            order.append("held commit")
+            hold.commit()
+        assert order == ["w", "held commit"]
+        assert len(es.search("deploy", scope="other")) == 1
 
 
 def test_day_three_the_next_run_is_told_and_does_not_repeat_the_failure(
@@ -514,8 +583,12 @@ def test_queries_have_the_same_names_in_both_dialects() -> None:
     from torpor.episodes.store import load_episode_queries
 
     sqlite, pg = set(load_episode_queries("sqlite")), set(load_episode_queries("postgres"))
-    assert sqlite - pg == {"index_episode", "unindex_episode"}  # FTS5's own index rows
-    assert pg - sqlite == {"count_lexemes", "uncount_lexemes", "word_docs", "tag_docs"}
+    # SQLite: a prepared statement per row, and FTS5's own index rows; PostgreSQL: one
+    # statement per batch (no counters: both count in the index).
+    assert sqlite - pg == {
+        "last_episode_id", "insert_episode", "inserted_since", "index_since", "unindex_episode"
+    }  # fmt: skip
+    assert pg - sqlite == {"insert_episodes"}
 
 
 def test_an_idle_worker_writes_episodes_a_dead_process_left(rt: torpor.Runtime) -> None:
@@ -565,3 +638,44 @@ def test_a_model_may_phrase_the_lesson_in_a_recorded_step(rt: torpor.Runtime) ->
     kit.WORLD["a_works"] = True
     assert rt.run(agent, {"target": "prod"}, run_id="ph2", scope="acme").outcome == "succeeded"
     assert len(phrasing.calls) == 1
+
+
+def test_postgres_search_plans_use_the_indexes_at_every_size(pg_url: str) -> None:
+    """Every query a search runs on PostgreSQL — the filter's size, each word's count, the
+    scored candidates, the recent fill, the rows — is planned on an index (GIN or b-tree),
+    never a sequential scan of the episodes, whether the store holds 20, 400 or 4,000
+    episodes (freshly analyzed)."""
+    eps, queries = _zipf_episodes(7, 4000)
+    with torpor.Runtime(pg_url) as r:
+        es, d = EpisodeStore(r.store), r.store.driver
+        asked: list[tuple[str, dict]] = []
+        fetchall, fetchone = d.fetchall, d.fetchone
+
+        def spy_all(cur: object, sql: str, params: dict) -> list:
+            asked.append((sql, dict(params)))
+            return fetchall(cur, sql, params)
+
+        def spy_one(cur: object, sql: str, params: dict) -> object:
+            asked.append((sql, dict(params)))
+            return fetchone(cur, sql, params)
+
+        loaded = 0
+        for size in (20, 400, 4000):
+            es.bulk_import(eps[loaded:size], batch=200)
+            loaded = size
+            with d.transaction() as cur:
+                d.execute(cur, "ANALYZE episodes", {})
+            asked.clear()
+            d.fetchall, d.fetchone = spy_all, spy_one  # type: ignore[method-assign]
+            try:
+                for q in [*queries[:6], ""]:
+                    es.search(q, scope="s1")
+                    es.search(q, scope="s2", task_type="t0", limit=3)
+            finally:
+                d.fetchall, d.fetchone = fetchall, fetchone  # type: ignore[method-assign]
+            assert len(asked) > 20
+            with r.store.episode_index() as ix:  # (its snapshot, as a search plans in it)
+                for sql, params in asked:
+                    plan = "\n".join(str(x[0]) for x in fetchall(ix.cur, "EXPLAIN " + sql, params))
+                    assert "Seq Scan on episodes" not in plan, (size, sql, plan)
+                    assert "episodes" not in sql or "Index" in plan or "Bitmap" in plan, plan

@@ -50,10 +50,10 @@ def test_readme_and_docs_snippets_run_as_written(tmp_path: Path) -> None:
     commands = _commands(_block(section, "```bash\n"))
     assert commands[0] == ["python", "deployer.py"]
     out = _run(tmp_path, commands[0])
-    assert "deploy-1:ended@25 succeeded" in out and "deploy-1:milestone@21 progress" in out
+    assert "deploy-1:ended@26 succeeded" in out and "deploy-1:milestone@22 progress" in out
     assert "legacy API refused the connection" in out
     outputs = [_run(tmp_path, c) for c in commands[1:]]
-    assert "deploy-1:ended@25" in outputs[0]  # memory search
+    assert "deploy-1:ended@26" in outputs[0]  # memory search
     assert "deploy_legacy" in outputs[1] and "lesson:" in outputs[1]  # memory show
     assert "wrote 0 episode(s)" in outputs[2] and "deleted 0 episode(s)" in outputs[3]
     assert "succeeded" in outputs[4]  # run 2 ...
@@ -66,7 +66,7 @@ def test_readme_and_docs_snippets_run_as_written(tmp_path: Path) -> None:
     docs = (ROOT / "docs" / "memory.md").read_text()
     (tmp_path / "memory_api.py").write_text(_block(docs, "```python\n"))
     api = _run(tmp_path, ["python", "memory_api.py"])
-    assert "deploy-1:ended@25 ended succeeded ['deploy_legacy', 'deploy_v2']" in api
+    assert "deploy-1:ended@26 ended succeeded ['deploy_legacy', 'deploy_v2']" in api
     assert "\n[]\n" in api and "Episodes:" in api
     for c in _commands(_block(docs, "```bash\n")):
         _run(tmp_path, c)

@@ -178,6 +178,9 @@ class AgentContext:
     order: list[str] = field(default_factory=list)
     final: str = ""
     _episodes: str | None = None
+    _episodes_at: int = -1
+    _start_section: str | None = None
+    _filed: bool = False
 
     def __post_init__(self) -> None:
         self.vault = Vault(self.run.journal.host.signing_key, self.agent.known_secrets())
@@ -266,22 +269,38 @@ class AgentContext:
 
     def episodes(self) -> str:
         """The episodes section: lessons of earlier runs of this agent and task type in the
-        run's scope (:func:`torpor.episodes.section_for_run`). Recorded as the step
-        ``episodes`` at the run's start and read back by every later execution (also one
-        resumed from a checkpoint past it), so a run is given the same text throughout;
-        ``""`` for a run not filed for episodes."""
-        if self._episodes is not None:
+        run's scope (:func:`torpor.episodes.section_for_run`), for the goal at the run's start
+        and again at each new plan version (:meth:`recall`): the latest recalled by the plan
+        now in force. Each is recorded as a step (``episodes`` at the run's start,
+        ``episodes@vN`` at plan vN) and read back by every later execution (also one resumed
+        from a checkpoint past it), so a run is given the same text at the same point on
+        replay; ``""`` for a run not filed for episodes."""
+        if self._episodes is not None and self._episodes_at == self.version:
             return self._episodes
+        journal = self.run.journal
+        text = self._start_episodes()
+        for v in range(self.version, 1, -1):
+            comp = journal.recorded(f"{EPISODES_STEP}@v{v}", Policy.READ)
+            if comp is not None:
+                text = str(journal.value(f"{EPISODES_STEP}@v{v}", comp.result) or "")
+                break
+        self._episodes, self._episodes_at = text, self.version
+        return text
+
+    def _start_episodes(self) -> str:
+        if self._start_section is not None:
+            return self._start_section
         store = self.run.journal.store
         rid = self.run.run_id
-        if EpisodeStore(store).filing(rid) is None:
-            self._episodes = ""
+        self._filed = EpisodeStore(store).filing(rid) is not None
+        if not self._filed:
+            self._start_section = ""
             return ""
         journal = self.run.journal
         comp = journal.recorded(EPISODES_STEP, Policy.READ)
         if comp is not None:
-            self._episodes = str(journal.value(EPISODES_STEP, comp.result) or "")
-            return self._episodes
+            self._start_section = str(journal.value(EPISODES_STEP, comp.result) or "")
+            return self._start_section
         goal = f"{self.agent.goal} {json.dumps(self.input, sort_keys=True, default=str)}"
         rec = journal.record(
             EPISODES_STEP,
@@ -291,8 +310,28 @@ class AgentContext:
             ),
             purpose="lessons of earlier runs",
         )
-        self._episodes = str(rec.result or "")
-        return self._episodes
+        self._start_section = str(rec.result or "")
+        return self._start_section
+
+    def recall(self, version: int, plan_text: str) -> None:
+        """At plan ``version`` (2 and later: the plan step changed), recall the episodes most
+        relevant to the goal *and the new plan* (``plan_text``: its reason, each step's tool
+        and why), recorded as the step ``episodes@v{version}`` (read back on replay; nothing
+        for a run not filed for episodes)."""
+        self._start_episodes()
+        if version < 2 or not self._filed:
+            return
+        store, rid = self.run.journal.store, self.run.run_id
+        goal = f"{plan_text} {self.agent.goal}"
+        self.run.journal.record(
+            f"{EPISODES_STEP}@v{version}",
+            lambda sid: (
+                section_for_run(store, rid, goal=goal, token_budget=EPISODES_TOKENS),
+                [],
+            ),
+            purpose=f"lessons of earlier runs for plan v{version}",
+        )
+        self._episodes = None
 
     def conversation(self, instructions: str = "") -> list[Message]:
         """The messages for the next model turn: the context built from the working memory
@@ -543,6 +582,7 @@ class AgentContext:
                 "(the planner or its inputs changed)"
             )
         self.version = v
+        self.recall(v, " ".join([proposal.reason, *(f"{st.tool} {st.why}" for st in steps)]))
         for c in self.calls.values():
             if c.status == "pending":
                 c.status = "superseded"

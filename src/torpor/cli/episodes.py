@@ -1,5 +1,6 @@
 """The ``memory`` command group: episodic memory across runs (:mod:`torpor.episodes`) —
-``torpor memory search``, ``show``, ``sync`` and ``prune``."""
+``torpor memory search``, ``show``, ``sync`` and ``prune`` (``ls``, ``export``, ``import``,
+``forget``: :mod:`.memory_scopes`)."""
 
 from __future__ import annotations
 
@@ -45,12 +46,6 @@ def parse_since(option: str, text: str, now_ms: int) -> int:
     return int(dt.timestamp() * 1000)
 
 
-Scope = Annotated[
-    str,
-    typer.Option("--scope", metavar="SCOPE", help="The scope searched (default: the empty one)."),
-]
-
-
 @memory_app.command()
 def search(
     ctx: typer.Context,
@@ -62,7 +57,18 @@ def search(
             show_default=False,
         ),
     ],
-    scope: Scope = "",
+    scope: Annotated[
+        str | None,
+        typer.Option(
+            "--scope",
+            metavar="SCOPE",
+            help='The scope searched; required once a store holds scopes other than "".',
+        ),
+    ] = None,
+    all_scopes: Annotated[
+        bool,
+        typer.Option("--all-scopes", help="Search every scope (each ranked within itself)."),
+    ] = False,
     agent: Annotated[str | None, typer.Option("--agent", metavar="NAME")] = None,
     task_type: Annotated[str | None, typer.Option("--task-type", metavar="TYPE")] = None,
     outcome: Annotated[
@@ -89,28 +95,43 @@ def search(
     """
     from ..episodes import EpisodeStore
 
+    if scope is not None and all_scopes:
+        raise BadInputError("memory search: give --scope SCOPE or --all-scopes, not both")
     with open_client(ctx) as client:
+        es = EpisodeStore(client.store)
+        if scope is None and not all_scopes and es.scopes_in_use():
+            raise BadInputError(
+                "memory search: this store holds episodes of several scopes; name one with "
+                "--scope SCOPE (--scope '' for the empty one) or search them all with --all-scopes"
+            )
         since_ms = parse_since("--since", since, client.store.now_ms()) if since else None
-        hits = EpisodeStore(client.store).search(
-            query,
-            scope=scope,
-            agent=agent,
-            task_type=task_type,
-            outcome=outcome,
-            since_ms=since_ms,
-            limit=limit,
-            include_superseded=superseded,
-        )
+        hits = []
+        for sc in es.scopes() if all_scopes else [scope or ""]:
+            hits += es.search(
+                query,
+                scope=sc,
+                agent=agent,
+                task_type=task_type,
+                outcome=outcome,
+                since_ms=since_ms,
+                limit=limit,
+                include_superseded=superseded,
+            )
+        hits.sort(key=lambda e: (-e.score, -e.created_at_ms))
+        hits = hits[:limit]
     if json_out:
         emit_json(hits)
         return
     if not hits:
-        console().print(f"no episodes match in scope {scope!r}")
+        where = "any scope" if all_scopes else f"scope {scope or ''!r}"
+        console().print(f"no episodes match in {where}")
         return
-    table = new_table("EPISODE", "WHEN", "AGENT", "TASK TYPE", "OUTCOME", "SUMMARY")
+    table = new_table("EPISODE", "WHEN", "SCOPE", "AGENT", "TASK TYPE", "OUTCOME", "SUMMARY")
     for e in hits:
         eid = e.episode_id + (" (superseded)" if e.superseded_by else "")
-        add_row(table, eid, when(e.created_at_ms), e.agent, e.task_type, e.outcome, e.summary)
+        add_row(
+            table, eid, when(e.created_at_ms), e.scope, e.agent, e.task_type, e.outcome, e.summary
+        )
     console().print(table)
 
 
@@ -148,7 +169,8 @@ def show(
         f"artifacts    {', '.join(ep.refs.get('artifacts', [])) or '-'}",
     ]
     if ep.superseded_by:
-        lines.append(f"superseded   by {ep.superseded_by}")
+        until = f", valid until {when(ep.valid_until_ms)}" if ep.valid_until_ms else ""
+        lines.append(f"superseded   by {ep.superseded_by}{until}")
     lines += ["", ep.summary, "", "lesson:", ep.lesson or "  (none)"]
     console().print(Text("\n".join(lines)), soft_wrap=True)
 
@@ -202,5 +224,8 @@ def prune(
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``memory`` command group to ``app``."""
+    """Add the ``memory`` command group to ``app`` (with :mod:`.memory_scopes`' commands)."""
+    from .memory_scopes import add_commands
+
+    add_commands(memory_app)
     app.add_typer(memory_app)

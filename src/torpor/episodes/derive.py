@@ -11,11 +11,19 @@ The lesson is the record read back: the calls (or steps) that failed with their 
 reason the planner gave for trying them, the fix that followed, the verifications that passed or
 failed. The claims (``{tool: "failed" | "succeeded"}``, the latest of each) are what a later
 episode may contradict (:mod:`torpor.episodes.store` supersedes on that).
+
+The decisions a run's plans recorded, with their reasons, and the approaches its planner said
+failed are in the lesson too (``decided under plan vN: …``, ``ruled out under plan vN: …``):
+the typed records :mod:`torpor.memory.facts` extracts from each plan's text (its reason — a
+model planner's reply — and each step's ``why``), the ``decision`` and ``failure`` ones, at most
+:data:`MAX_DECISIONS` (the latest). The same extraction as the working memory's, so what the
+run's own summary kept as a decision is what its episodes carry.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,11 +40,15 @@ from ..history import (
     VerificationRecorded,
     WaitStarted,
 )
+from ..memory.facts import candidates, content_words, shape, text_segments
 from ..serde import hash_value
 from .model import Episode, episode_id_for
 
 #: Characters kept of an error, an argument list or a reason in a lesson line.
 DETAIL_CHARS = 200
+
+#: Most decisions (and ruled-out approaches) a lesson carries: the latest.
+MAX_DECISIONS = 8
 
 #: The step id under which an agent records its lesson as a model phrased it, and the prefix
 #: of the model call's step (:mod:`torpor.agents.lessons`).
@@ -94,6 +106,25 @@ class _Walk:
     succeeded: list[str] = field(default_factory=list)
     #: The lesson as a model phrased it (a recorded ``lesson`` step), when there is one.
     phrased: str = ""
+    #: ``(kind, plan version, text)`` of the plans' decisions and ruled-out approaches.
+    decisions: list[tuple[str, int, str]] = field(default_factory=list)
+
+    def plan_facts(self, p: PlanRecorded) -> None:
+        """The decisions and failed approaches the plan's text records (:mod:`..memory.facts`)."""
+        segs = text_segments(p.reason, "model") if p.reason else []
+        for st in p.steps:
+            if st.why:
+                segs += text_segments(st.why, "model")
+        if not segs:
+            return
+        shapes = Counter(shape(x.text) for x in segs)
+        goal = frozenset(content_words(self.goal))
+        seen = {t for _k, _v, t in self.decisions}
+        for f in candidates(segs, goal, shapes, p.version, f"plan@v{p.version}"):
+            if f.kind in ("decision", "failure") and f.text not in seen:
+                seen.add(f.text)
+                self.decisions.append((f.kind, p.version, _clip(f.text)))
+        del self.decisions[:-MAX_DECISIONS]
 
     def fail(self, f: _Failure) -> None:
         self.failures.append(f)
@@ -149,6 +180,7 @@ def _walk(w: _Walk, events: Iterable[Event]) -> Iterator[tuple[Event, tuple[str,
             w.input_fingerprint = hash_value(p.input)[:16]
         elif isinstance(p, PlanRecorded):
             w.agentic = True
+            w.plan_facts(p)
             for st in p.steps:
                 w.calls[st.call_id] = {
                     "tool": st.tool,
@@ -200,6 +232,9 @@ def _lesson_lines(w: _Walk) -> list[str]:
     """The lesson read back from the record: failures with their errors and reasons, the
     fixes that followed, the verifications."""
     lines: list[str] = []
+    for kind, version, text in w.decisions:
+        verb = "decided" if kind == "decision" else "ruled out"
+        lines.append(f"{verb} under plan v{version}: {text}")
     for x in w.failures:
         what = f"{x.name}({x.args})" if x.args else x.name
         plan = f" under plan v{x.plan_version}" if x.plan_version else ""
@@ -278,4 +313,12 @@ def _episode(w: _Walk, f: RunFiling, ev: Event, kind: str, outcome: str, head: s
     )
 
 
-__all__ = ["DETAIL_CHARS", "PHRASED_STEP", "PHRASING_PREFIX", "RunFiling", "derive", "lesson_of"]
+__all__ = [
+    "DETAIL_CHARS",
+    "MAX_DECISIONS",
+    "PHRASED_STEP",
+    "PHRASING_PREFIX",
+    "RunFiling",
+    "derive",
+    "lesson_of",
+]

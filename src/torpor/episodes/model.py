@@ -47,6 +47,8 @@ class Episode:
     ``conditions``: ``{"agent", "task_type", "tools": [names used], "input_fingerprint"}``;
     ``refs``: ``{"events": [seq, ...], "artifacts": [sha256, ...]}``; ``claims``: what the
     lesson asserts, ``{tool or step: "failed" | "succeeded"}`` — the basis of supersession.
+    ``superseded_by``: the episode that contradicted this one, and ``valid_until_ms`` its time —
+    when this one stopped being held true (both None while it is).
     ``score``: the relevance of a search hit (higher is better; 0 outside a search).
     """
 
@@ -66,6 +68,7 @@ class Episode:
     refs: dict[str, Any] = field(default_factory=dict)
     claims: dict[str, str] = field(default_factory=dict)
     superseded_by: str | None = None
+    valid_until_ms: int | None = None
     score: float = 0.0
 
 

@@ -9,8 +9,11 @@ episodes the caller may see:
 
 1. ``N`` — how many episodes the filter holds (counted in the index, capped);
 2. for each query word, ``df`` — how many of those contain it, counted up to
-   ``cap = max(CAP_MIN, N / 5)``: a word found in a fifth of the filter or more is as
-   uninformative as a stop word and is not scored;
+   ``cap = max(CAP_MIN, min(N / 5, CAP_MAX))``: a word found in a fifth of the filter or more
+   (or in ``CAP_MAX`` of its episodes, in a filter of more than 5 x ``CAP_MAX``) is as
+   uninformative as a stop word and is not scored — so counting and scoring a word never reads
+   more than ``CAP_MAX`` postings, whatever the filter's size (PostgreSQL visits a row for
+   each);
 3. the episodes containing the informative words are scored, ``idf = ln(1 + (N - df + .5) /
    (df + .5))`` summed, best first (ties: the most recently written);
 4. the slots left are filled with the most recent episodes containing any of the common words.
@@ -39,6 +42,9 @@ from .model import pair_tag, tag
 #: A word in at least this many episodes of the filter (or a fifth of them, if more) is not
 #: scored (see the module docstring).
 CAP_MIN = 200
+#: A word is counted (and scored) in at most this many episodes of a filter; in more, it is
+#: common (see the module docstring).
+CAP_MAX = 1000
 #: The filter's size is counted up to this many episodes.
 N_CAP = 50_000
 
@@ -99,24 +105,12 @@ class Searcher:
     def _weigh(
         self, f: EpisodeFilter, words: Sequence[str]
     ) -> tuple[int, dict[str, float], list[str]]:
-        """``(N, {informative word: idf}, [common words])`` for the filter. SQLite counts in
-        the index (capped); PostgreSQL reads the lexeme counters (it would have to visit every
-        row to count it), scaling a word's store-wide count to the filter."""
+        """``(N, {informative word: idf}, [common words])`` for the filter, counted in the
+        index on every backend (capped: see the module docstring)."""
         ix = self.index
-        if ix.counts_in_index:
-            n = ix.count(f, [], N_CAP)
-            cap = max(CAP_MIN, n // 5)
-            dfs = {w: ix.count(f, [w], cap) for w in words} if n else {}
-        else:
-            found, docs = ix.doc_counts(f.tags, words)
-            total = int(found.get("", 0))
-            n = min(int(found.get(t, 0)) for t in f.tags)
-            cap = max(CAP_MIN, n // 5)
-            dfs = {
-                w: max(1, round(int(d) * n / total)) if d else 0
-                for w, d in docs.items()
-                if n and total
-            }
+        n = ix.count(f, [], N_CAP)
+        cap = max(CAP_MIN, min(n // 5, CAP_MAX))
+        dfs = {w: ix.count(f, [w], cap) for w in words} if n else {}
         idf: dict[str, float] = {}
         common: list[str] = []
         for w in words:
@@ -151,4 +145,4 @@ class Searcher:
             over *= 4
 
 
-__all__ = ["CAP_MIN", "EPISODE_COLUMNS", "N_CAP", "Filters", "Searcher", "fts5_expr"]
+__all__ = ["CAP_MAX", "CAP_MIN", "EPISODE_COLUMNS", "N_CAP", "Filters", "Searcher", "fts5_expr"]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from .. import faults, scrub
@@ -77,7 +77,8 @@ def _row(r: tuple[Any, ...]) -> Episode:
         refs=json.loads(r[13]),
         claims=json.loads(r[14]),
         superseded_by=r[15],
-        score=float(r[16] or 0.0),
+        valid_until_ms=None if r[16] is None else int(r[16]),
+        score=float(r[17] or 0.0),
     )
 
 
@@ -193,6 +194,21 @@ class EpisodeStore:
         capture. Returns how many episodes were written."""
         return sum(len(self.capture(r)) for r in self.store.episode_runs_behind(limit))
 
+    def bulk_import(self, episodes: Iterable[Episode], *, batch: int = 500) -> int:
+        """Write ``episodes`` (an export's, another system's) ``batch`` per transaction, as
+        :meth:`write` does each batch — once each by ``(run_id, boundary)``, contradicted ones
+        superseded — and return how many were newly written. Memory use is one batch.
+        ConfigError for ``batch`` < 1 (and as :meth:`write`)."""
+        if batch < 1:
+            raise ConfigError(f"episode import batch must be at least 1, not {batch}")
+        total, chunk = 0, []
+        for ep in episodes:
+            chunk.append(ep)
+            if len(chunk) == batch:
+                total += len(self.write(chunk))
+                chunk = []
+        return total + (len(self.write(chunk)) if chunk else 0)
+
     # ------------------------------------------------------------ reading
 
     def get(self, episode_id: str) -> Episode:
@@ -256,6 +272,41 @@ class EpisodeStore:
     def count(self) -> int:
         """How many episodes the store holds (all scopes)."""
         return self.store.count_episodes()
+
+    # ------------------------------------------------------------ governing a scope
+
+    def scopes(self) -> dict[str, int]:
+        """``{scope: episodes}`` of every scope holding episodes."""
+        return {str(sc): int(n) for sc, n in self.store.episode_scopes()}
+
+    def scopes_in_use(self) -> bool:
+        """Whether any episode is filed under a scope other than ``""`` (so a caller that
+        names none is told to: the CLI refuses a search without ``--scope`` or
+        ``--all-scopes``)."""
+        return self.store.episode_scopes_in_use()
+
+    def iter_scope(self, scope: str, *, page: int = 500) -> Iterator[Episode]:
+        """Every episode of ``scope``, superseded or not, in the order written (read ``page``
+        rows at a time: memory use is one page)."""
+        after = 0
+        while True:
+            rows = self.store.scope_episode_rows(scope, after=after, limit=page)
+            for r in rows:
+                yield _row(r[:-1])
+            if len(rows) < page:
+                return
+            after = int(rows[-1][-1])
+
+    def forget(self, scope: str) -> dict[str, int]:
+        """Delete everything memory holds of ``scope`` in one transaction — its episodes (with
+        their index rows), the artifact references they held, and its rows of every table
+        registered with :func:`torpor.store.episode_scopes.register_scoped_table` (the fact
+        ledger's ``ledger_records``) — and return ``{what: rows deleted}``. The scope's runs
+        are not memory and are left to run retention; an artifact no longer named by anything
+        is collected by the next ``torpor gc``. ConfigError for a non-string scope."""
+        if not isinstance(scope, str):
+            raise ConfigError(f"episode scope must be a string, not {type(scope).__name__}")
+        return self.store.forget_scope(scope)
 
     # ------------------------------------------------------------ retention
 

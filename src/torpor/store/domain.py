@@ -284,22 +284,12 @@ class ScheduleRows(Protocol):
 
 class EpisodeIndex(Protocol):
     """The full-text index of episodes within one read snapshot (:mod:`torpor.episodes.search`
-    ranks with it). ``counts_in_index``: the filter's size and each word's document count are
-    counted in the index (SQLite FTS5); otherwise read from counters kept by the writers
-    (PostgreSQL, :meth:`doc_counts`)."""
-
-    counts_in_index: bool
+    ranks with it). The filter's size and each word's document count within it are counted in
+    the index on every backend (:meth:`count`)."""
 
     def count(self, f: EpisodeFilter, words: Sequence[str], cap: int) -> int:
         """How many episodes of ``f`` hold any of ``words`` (all of ``f`` when none), up to
         ``cap``."""
-        ...
-
-    def doc_counts(
-        self, tags: Sequence[str], words: Sequence[str]
-    ) -> tuple[dict[str, int], dict[str, int]]:
-        """``({tag: episodes}, {word: episodes})`` store-wide, from the counters (the tag
-        ``""`` counts every episode)."""
         ...
 
     def scored(self, f: EpisodeFilter, idf: Mapping[str, float], over: int) -> list[Row]:
@@ -324,7 +314,7 @@ class EpisodeRows(Protocol):
     """Episodes: written at run boundaries, searched, superseded, pruned (:mod:`torpor.episodes`
     decides what they say and how they rank). An episode row is ``(episode_id, run_id,
     boundary, scope, agent, task_type, kind, outcome, summary, lesson, at_seq, created_at_ms,
-    conditions JSON, refs JSON, claims JSON, superseded_by, score)``."""
+    conditions JSON, refs JSON, claims JSON, superseded_by, valid_until_ms, score)``."""
 
     def episode_filing(self, run_id: str) -> Row | None:
         """``(workflow, scope, task_type, seq captured so far)`` of the run; None for an
@@ -376,6 +366,25 @@ class EpisodeRows(Protocol):
     def collect_episode_refs(self, *, dry_run: bool) -> tuple[int, int, int]:
         """Delete (``dry_run``: count) the artifact references of episodes that no longer
         exist: ``(references dropped, episodes keeping artifacts, artifacts they keep)``."""
+        ...
+
+    def episode_scopes(self) -> list[Row]:
+        """``[(scope, episodes)]`` of every scope holding episodes, by scope."""
+        ...
+
+    def episode_scopes_in_use(self) -> bool:
+        """Whether any episode is filed under a scope other than ``""``."""
+        ...
+
+    def scope_episode_rows(self, scope: str, *, after: int, limit: int) -> list[Row]:
+        """Up to ``limit`` rows of ``scope`` in the order written after position ``after``
+        (an episode row, then its position)."""
+        ...
+
+    def forget_scope(self, scope: str) -> dict[str, int]:
+        """Delete the scope's episodes, their artifact references and its rows in every
+        registered scoped table, in one transaction: ``{what: rows deleted}``
+        (:mod:`torpor.store.episode_scopes`)."""
         ...
 
 

@@ -3,8 +3,10 @@ queries each step of a search runs, within one read snapshot (an
 :class:`~torpor.store.domain.EpisodeIndex`). Both backends index each episode's words and one
 token per filter (scope, agent, task type, outcome), so a filter and the query's words are one
 intersection of posting lists: SQLite FTS5 (``episodes_fts``, an external-content index) and
-PostgreSQL full text (a ``tsvector`` with a GIN index, and per-lexeme counters kept by the
-writers). Rows are then read by id with the exact columns compared, so a token collision could
+PostgreSQL full text (a ``tsvector`` with a GIN index). Both count a filter's episodes and a
+word's within it in the index itself, so a search weighs words the same way on both and a
+writer touches no row but its own (no shared counters: concurrent writers never wait on each
+other). Rows are then read by id with the exact columns compared, so a token collision could
 never leak an episode of another scope.
 """
 
@@ -19,7 +21,7 @@ from .domain import EpisodeFilter, Row
 
 EPISODE_COLUMNS = (
     "episode_id, run_id, boundary, scope, agent, task_type, kind, outcome, summary, lesson, "
-    "at_seq, created_at_ms, conditions, refs, claims, superseded_by"
+    "at_seq, created_at_ms, conditions, refs, claims, superseded_by, valid_until_ms"
 )
 
 _E_COLUMNS = ", ".join("e." + c.strip() for c in EPISODE_COLUMNS.split(","))
@@ -64,7 +66,11 @@ class SQLEpisodeIndex:
         self.cur = cur
         self.queries = queries
         self.sqlite = driver.dialect == "sqlite"
-        self.counts_in_index = self.sqlite
+        if not self.sqlite:
+            # Every query of a search is an intersection of GIN posting lists; the planner's
+            # estimate for a filter token (rare, so outside the tsvector statistics) would
+            # otherwise trade it for a sequential scan on small or freshly loaded tables.
+            driver.execute(cur, "SET LOCAL enable_seqscan = off", {})
 
     def _cond(
         self, f: EpisodeFilter, words: Sequence[str], key: str, params: dict[str, Any]
@@ -77,47 +83,52 @@ class SQLEpisodeIndex:
         if not words:
             return f"tsv @@ CAST(:{key}_f AS tsquery)"
         params[key + "_w"] = " | ".join(words)
-        return (
-            f"tsv @@ (CAST(:{key}_f AS tsquery) && to_tsquery('english', CAST(:{key}_w AS text)))"
-        )
-
-    def _id(self) -> str:
-        return "rowid" if self.sqlite else "id"
+        # Words that are all English stop words make an empty tsquery, and ``f && empty`` is
+        # ``f``: the whole filter would match. Such words match nothing (a constant, checked
+        # once per query, never per row).
+        words_q = f"to_tsquery('english', CAST(:{key}_w AS text))"
+        return f"numnode({words_q}) > 0 AND tsv @@ (CAST(:{key}_f AS tsquery) && {words_q})"
 
     def _table(self) -> str:
         return "episodes_fts" if self.sqlite else "episodes"
 
     def count(self, f: EpisodeFilter, words: Sequence[str], cap: int) -> int:
-        """How many episodes of ``f`` hold any of ``words`` (all of ``f``: none), up to ``cap``."""
+        """How many episodes of ``f`` hold any of ``words`` (all of ``f``: none), up to ``cap``.
+        PostgreSQL sizes a scope (and task type) filter along its b-tree, an index-only scan:
+        counting a GIN match would visit every row's heap tuple."""
         params: dict[str, Any] = {"cap": cap}
+        if not self.sqlite and not words and f.agent is None and f.outcome is None:
+            params.update(scope=f.scope, task_type=f.task_type)
+            tt = "" if f.task_type is None else " AND task_type = :task_type"
+            sql = (
+                "SELECT count(*) FROM (SELECT 1 FROM episodes "
+                f"WHERE scope = :scope{tt} LIMIT :cap) t"
+            )
+            row = self.driver.fetchone(self.cur, sql, params)
+            return int(row[0]) if row else 0
         cond = self._cond(f, words, "m", params)
         sql = f"SELECT count(*) FROM (SELECT 1 FROM {self._table()} WHERE {cond} LIMIT :cap) t"
         row = self.driver.fetchone(self.cur, sql, params)
         return int(row[0]) if row else 0
 
-    def doc_counts(
-        self, tags: Sequence[str], words: Sequence[str]
-    ) -> tuple[dict[str, int], dict[str, int]]:
-        """``({tag: episodes}, {word: episodes})`` from the writers' counters (PostgreSQL; the
-        tag ``""`` counts every episode)."""
-        d, q = self.driver, self.queries
-        found = d.fetchall(self.cur, q["tag_docs"], {"tags": [*tags, ""]})
-        docs = d.fetchall(self.cur, q["word_docs"], {"words": list(words)})
-        return {str(t): int(n) for t, n in found}, {str(w): int(n) for w, n in docs}
-
     def scored(self, f: EpisodeFilter, idf: Mapping[str, float], over: int) -> list[Row]:
-        """``(id, score)`` of up to ``over`` episodes, best first (ties: newest)."""
+        """``(id, score)`` of up to ``over`` episodes, best first (ties: newest): one index
+        lookup per word (the filter and that word), the weights summed. On PostgreSQL each is a
+        GIN bitmap scan that reads a match's id from its row, never its ``tsvector`` (a plain
+        lexeme query needs no recheck), so a long episode costs no more than a short one."""
         params: dict[str, Any] = {"over": over}
         parts = []
+        table, rid = ("episodes_fts", "rowid") if self.sqlite else ("episodes", "id")
         for i, (w, weight) in enumerate(idf.items()):
             cond = self._cond(f, [w], f"m{i}", params)
             params[f"i{i}"] = weight
             cast = f":i{i}" if self.sqlite else f"CAST(:i{i} AS float8)"
-            parts.append(
-                f"SELECT {self._id()} AS id, {cast} AS w FROM {self._table()} WHERE {cond}"
-            )
+            parts.append(f"SELECT {rid} AS id, {cast} AS w FROM {table} WHERE {cond}")
+        # Rounded: a float sum's last bits depend on the order rows arrive in, and ties must
+        # break the same way (by id) on both backends.
+        total = "round(sum(w), 9)" if self.sqlite else "round(CAST(sum(w) AS numeric), 9)"
         sql = (
-            "SELECT id, sum(w) AS s FROM (" + " UNION ALL ".join(parts) + ") u "
+            f"SELECT id, {total} AS s FROM (" + " UNION ALL ".join(parts) + ") u "
             "GROUP BY id ORDER BY s DESC, id DESC LIMIT :over"
         )
         return [(int(i), float(s)) for i, s in self.driver.fetchall(self.cur, sql, params)]

@@ -5,9 +5,10 @@ of its protocol). What an episode says, when one contradicts another, and how a 
 :mod:`torpor.episodes`.
 
 The queries are whole in ``sql/episodes/<dialect>.sql`` by name; a few exist in one dialect
-only — the FTS5 index rows on SQLite (``index_episode``, ``unindex_episode``), the lexeme
-counters on PostgreSQL (``count_lexemes``, ``uncount_lexemes``, ``word_docs``, ``tag_docs``) —
-and the store runs whichever its dialect has.
+only — the batch insert (SQLite: ``last_episode_id``, ``insert_episode``, ``inserted_since``,
+``index_since`` and ``unindex_episode``, its FTS5 index's own rows; PostgreSQL:
+``insert_episodes``, one statement computing the ``tsvector`` column) — and the store runs
+whichever its dialect has.
 
 Writing is keyed by ``(run_id, boundary)`` (``INSERT … ON CONFLICT DO NOTHING``) in one
 transaction with the run row's ``episodes_seq``: a process killed at any point leaves each
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -59,52 +60,129 @@ class EpisodeTables:
         contradicts: Callable[[dict[str, str], dict[str, str]], bool],
         window: int,
     ) -> list[EpisodeRecord]:
-        """Write ``records`` in one transaction; see :meth:`.EpisodeRows.write_episodes`."""
+        """Write ``records`` in one transaction; see :meth:`.EpisodeRows.write_episodes`. The
+        rows go in one statement on PostgreSQL (``insert_episodes``), one prepared statement
+        run per row on SQLite (``insert_episode``, the index rows in one more), and
+        the supersession check reads each scope and task type's live episodes once per batch
+        (:meth:`_supersede_batch`)."""
         written: list[EpisodeRecord] = []
         with self.driver.transaction() as cur:
-            for ep in records:
-                if self._insert(cur, ep):
-                    written.append(ep)
-                    self._supersede_contradicted(cur, ep, contradicts, window)
+            if records:
+                written = self._insert_batch(cur, records)
+                self._supersede_batch(cur, written, contradicts, window)
             if captured is not None:
                 params = {"run_id": captured[0], "seq": captured[1]}
                 self.driver.execute(cur, self._eq["mark_captured"], params)
             faults.point("episodes.written")
         return written
 
-    def _insert(self, cur: Any, ep: EpisodeRecord) -> bool:
+    def _insert_batch(self, cur: Any, records: Sequence[EpisodeRecord]) -> list[EpisodeRecord]:
+        """Insert ``records`` (each once: ``ON CONFLICT DO NOTHING``); the ones newly written,
+        in order, their index rows and artifact references with them."""
         q = self._eq
-        params = {
-            "episode_id": ep.episode_id,
-            "run_id": ep.run_id,
-            "boundary": ep.boundary,
-            "scope": ep.scope,
-            "agent": ep.agent,
-            "task_type": ep.task_type,
-            "kind": ep.kind,
-            "outcome": ep.outcome,
-            "summary": ep.summary,
-            "lesson": ep.lesson,
-            "conditions": json.dumps(ep.conditions, sort_keys=True),
-            "refs": json.dumps(ep.refs, sort_keys=True),
-            "claims": json.dumps(ep.claims, sort_keys=True),
-            "tags": ep.tags,
-            "at_seq": ep.at_seq,
-            "created_at_ms": ep.created_at_ms,
-        }
-        row = self.driver.fetchone(cur, q["insert_episode"], params)
-        if row is None:
-            return False
-        if "index_episode" in q:  # SQLite: the FTS5 index's own rows
-            params = {"id": row[0], "summary": ep.summary, "lesson": ep.lesson, "tags": ep.tags}
-            self.driver.execute(cur, q["index_episode"], params)
-        else:  # PostgreSQL: the lexeme counters searches are sized by
-            self.driver.execute(cur, q["count_lexemes"], {"id": row[0]})
-        owner = EPISODE_OWNER_PREFIX + ep.episode_id
-        for sha in ep.refs.get("artifacts", []):
-            params = {"hash": sha, "owner": owner, "run_id": ep.run_id}
-            self.driver.execute(cur, q["insert_episode_ref"], params)
-        return True
+        rows = [
+            {
+                "episode_id": ep.episode_id,
+                "run_id": ep.run_id,
+                "boundary": ep.boundary,
+                "scope": ep.scope,
+                "agent": ep.agent,
+                "task_type": ep.task_type,
+                "kind": ep.kind,
+                "outcome": ep.outcome,
+                "summary": ep.summary,
+                "lesson": ep.lesson,
+                "conditions": json.dumps(ep.conditions, sort_keys=True),
+                "refs": json.dumps(ep.refs, sort_keys=True),
+                "claims": json.dumps(ep.claims, sort_keys=True),
+                "tags": ep.tags,
+                "at_seq": ep.at_seq,
+                "created_at_ms": ep.created_at_ms,
+            }
+            for ep in records
+        ]
+        if "insert_episodes" in q:  # PostgreSQL: the batch in one statement, one round trip
+            got = self.driver.fetchall(cur, q["insert_episodes"], {"rows": json.dumps(rows)})
+        else:  # SQLite: a prepared statement per row; the writer holds the file alone
+            last = {"last": self.driver.fetchall(cur, q["last_episode_id"], {})[0][0]}
+            self.driver.executemany(cur, q["insert_episode"], rows)
+            got = self.driver.fetchall(cur, q["inserted_since"], last)
+            if got:
+                self.driver.execute(cur, q["index_since"], last)
+        ids = {str(eid) for _i, eid in got}
+        written: list[EpisodeRecord] = []
+        for ep in records:
+            if ep.episode_id in ids:
+                ids.discard(ep.episode_id)  # (a second record of that id was not written)
+                written.append(ep)
+        for ep in written:
+            owner = EPISODE_OWNER_PREFIX + ep.episode_id
+            for sha in ep.refs.get("artifacts", []):
+                params = {"hash": sha, "owner": owner, "run_id": ep.run_id}
+                self.driver.execute(cur, q["insert_episode_ref"], params)
+        return written
+
+    def _supersede_batch(
+        self,
+        cur: Any,
+        written: Sequence[EpisodeRecord],
+        contradicts: Callable[[dict[str, str], dict[str, str]], bool],
+        window: int,
+    ) -> None:
+        """Supersede what each of ``written`` contradicts, in order, as if each had been
+        written alone: episode ``i`` is checked against the latest ``window`` live episodes of
+        its scope and task type written before it (the batch's earlier ones included, those
+        superseded meanwhile left out). They are read once per scope and task type (``window``
+        plus the batch's own rows); when what was read runs short of the window, that
+        episode's check reads the table again (:meth:`_supersede_contradicted`)."""
+        groups: dict[tuple[str, Any], list[int]] = {}
+        for i, ep in enumerate(written):
+            groups.setdefault((ep.scope, ep.task_type), []).append(i)
+        position = {ep.episode_id: i for i, ep in enumerate(written)}
+        todo = [(k, m) for k, m in groups.items() if any(written[i].claims for i in m)]
+        live_of = self._live_claims(cur, [(k, window + len(m)) for k, m in todo])
+        for key, members in todo:
+            limit = window + len(members)
+            live = live_of.get(key, [])
+            gone: set[str] = set()
+            for i in members:
+                ep = written[i]
+                if not ep.claims:
+                    continue
+                seen = [
+                    (str(eid), claims)
+                    for eid, claims, _at in live
+                    if eid not in gone and position.get(eid, -1) < i
+                ][:window]
+                if len(seen) < window and len(live) == limit:
+                    later = {e.episode_id for e in written[i:]}
+                    self._supersede_contradicted(cur, ep, contradicts, window, later)
+                    continue
+                for old_id, old_claims in seen:
+                    if contradicts(ep.claims, json.loads(old_claims)):
+                        by = {"episode_id": old_id, "by": ep.episode_id}
+                        if self.driver.execute(cur, self._eq["supersede"], by):
+                            gone.add(old_id)
+
+    def _live_claims(
+        self, cur: Any, wanted: Sequence[tuple[tuple[str, Any], int]]
+    ) -> dict[tuple[str, Any], list[Row]]:
+        """``{(scope, task type): [(episode_id, claims, created_at_ms)]}``: the latest ``limit``
+        live episodes of each, newest first — one statement per 50 of them (a ``UNION ALL`` of
+        the ``live_claims_batch`` query, each part along the scope's b-tree)."""
+        out: dict[tuple[str, Any], list[Row]] = {}
+        one = self._eq["live_claims_batch"].strip().rstrip(";")
+        for lo in range(0, len(wanted), 50):
+            parts, params = [], {}
+            for n, ((scope, task_type), limit) in enumerate(wanted[lo : lo + 50]):
+                part = one.replace(":scope", f":s{n}").replace(":task_type", f":t{n}")
+                parts.append(f"SELECT {n} AS g, * FROM ({part.replace(':limit', f':l{n}')}) p{n}")
+                params.update({f"s{n}": scope, f"t{n}": task_type, f"l{n}": limit})
+                out[(scope, task_type)] = []
+            keys = [k for k, _ in wanted[lo : lo + 50]]
+            for g, *row in self.driver.fetchall(cur, " UNION ALL ".join(parts), params):
+                out[keys[int(g)]].append(tuple(row))
+        return out
 
     def _supersede_contradicted(
         self,
@@ -112,16 +190,21 @@ class EpisodeTables:
         ep: EpisodeRecord,
         contradicts: Callable[[dict[str, str], dict[str, str]], bool],
         window: int,
+        later: Collection[str] = (),
     ) -> None:
+        """Supersede the live episodes ``ep`` contradicts among the latest ``window`` of its
+        scope and task type, read from the table (``later``: ids written after it in its batch,
+        left out as if not yet written)."""
         if not ep.claims:
             return
         params = {
             "scope": ep.scope,
             "task_type": ep.task_type,
             "episode_id": ep.episode_id,
-            "limit": window,
+            "limit": window + len(later),
         }
-        for old_id, old_claims in self.driver.fetchall(cur, self._eq["live_claims"], params):
+        rows = self.driver.fetchall(cur, self._eq["live_claims"], params)
+        for old_id, old_claims in [r for r in rows if r[0] not in later][:window]:
             if contradicts(ep.claims, json.loads(old_claims)):
                 by = {"episode_id": old_id, "by": ep.episode_id}
                 self.driver.execute(cur, self._eq["supersede"], by)
@@ -158,7 +241,7 @@ class EpisodeTables:
 
     def prune_episodes(self, *, before_ms: int, superseded_only: bool, batch: int) -> int:
         """Delete episodes created before ``before_ms``, ``batch`` per transaction, with their
-        index rows (or lexeme counts) and artifact references; returns how many."""
+        index rows and artifact references; returns how many."""
         q, total = self._eq, 0
         while True:
             with self.driver.transaction() as cur:
@@ -168,8 +251,6 @@ class EpisodeTables:
                     if "unindex_episode" in q:
                         entry = {"id": id_, "summary": summary, "lesson": lesson, "tags": tags}
                         self.driver.execute(cur, q["unindex_episode"], entry)
-                    else:
-                        self.driver.execute(cur, q["uncount_lexemes"], {"id": id_})
                     self.driver.execute(cur, q["delete_episode"], {"id": id_})
                     owner = {"owner": EPISODE_OWNER_PREFIX + eid}
                     self.driver.execute(cur, q["delete_episode_refs"], owner)

@@ -16,7 +16,7 @@ import select
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -182,6 +182,9 @@ class PostgresDriver:
     def execute(self, cur: Any, sql: str, params: dict[str, Any]) -> int:
         cur.execute(self._sql(sql), params)
         return int(cur.rowcount)
+
+    def executemany(self, cur: Any, sql: str, rows: Sequence[dict[str, Any]]) -> None:
+        cur.executemany(self._sql(sql), rows)
 
     def fetchone(self, cur: Any, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
         cur.execute(self._sql(sql), params)

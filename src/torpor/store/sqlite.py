@@ -23,7 +23,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, NoReturn
@@ -257,6 +257,9 @@ class SQLiteDriver:
     def execute(self, cur: Any, sql: str, params: dict[str, Any]) -> int:
         cur.execute(sql, params)
         return int(cur.rowcount)
+
+    def executemany(self, cur: Any, sql: str, rows: Sequence[dict[str, Any]]) -> None:
+        cur.executemany(sql, rows)
 
     def fetchone(self, cur: Any, sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
         cur.execute(sql, params)

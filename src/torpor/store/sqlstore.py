@@ -59,6 +59,7 @@ from .base import (
 from .children import ChildStore, set_parent
 from .chunkio import ChunkIO
 from .claims import claim
+from .episode_scopes import EpisodeScopeTables
 from .episode_vectors import EpisodeVectorTables
 from .episodes import EpisodeTables
 from .maintenance import MaintenanceStore
@@ -78,6 +79,7 @@ class SQLStore(
     QueueStore,
     ScheduleStore,
     EpisodeTables,
+    EpisodeScopeTables,
     EpisodeVectorTables,
     MaintenanceStore,
     ChildStore,

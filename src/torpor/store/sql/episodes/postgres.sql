@@ -1,7 +1,8 @@
 -- Episodic memory queries (PostgreSQL); the same names as sqlite.sql. Columns of an episode, in
 -- the order the store returns them (store/episodes.py): episode_id, run_id, boundary, scope, agent,
 -- task_type, kind, outcome, summary, lesson, at_seq, created_at_ms, conditions, refs, claims,
--- superseded_by, then the score.
+-- superseded_by, valid_until_ms,
+-- then the score.
 
 -- name: run_filing
 SELECT workflow, scope, task_type, episodes_seq FROM runs WHERE run_id = :run_id;
@@ -12,46 +13,22 @@ WHERE task_type IS NOT NULL AND status IN ('waiting', 'finished')
   AND episodes_seq < (SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id)
 ORDER BY created_at_ms LIMIT :limit;
 
--- name: insert_episode
--- tsv: the lesson (weight A) and the summary (weight B) in the english configuration, plus
--- the filter tokens as lexemes of their own (array_to_tsvector: taken verbatim, unparsed).
-INSERT INTO episodes (episode_id, run_id, boundary, scope, agent, task_type, kind, outcome,
-                      summary, lesson, conditions, refs, claims, tags, at_seq, created_at_ms,
-                      tsv)
-VALUES (:episode_id, :run_id, :boundary, :scope, :agent, :task_type, :kind, :outcome,
-        :summary, :lesson, :conditions, :refs, :claims, :tags, :at_seq, :created_at_ms,
-        setweight(to_tsvector('english', CAST(:lesson AS text)), 'A')
-        || setweight(to_tsvector('english', CAST(:summary AS text)), 'B')
-        || array_to_tsvector(string_to_array(CAST(:tags AS text), ' ')))
+-- name: insert_episodes
+-- A batch in one statement (`:rows`: a JSON array of objects keyed by column), the tsvector as
+-- insert_episode computes it: the rows newly written come back (`id, episode_id`).
+INSERT INTO episodes (episode_id, run_id, boundary, scope, agent, task_type, kind, outcome, summary, lesson, conditions, refs, claims, tags, at_seq, created_at_ms, tsv)
+SELECT episode_id, run_id, boundary, scope, agent, task_type, kind, outcome, summary, lesson, conditions, refs, claims, tags, at_seq, created_at_ms,
+       setweight(to_tsvector('english', lesson), 'A')
+       || setweight(to_tsvector('english', summary), 'B')
+       || array_to_tsvector(string_to_array(tags, ' '))
+FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(episode_id text, run_id text, boundary text, scope text, agent text, task_type text, kind text, outcome text, summary text, lesson text, conditions text, refs text, claims text, tags text, at_seq bigint, created_at_ms bigint)
 ON CONFLICT DO NOTHING
-RETURNING id;
+RETURNING id, episode_id;
 
--- name: count_lexemes
--- The new episode's lexemes (and '' for the total), in order: concurrent writers lock the
--- counters in the same order, so they cannot deadlock.
-INSERT INTO episode_lexemes (lexeme, docs)
-SELECT l, 1 FROM (
-    SELECT unnest(tsvector_to_array(tsv)) AS l FROM episodes WHERE id = :id
-    UNION ALL SELECT ''
-) d ORDER BY l
-ON CONFLICT (lexeme) DO UPDATE SET docs = episode_lexemes.docs + 1;
-
--- name: uncount_lexemes
-UPDATE episode_lexemes s SET docs = s.docs - 1
-FROM (SELECT unnest(tsvector_to_array(tsv)) AS l FROM episodes WHERE id = :id
-      UNION ALL SELECT '') d
-WHERE s.lexeme = d.l;
-
--- name: word_docs
--- Episodes holding each word's lexeme (0: none; a stop word has no lexeme and is left out).
-SELECT t.w, coalesce(max(s.docs), 0)
-FROM unnest(CAST(:words AS text[])) AS t(w)
-CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector('english', t.w))) AS l(lexeme)
-LEFT JOIN episode_lexemes s ON s.lexeme = l.lexeme
-GROUP BY t.w;
-
--- name: tag_docs
-SELECT lexeme, docs FROM episode_lexemes WHERE lexeme = ANY(CAST(:tags AS text[]));
+-- name: live_claims_batch
+SELECT episode_id, claims, created_at_ms FROM episodes
+WHERE scope = :scope AND task_type = :task_type AND superseded_by IS NULL
+ORDER BY created_at_ms DESC LIMIT :limit;
 
 -- name: mark_captured
 UPDATE runs SET episodes_seq = :seq WHERE run_id = :run_id AND episodes_seq < :seq;
@@ -63,11 +40,15 @@ WHERE scope = :scope AND task_type = :task_type AND superseded_by IS NULL
 ORDER BY created_at_ms DESC LIMIT :limit;
 
 -- name: supersede
-UPDATE episodes SET superseded_by = :by WHERE episode_id = :episode_id AND superseded_by IS NULL;
+-- The old episode stopped being true when the one superseding it was written (`valid_until_ms`:
+-- that episode's time; a person's supersession of an older one: the newer one's).
+UPDATE episodes SET superseded_by = :by,
+       valid_until_ms = (SELECT created_at_ms FROM episodes n WHERE n.episode_id = :by)
+WHERE episode_id = :episode_id AND superseded_by IS NULL;
 
 -- name: get_episode
 SELECT episode_id, run_id, boundary, scope, agent, task_type, kind, outcome, summary, lesson,
-       at_seq, created_at_ms, conditions, refs, claims, superseded_by, 0.0
+       at_seq, created_at_ms, conditions, refs, claims, superseded_by, valid_until_ms, 0.0
 FROM episodes WHERE episode_id = :episode_id;
 
 -- name: prunable
