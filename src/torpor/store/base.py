@@ -35,6 +35,7 @@ from ..errors import CorruptRecordError, SchemaVersionError, StoreError
 from ..history import Event, RunStarted, RunState
 from ..urls import display_url
 from .domain import EpisodeRows, MaintenanceOps, QueueRows, ScheduleRows
+from .ledger_rows import LedgerRows
 
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
 
@@ -311,7 +312,7 @@ class Driver(Protocol):
     def close(self) -> None: ...
 
 
-class Store(QueueRows, ScheduleRows, EpisodeRows, MaintenanceOps, Protocol):
+class Store(QueueRows, ScheduleRows, EpisodeRows, LedgerRows, MaintenanceOps, Protocol):
     """The domain operations the engine, the client, workers and every layer above use — the
     only door to the database (nothing outside :mod:`torpor.store` runs SQL, names a driver or
     the concrete class); one implementation, :class:`~torpor.store.sqlstore.SQLStore`, over

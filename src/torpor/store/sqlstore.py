@@ -55,6 +55,7 @@ from .base import (
 from .chunkio import ChunkIO
 from .claims import claim
 from .episodes import EpisodeTables
+from .ledger import LedgerTables
 from .maintenance import MaintenanceStore
 from .queues import QueueStore
 from .reads import HistoryReads
@@ -67,7 +68,9 @@ _Memo = tuple[int, int, int, tuple[Any, ...]]
 log = logging.getLogger("torpor.store")
 
 
-class SQLStore(HistoryReads, QueueStore, ScheduleStore, EpisodeTables, MaintenanceStore):
+class SQLStore(
+    HistoryReads, QueueStore, ScheduleStore, EpisodeTables, LedgerTables, MaintenanceStore
+):
     """Domain operations over a :class:`~torpor.store.base.Driver`. Thread-safe when the
     driver is.
 
