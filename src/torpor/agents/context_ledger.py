@@ -124,10 +124,9 @@ def recall_section(
     if not got.lines:
         return None
     kept = [RECALL_HEAD]
-    for line in got.lines:
-        if section_tokens("\n".join([*kept, line.text]), "recall") > tokens:
-            break
-        kept.append(line.text)
+    for line in got.lines:  # best first: a line that does not fit leaves room for the next
+        if section_tokens("\n".join([*kept, line.text]), "recall") <= tokens:
+            kept.append(line.text)
     if len(kept) == 1:
         return None
     return ContextSection("recall", PRIORITIES["recall"], "\n".join(kept))

@@ -49,12 +49,13 @@ LedgerKind = Literal[
 #: and findings are evidence: they accumulate.
 SUPERSEDABLE = frozenset({"decision", "instruction", "commitment", "question"})
 #: Share of an older record's subject words a newer one of the same kind must repeat to
-#: supersede it (the rule of :func:`torpor.memory.facts.supersede`, on subjects).
-SUBJECT_OVERLAP = 0.6
+#: supersede it (at least two words; :func:`torpor.memory.facts.supersede` asks 0.6 of an
+#: operator's instruction, whose words restate it; a decision names a new option).
+SUBJECT_OVERLAP = 0.5
 #: Words of a record's subject (its most specific content words, in order).
 SUBJECT_WORDS = 8
 #: Longest text of a ``unit`` record, in characters (what a recalled past turn shows).
-UNIT_CHARS = 400
+UNIT_CHARS = 600
 
 
 class LedgerRecord(BaseModel):
@@ -121,8 +122,9 @@ def unit_record(
     turn: int, text: str, ran: Sequence[str], step: str | None, source: str, compaction: int
 ) -> LedgerRecord | None:
     """The ``unit`` record of a folded turn: its words (``text``: the model's, an operator's or
-    a note's) and what ran (``ran``: each call as ``tool(args) -> outcome [step]``), within
-    :data:`UNIT_CHARS`; None for a turn that said and ran nothing."""
+    a note's) and what its calls found and ran (``ran``: the facts found in their results,
+    then each call as ``tool(args) -> outcome [step]``), within :data:`UNIT_CHARS`; None for a
+    turn that said and ran nothing."""
     body = " ".join(text.split())
     parts = [x for x in (body, "; ".join(ran)) if x]
     if not parts:
@@ -183,10 +185,10 @@ def _unit_of(u: Unit, number: int) -> LedgerRecord | None:
     from .compaction import call_label
 
     ran = [call_label(c.tool, c.args, c.status, c.step) for c in u.calls]
-    errs = [f.text for c in u.calls for f in (c.facts or []) if f.source == "error"]
+    found = [f.text for c in u.calls for f in (c.facts or [])]
     source = {"operator": "operator", "note": "note"}.get(u.kind, "model")
     step = u.refs[0] if u.refs else (u.calls[0].step if u.calls else None)
-    return unit_record(u.turn, u.text, ran + errs[:1], step, source, number)
+    return unit_record(u.turn, u.text, found + ran, step, source, number)
 
 
 def numbered(records: Iterable[LedgerRecord], compaction: int) -> list[LedgerRecord]:

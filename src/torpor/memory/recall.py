@@ -101,9 +101,11 @@ def recalled(
     """The recall section's lines from the store's ``candidates`` for ``terms``: ranked
     (:func:`rank`), without the ``superseded`` keys, records of turns at or after
     ``buffered_from`` (still in the buffer) and texts already ``shown`` (pinned summary
-    lines), at most ``limit``, each line ranked by its score."""
+    lines) or already held by the line of their turn, at most ``limit``, each line ranked by
+    its score."""
     gone = set(superseded)
     seen = set(shown)
+    units: dict[int, str] = {}  # turn -> the text of its unit line shown
     lines: list[RankedLine] = []
     keys: list[str] = []
     for score, r in rank(candidates, terms):
@@ -111,6 +113,10 @@ def recalled(
             continue
         if buffered_from is not None and r.turn >= buffered_from:
             continue
+        if r.kind != "unit" and r.text[:80] in units.get(r.turn, ""):
+            continue  # its turn's line already holds it
+        if r.kind == "unit":
+            units[r.turn] = r.text
         seen.add(r.text)
         lines.append(RankedLine(f"- [t{r.turn} {r.kind}] {r.text}", score))
         keys.append(r.key)
@@ -119,7 +125,4 @@ def recalled(
     return Recalled(tuple(lines), tuple(keys))
 
 
-RECALL_HEAD = (
-    "(from this run's own history — its fact ledger and earlier turns — what bears on the "
-    "current step; torpor context RUN --ledger lists the ledger)"
-)
+RECALL_HEAD = "(earlier facts and turns of this run that bear on the current step)"
