@@ -109,6 +109,10 @@ class Fact:
     cue_free: bool
     subject: str = ""
     superseded_by: str | None = None
+    #: What the fact is about in the world's words (a decision's topic, a failed approach, what
+    #: an identifier names, a commitment's or question's term and service, an instruction's
+    #: subject): what a probe turn names (bench/memory_probes.py).
+    about: str = ""
 
     def kept(self, haystack: str) -> bool:
         """Whether every probe is in ``haystack`` (see :func:`haystack`)."""

@@ -75,20 +75,15 @@ class LedgerCache:
 
 
 def focus_texts(units: Sequence[Unit], step: str) -> list[str]:
-    """What recall searches for: the latest unit's words and calls (with the facts found in
-    their results), the current plan step, then the unit before (weighed less)."""
-    out: list[str] = []
-    for u in reversed(units[-2:]):
-        parts = [u.text]
-        for c in u.calls:
-            parts.append(f"{c.tool} {json.dumps(c.args, default=str)}")
-            parts += [f.text for f in (c.facts or [])]
-        out.append(" ".join(parts))
-        if len(out) == 1 and step:
-            out.append(step)
-    if not out and step:
-        out.append(step)
-    return out
+    """What recall searches for, most telling first: the latest unit's words (the model's,
+    an operator's, a note's), the current plan step, the latest unit's calls, the words of
+    the unit before."""
+    if not units:
+        return [step] if step else []
+    last = units[-1]
+    calls = " ".join(f"{c.tool} {json.dumps(c.args, default=str)}" for c in last.calls)
+    before = units[-2].text if len(units) > 1 else ""
+    return [last.text, step, calls, before]
 
 
 def recall_section(
@@ -106,10 +101,11 @@ def recall_section(
     """The ``recall`` section (priority :data:`~torpor.memory.context.PRIORITIES`
     ``["recall"]``) within ``tokens``: its best lines first (a cut keeps the best), or None
     when nothing relevant was found. ``gone``: the keys the ledger's records supersede."""
-    terms = query_terms(focus_texts(units, step), common=_goal_words(goal))
+    habits = [u.text for u in units[:-1] if u.kind in ("model", "plan")]
+    terms = query_terms(focus_texts(units, step), common=_goal_words(goal), habits=habits)
     if not terms or tokens <= 0:
         return None
-    rows = store.search_ledger(run_id, terms, upto=upto, limit=CANDIDATES)
+    rows = store.search_ledger(run_id, list(terms), upto=upto, limit=CANDIDATES)
     if not rows:
         return None
     candidates = [_record(r) for r in rows]

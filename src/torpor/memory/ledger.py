@@ -56,6 +56,9 @@ SUBJECT_OVERLAP = 0.5
 SUBJECT_WORDS = 8
 #: Longest text of a ``unit`` record, in characters (what a recalled past turn shows).
 UNIT_CHARS = 600
+#: Longest body of a ``unit`` record, in characters (the buffer's clip of each result is
+#: already at most ``Memory.result_chars``).
+BODY_CHARS = 12_000
 
 
 class LedgerRecord(BaseModel):
@@ -83,6 +86,10 @@ class LedgerRecord(BaseModel):
     compaction: int = 0
     score: float = 0.0
     supersedes: list[str] = Field(default_factory=list)
+    #: A ``unit`` record's whole turn as the buffer held it, decoded (the model's words, the
+    #: calls' arguments, their results' text, one line per line): what recall searches and
+    #: quotes its best lines from (at most :data:`BODY_CHARS`).
+    body: str = ""
 
 
 def record_key(kind: str, text: str) -> str:
@@ -119,14 +126,20 @@ def fact_record(f: Fact, compaction: int) -> LedgerRecord:
 
 
 def unit_record(
-    turn: int, text: str, ran: Sequence[str], step: str | None, source: str, compaction: int
+    turn: int,
+    text: str,
+    ran: Sequence[str],
+    step: str | None,
+    source: str,
+    compaction: int,
+    body: str = "",
 ) -> LedgerRecord | None:
     """The ``unit`` record of a folded turn: its words (``text``: the model's, an operator's or
     a note's) and what its calls found and ran (``ran``: the facts found in their results,
     then each call as ``tool(args) -> outcome [step]``), within :data:`UNIT_CHARS`; None for a
     turn that said and ran nothing."""
-    body = " ".join(text.split())
-    parts = [x for x in (body, "; ".join(ran)) if x]
+    words = " ".join(text.split())
+    parts = [x for x in (words, "; ".join(ran)) if x]
     if not parts:
         return None
     whole = " | ".join(parts)
@@ -142,7 +155,20 @@ def unit_record(
         step=step,
         source=source,
         compaction=compaction,
+        body=body[:BODY_CHARS],
     )
+
+
+def unit_body(u: Unit) -> str:
+    """A unit's text as the buffer holds it, decoded: its words, then each call's arguments
+    and result, every string of them on lines of its own (never JSON-escaped)."""
+    from .facts import decode_result, leaves
+
+    out = [u.text]
+    for c in u.calls:
+        out += [t for _, t in leaves(c.args)]
+        out += [t for _, t in leaves(decode_result(c.result))]
+    return "\n".join(x for x in out if x)
 
 
 def extract(
@@ -188,7 +214,7 @@ def _unit_of(u: Unit, number: int) -> LedgerRecord | None:
     found = [f.text for c in u.calls for f in (c.facts or [])]
     source = {"operator": "operator", "note": "note"}.get(u.kind, "model")
     step = u.refs[0] if u.refs else (u.calls[0].step if u.calls else None)
-    return unit_record(u.turn, u.text, found + ran, step, source, number)
+    return unit_record(u.turn, u.text, found + ran, step, source, number, unit_body(u))
 
 
 def numbered(records: Iterable[LedgerRecord], compaction: int) -> list[LedgerRecord]:

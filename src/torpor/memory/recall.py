@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .context import RankedLine
@@ -26,59 +26,108 @@ from .facts import IDENTIFIER, content_words
 from .ledger import LedgerRecord
 
 #: Most terms a recall query has (the most specific first).
-MAX_TERMS = 24
+MAX_TERMS = 16
 #: Most candidates asked of the store per query.
-CANDIDATES = 200
+CANDIDATES = 120
 _TOKEN = re.compile(r"[A-Za-z0-9]+")
 
 
 def _words(text: str) -> list[str]:
-    """The searchable words of ``text``: content words, and the alphanumeric parts of its
-    identifiers (``CHG-48213`` → ``chg``, ``48213``)."""
-    out = content_words(text)
+    """The searchable words of ``text``: the parts of its content words (``write-ups`` →
+    ``write``, ``ups``) and of its identifiers (``CHG-48213`` → ``chg``, ``48213``), lower-cased,
+    of at least 3 characters."""
+    out = [p for w in content_words(text) for p in _TOKEN.findall(w) if len(p) > 2]
     for m in IDENTIFIER.finditer(text):
         out += [t.lower() for t in _TOKEN.findall(m.group()) if len(t) > 2]
     return out
 
 
-def query_terms(focus: Sequence[str], *, common: Iterable[str] = ()) -> list[str]:
-    """The terms of a recall query from the ``focus`` texts (the latest messages, the current
-    plan step; the first is weighed most): lower-cased words of at least 3 characters, once
-    each, without the ``common`` words (the goal's: every record shares them), the rarest-
-    looking first (identifier parts and longer words), at most :data:`MAX_TERMS`."""
+def query_terms(
+    focus: Sequence[str], *, common: Iterable[str] = (), habits: Iterable[str] = ()
+) -> dict[str, float]:
+    """The terms of a recall query with their weights, from the ``focus`` texts (the latest
+    message first — weight 1 —, then the current plan step — 0.6 —, then the rest — 0.25):
+    lower-cased words of at least 3 characters and the parts of identifiers, without the
+    ``common`` words (the goal's: every record shares them); a word of the agent's ``habits``
+    (its other recent texts: how it phrases any turn, not what this one is about) weighs a
+    third. At most :data:`MAX_TERMS`, the heaviest (then the most specific-looking) first."""
     skip = {w.lower() for w in common}
-    seen: dict[str, int] = {}
+    usual = {_stem(w) for t in habits for w in _words(t)}
+    weight: dict[str, float] = {}
     for i, text in enumerate(focus):
+        base = 1.0 if i == 0 else 0.6 if i == 1 else 0.25
         for w in _words(text):
             w = w.strip("-'")
             if len(w) < 3 or w in skip or not _TOKEN.fullmatch(w):
                 continue
-            if w not in seen:
-                seen[w] = i
-    order = sorted(seen, key=lambda w: (seen[w], -any(c.isdigit() for c in w), -len(w)))
-    return order[:MAX_TERMS]
+            v = base / 3 if _stem(w) in usual else base
+            weight[w] = max(weight.get(w, 0.0), v)
+    order = sorted(weight, key=lambda w: (-weight[w], -any(c.isdigit() for c in w), -len(w)))
+    return {w: weight[w] for w in order[:MAX_TERMS]}
 
 
 def _stem(w: str) -> str:
     return w[:6]
 
 
-def rank(records: Sequence[LedgerRecord], terms: Sequence[str]) -> list[tuple[float, LedgerRecord]]:
-    """``records`` (the store's candidates) scored for ``terms`` and sorted best first: the sum
-    over the terms a record holds (compared by their first six letters, as a stemmer would) of
-    each term's inverse frequency among the candidates; ties: the newer record first. A record
-    with no term scores 0 and is left out."""
-    stems = [_stem(t) for t in terms]
-    bags = [{_stem(w) for w in _words(r.text)} for r in records]
+#: Longest line of a unit's body a recalled line quotes, in characters.
+QUOTE_CHARS = 320
+#: Lines of a unit's body a recalled line quotes (its best).
+QUOTE_LINES = 2
+
+
+def _lines(r: LedgerRecord) -> list[str]:
+    if not r.body:
+        return [r.text]
+    return [r.text.split(" | ", 1)[0], *(x.strip() for x in r.body.splitlines() if x.strip())]
+
+
+def rank(
+    records: Sequence[LedgerRecord], terms: Mapping[str, float]
+) -> list[tuple[float, LedgerRecord]]:
+    """``records`` (the store's candidates) scored for ``terms`` and sorted best first. A
+    record's score is that of its best line (its text, or a line of a unit's body): the sum
+    over the terms the line holds (compared by their first six letters, as a stemmer would) of
+    each term's weight times its inverse frequency among the candidates — so the words every
+    candidate shares (a template's, the goal's) weigh little. Ties: the newer record first. A record with no
+    term scores 0 and is left out."""
+    return [(s, r) for s, r, _ in _scored(records, terms)]
+
+
+def _scored(
+    records: Sequence[LedgerRecord], terms: Mapping[str, float]
+) -> list[tuple[float, LedgerRecord, list[str]]]:
+    wt: dict[str, float] = {}
+    for t, v in terms.items():
+        wt[_stem(t)] = max(wt.get(_stem(t), 0.0), v)
+    stems = set(wt)
+    per: list[list[tuple[str, set[str]]]] = []
+    for r in records:
+        per.append([(x, {_stem(w) for w in _words(x)} & stems) for x in _lines(r)])
     n = len(records)
-    df = {s: sum(1 for b in bags if s in b) for s in set(stems)}
+    df = {s: sum(1 for lines in per if any(s in b for _, b in lines)) for s in stems}
+    idf = {s: wt[s] * math.log(1 + n / df[s]) for s in stems if df[s]}
     out = []
-    for r, bag in zip(records, bags, strict=True):
-        score = sum(math.log(1 + n / df[s]) for s in set(stems) if s in bag)
-        if score > 0:
-            out.append((round(score, 6), r))
+    for r, lines in zip(records, per, strict=True):
+        scored = sorted(
+            ((sum(idf[s] for s in b), i) for i, (_, b) in enumerate(lines) if b),
+            key=lambda x: (-x[0], x[1]),
+        )
+        if not scored:
+            continue
+        best = [lines[i][0] for sc, i in scored[:QUOTE_LINES] if sc >= scored[0][0] * 0.5]
+        out.append((round(scored[0][0], 6), r, best))
     out.sort(key=lambda x: (-x[0], -x[1].compaction, -x[1].turn, x[1].key))
     return out
+
+
+def _quote(r: LedgerRecord, best: list[str]) -> str:
+    """What a recalled line shows: a fact's text; a unit's best lines (each within
+    :data:`QUOTE_CHARS`, the text around the first query term kept)."""
+    if not r.body:
+        return r.text
+    parts = [x if len(x) <= QUOTE_CHARS else x[: QUOTE_CHARS - 2] + " …" for x in best]
+    return " … ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -91,7 +140,7 @@ class Recalled:
 
 def recalled(
     candidates: Sequence[LedgerRecord],
-    terms: Sequence[str],
+    terms: Mapping[str, float],
     *,
     superseded: Iterable[str] = (),
     buffered_from: int | None = None,
@@ -101,24 +150,24 @@ def recalled(
     """The recall section's lines from the store's ``candidates`` for ``terms``: ranked
     (:func:`rank`), without the ``superseded`` keys, records of turns at or after
     ``buffered_from`` (still in the buffer) and texts already ``shown`` (pinned summary
-    lines) or already held by the line of their turn, at most ``limit``, each line ranked by
+    lines) or already quoted by the line of their turn, at most ``limit``, each line ranked by
     its score."""
     gone = set(superseded)
     seen = set(shown)
-    units: dict[int, str] = {}  # turn -> the text of its unit line shown
+    units: dict[int, str] = {}  # turn -> the text of its line shown
     lines: list[RankedLine] = []
     keys: list[str] = []
-    for score, r in rank(candidates, terms):
+    for score, r, best in _scored(candidates, terms):
         if r.key in gone or r.text in seen:
             continue
         if buffered_from is not None and r.turn >= buffered_from:
             continue
-        if r.kind != "unit" and r.text[:80] in units.get(r.turn, ""):
+        quote = _quote(r, best)
+        if r.text[:80] in units.get(r.turn, "") or quote in units.get(r.turn, ""):
             continue  # its turn's line already holds it
-        if r.kind == "unit":
-            units[r.turn] = r.text
+        units[r.turn] = units.get(r.turn, "") + "\n" + quote
         seen.add(r.text)
-        lines.append(RankedLine(f"- [t{r.turn} {r.kind}] {r.text}", score))
+        lines.append(RankedLine(f"- [t{r.turn} {r.kind}] {quote}", score))
         keys.append(r.key)
         if len(lines) >= limit:
             break

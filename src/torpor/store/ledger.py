@@ -39,7 +39,7 @@ def load_ledger_queries(dialect: str) -> dict[str, str]:
 
 _COLUMNS = (
     "key", "kind", "text", "ids", "subject", "turn", "step", "source", "compaction", "score",
-    "supersedes",
+    "supersedes", "body",
 )  # fmt: skip
 _TERM = re.compile(r"^[a-z0-9]+$")
 _ALL = 2**31 - 1
@@ -72,6 +72,7 @@ def write_ledger(
                 "key": str(rec["key"]),
                 "kind": str(rec["kind"]),
                 "text": str(rec["text"]),
+                "body": str(rec.get("body", "")),
                 "ids": json.dumps(rec.get("ids", [])),
                 "subject": " ".join(rec.get("subject", [])),
                 "turn": int(rec.get("turn", 0)),

@@ -1,6 +1,6 @@
 -- torpor schema v11 (PostgreSQL): the fact ledger (torpor.memory.ledger, issue 30); same
 -- meaning as the SQLite migration beside it. `tsv` is the record's text (english
--- configuration), searched within one run through the GIN index.
+-- configuration) and (a unit's) body, searched within one run through the GIN index.
 CREATE TABLE ledger (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     run_id      text NOT NULL,
@@ -10,6 +10,7 @@ CREATE TABLE ledger (
     key         text NOT NULL,
     kind        text NOT NULL,
     text        text NOT NULL,
+    body        text NOT NULL,
     ids         text NOT NULL,
     subject     text NOT NULL,
     turn        integer NOT NULL,

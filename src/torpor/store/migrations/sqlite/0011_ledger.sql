@@ -13,6 +13,7 @@ CREATE TABLE ledger (
     key         TEXT NOT NULL,
     kind        TEXT NOT NULL,
     text        TEXT NOT NULL,
+    body        TEXT NOT NULL,
     ids         TEXT NOT NULL,
     subject     TEXT NOT NULL,
     turn        INTEGER NOT NULL,
@@ -24,7 +25,8 @@ CREATE TABLE ledger (
     UNIQUE (run_id, seq, idx)
 );
 CREATE INDEX ledger_run_key ON ledger (run_id, key);
--- Full-text over the record's text (external content: stored once), searched within one run.
+-- Full-text over the record's text and (a unit's) body (external content: stored once),
+-- searched within one run. `body`: a folded turn as the buffer held it, decoded.
 CREATE VIRTUAL TABLE ledger_fts USING fts5(
-    text, content='ledger', content_rowid='id', tokenize='porter unicode61'
+    text, body, content='ledger', content_rowid='id', tokenize='porter unicode61'
 );

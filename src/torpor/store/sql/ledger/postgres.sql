@@ -1,14 +1,15 @@
 -- Fact ledger queries (PostgreSQL); the same names as sqlite.sql (store/ledger.py).
 
 -- name: columns
-key, kind, text, ids, subject, turn, step, source, compaction, score, supersedes, seq, at_ms
+key, kind, text, ids, subject, turn, step, source, compaction, score, supersedes, body, seq,
+at_ms
 
 -- name: insert_record
-INSERT INTO ledger (run_id, seq, idx, compaction, key, kind, text, ids, subject, turn, step,
-                    source, score, supersedes, at_ms, tsv)
-VALUES (:run_id, :seq, :idx, :compaction, :key, :kind, :text, :ids,
+INSERT INTO ledger (run_id, seq, idx, compaction, key, kind, text, body, ids, subject, turn,
+                    step, source, score, supersedes, at_ms, tsv)
+VALUES (:run_id, :seq, :idx, :compaction, :key, :kind, :text, :body, :ids,
         :subject, :turn, :step, :source, :score, :supersedes, :at_ms,
-        to_tsvector('english', :text))
+        to_tsvector('english', :text || ' ' || :body))
 ON CONFLICT DO NOTHING;
 
 -- name: records

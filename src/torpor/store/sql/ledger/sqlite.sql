@@ -3,18 +3,19 @@
 -- source, compaction, score, supersedes, seq, at_ms.
 
 -- name: columns
-key, kind, text, ids, subject, turn, step, source, compaction, score, supersedes, seq, at_ms
+key, kind, text, ids, subject, turn, step, source, compaction, score, supersedes, body, seq,
+at_ms
 
 -- name: insert_record
-INSERT INTO ledger (run_id, seq, idx, compaction, key, kind, text, ids, subject, turn, step,
-                    source, score, supersedes, at_ms)
-VALUES (:run_id, :seq, :idx, :compaction, :key, :kind, :text, :ids, :subject, :turn, :step,
+INSERT INTO ledger (run_id, seq, idx, compaction, key, kind, text, body, ids, subject, turn,
+                    step, source, score, supersedes, at_ms)
+VALUES (:run_id, :seq, :idx, :compaction, :key, :kind, :text, :body, :ids, :subject, :turn, :step,
         :source, :score, :supersedes, :at_ms)
 ON CONFLICT DO NOTHING;
 
 -- name: index_records
-INSERT INTO ledger_fts (rowid, text)
-SELECT id, text FROM ledger WHERE run_id = :run_id AND seq = :seq;
+INSERT INTO ledger_fts (rowid, text, body)
+SELECT id, text, body FROM ledger WHERE run_id = :run_id AND seq = :seq;
 
 -- name: records
 SELECT {{ columns }} FROM ledger
@@ -39,8 +40,8 @@ WHERE id IN (
 );
 
 -- name: unindex_run
-INSERT INTO ledger_fts (ledger_fts, rowid, text)
-SELECT 'delete', id, text FROM ledger WHERE run_id = :run_id;
+INSERT INTO ledger_fts (ledger_fts, rowid, text, body)
+SELECT 'delete', id, text, body FROM ledger WHERE run_id = :run_id;
 
 -- name: delete_run
 DELETE FROM ledger WHERE run_id = :run_id;
