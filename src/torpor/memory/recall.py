@@ -89,8 +89,8 @@ def rank(
     record's score is that of its best line (its text, or a line of a unit's body): the sum
     over the terms the line holds (compared by their first six letters, as a stemmer would) of
     each term's weight times its inverse frequency among the candidates — so the words every
-    candidate shares (a template's, the goal's) weigh little. Ties: the newer record first. A record with no
-    term scores 0 and is left out."""
+    candidate shares (a template's, the goal's) weigh little. Ties: the newer record first. A
+    record with no term scores 0 and is left out."""
     return [(s, r) for s, r, _ in _scored(records, terms)]
 
 
