@@ -12,12 +12,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 import torpor
 from torpor import retention
 from torpor.cli import app
 from torpor.episodes import Episode, EpisodeStore
+from torpor.store import episode_scopes
 
 
 @torpor.workflow(name="epscope.report", version="1", task_type="report")
@@ -59,23 +61,27 @@ def _dump(store: Any) -> dict[str, str]:
     return out
 
 
-def test_forget_leaves_nothing_of_the_scope(store_url: str, tmp_path: Path) -> None:
+def test_forget_leaves_nothing_of_the_scope(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with torpor.Runtime(store_url) as rt:
         for who in ("acme", "globex"):
             assert rt.run(reporting, who, run_id=f"{who}-r1", scope=who).outcome == "succeeded"
         sha = {w: rt.store.load(f"{w}-r1").artifacts["report"].sha256 for w in ("acme", "globex")}
         es = EpisodeStore(rt.store)
         (acme_ep,) = es.search("", scope="acme", task_type="report")
-        # The fact ledger (issue 30) files its records by scope: a table of that name is
-        # forgotten with the episodes (the registry in torpor.store.episode_scopes).
+        # Another part of memory filed by scope, registered (torpor.store.episode_scopes): its
+        # rows are forgotten with the episodes.
+        monkeypatch.setattr(episode_scopes, "SCOPED_TABLES", [])
+        episode_scopes.register_scoped_table("team_notes", "scope")
         with rt.store.driver.transaction() as cur:
             rt.store.driver.execute(
-                cur, "CREATE TABLE ledger_records (scope TEXT NOT NULL, fact TEXT NOT NULL)", {}
+                cur, "CREATE TABLE team_notes (scope TEXT NOT NULL, fact TEXT NOT NULL)", {}
             )
             for who in ("acme", "acme", "globex"):
                 rt.store.driver.execute(
                     cur,
-                    "INSERT INTO ledger_records VALUES (:s, :f)",
+                    "INSERT INTO team_notes VALUES (:s, :f)",
                     {"s": who, "f": f"decided for {who}"},
                 )
         (globex_ep,) = es.search("", scope="globex", task_type="report")
@@ -88,14 +94,14 @@ def test_forget_leaves_nothing_of_the_scope(store_url: str, tmp_path: Path) -> N
         listed = json.loads(_cli(store_url, "ls", "--json").output)
         assert listed == [{"scope": "acme", "episodes": 1}, {"scope": "globex", "episodes": 1}]
         out = _cli(store_url, "forget", "--scope", "acme", "--yes").output
-        removed = "removed 1 episodes, 1 artifact refs, 1 episode vectors, 2 ledger records"
+        removed = "removed 1 episodes, 1 artifact refs, 1 episode vectors, 2 team notes"
         assert removed in " ".join(out.split())
         retention.collect(rt.store, rt.artifacts, grace_s=0)
         dump = _dump(rt.store)
         for table, text in dump.items():
             for trace in ("acme", acme_ep.episode_id, sha["acme"]):
                 assert trace not in text, f"{table} still holds {trace!r}"
-        assert "globex" in dump["episodes"] and "globex" in dump["ledger_records"]
+        assert "globex" in dump["episodes"] and "globex" in dump["team_notes"]
         assert globex_ep.episode_id in dump["episode_vectors"]
         assert not rt.artifacts.exists(sha["acme"]) and rt.artifacts.exists(sha["globex"])
         root = Path(rt.artifacts.root)

@@ -47,7 +47,9 @@ def test_context_command_shows_sections_with_token_counts(store_url: str, tmp_pa
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
     names = [s["name"] for s in data["sections"]]
-    assert names == ["system", "summary", "plan", "checkpoint", "artifacts", "goal", "buffer"]
+    assert names == [
+        "system", "summary", "plan", "checkpoint", "recall", "artifacts", "goal", "buffer"
+    ]  # fmt: skip
     by = {s["name"]: s for s in data["sections"]}
     assert by["summary"]["tokens"] > 0 and "earlier turns summarized" in by["summary"]["text"]
     assert by["buffer"]["tokens"] > 0 and "read_file" in by["buffer"]["text"]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import torpor
 from torpor.testing import Target, explore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,3 +74,45 @@ def test_sigkill_at_every_point_inside_compaction_resumes(tmp_path: Path) -> Non
     assert {"model.recorded", "memory.compacted", "checkpoint.saved", "append.after"} <= names
     crashed = {c.plan.split(" > ")[0] for c in report.cases}
     assert {f"crash:{b}" for b in chosen} <= crashed  # every point inside, not a sample
+
+
+LEDGER_MODULE = """
+from examples.long_agent.agent import make_agent
+
+agent = make_agent("explore.ledger", budget_tokens=2500)
+"""
+
+
+def test_sigkill_at_every_point_inside_compaction_with_the_ledger(tmp_path: Path) -> None:
+    """The default (extractive) compaction writes fact-ledger records in its transaction
+    (issue 30): a SIGKILL at every point inside it leaves no violation, and the explorer's own
+    check finds the ledger rows exactly the records of the history's compactions, none twice."""
+    (tmp_path / "ledgerflow.py").write_text(textwrap.dedent(LEDGER_MODULE))
+    notes = tmp_path / "notes-world"
+    write_world(notes, make_script(12))
+    target = Target(
+        module="ledgerflow",
+        workflow="explore.ledger",
+        input={"turns": 12, "seed": 7},
+        paths=[str(tmp_path), str(ROOT)],
+        env={"LONG_AGENT_WORLD": str(notes)},
+    )
+    chosen: list[str] = []
+
+    def select(boundaries: list[str]) -> list[str]:
+        chosen.extend(_compaction_window(boundaries))
+        return chosen
+
+    report = explore(
+        target, seed=23, kinds=["crash"], select=select, workdir=tmp_path / "worlds", jobs=2,
+        keep=True,
+    )  # fmt: skip
+    print(report.summary())
+    assert report.ok, report.summary()
+    names = {b.split("@")[0] for b in chosen}
+    assert {"memory.compacted", "checkpoint.saved", "append.after"} <= names
+    crashed = {c.plan.split(" > ")[0] for c in report.cases}
+    assert {f"crash:{b}" for b in chosen} <= crashed
+    # The crash-free run wrote records (so the check above had something to compare).
+    with torpor.Client(f"sqlite:///{tmp_path / 'worlds' / 'baseline' / 'torpor.db'}") as c:
+        assert c.ledger(target.run_id)

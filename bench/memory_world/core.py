@@ -109,6 +109,10 @@ class Fact:
     cue_free: bool
     subject: str = ""
     superseded_by: str | None = None
+    #: What the fact is about in the world's words (a decision's topic, a failed approach, what
+    #: an identifier names, a commitment's or question's term and service, an instruction's
+    #: subject): what a probe turn names (bench/memory_probes.py).
+    about: str = ""
 
     def kept(self, haystack: str) -> bool:
         """Whether every probe is in ``haystack`` (see :func:`haystack`)."""
@@ -189,6 +193,10 @@ class Names:
     avoid: set[int] = field(default_factory=set)
 
     def num(self, lo: int = 1000, hi: int = 99999) -> int:
+        # A long world (thousands of turns) uses up a small range: past it, the range grows by
+        # a digit (5.41.31 becomes 5.1041.31); a world that never uses one up is unchanged.
+        while sum(1 for x in self.used_nums if lo <= x <= hi) > hi - lo:
+            lo, hi = hi + 1, hi * 10 + 9
         for tries in range(10_000):  # (past 200 tries, one a distractor has will do)
             n = self.rng.randint(lo, hi)
             if n not in self.used_nums and (tries > 200 or n not in self.avoid):

@@ -81,6 +81,7 @@ class _Builder:
         self.d.reserved = self.names.used_nums
         self.names.avoid = self.d.seen
         self.keys: set[str] = set()
+        self.about = ""
 
     def tmpl(self, options: tuple[tuple[str, str], ...]) -> tuple[str, str]:
         return self.rng.choice(options)
@@ -338,6 +339,13 @@ def _plant(b: _Builder, i: int, kind: str, place: str) -> tuple[Turn, str, tuple
         a, n = names.term(v.action_terms), str(names.num(10000, 99999))
         fields = {"a": a, "n": n, "svc": svc}
         probes = (Probe("term", a), Probe("exact", n))
+    # What the fact is about, in the world's own words (a probe turn names it: bench/
+    # memory_probes.py); recorded beside the fact, never drawn from the generator's RNG.
+    b.about = {
+        "identifier": str(fields.get("what", "")),
+        "decision": str(fields.get("topic", "")),
+        "failed": str(fields.get("approach", "")),
+    }.get(kind, f"{fields.get('a', '')} for {svc}")
     if not tool_out:
         name, t = b.tmpl(ph.SAY[fam][kind])
         say = t.format(**fields)
@@ -459,7 +467,10 @@ def _build(turns: int, seed: int, family: str, attempt: int) -> World:
             turn, statement, probes, template = _plant(b, i, kind, place)
         out_turns.append(turn)
         cue_free = not cue_words_in("\n".join(turn.texts()))
-        facts.append(Fact(fid, kind, place, i, statement, probes, template, cue_free, subject))
+        about = subject if kind == "instruction" else b.about
+        facts.append(
+            Fact(fid, kind, place, i, statement, probes, template, cue_free, subject, about=about)
+        )
     return World(family, seed, GOALS[family], tuple(out_turns), tuple(facts))
 
 

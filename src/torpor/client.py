@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 from .store import open_store
 from .store.base import InboxMessage, RunCount, RunRecord, RunStorage, Store
+from .store.ledger_rows import LedgerEntry, entries
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,15 @@ class Client:
         from .history import fold
 
         return fold(self.history_to(run_id, seq))
+
+    def ledger(self, run_id: str) -> list[LedgerEntry]:
+        """The run's fact ledger (issue 30): every record its agent's compactions wrote, in
+        the order written, with provenance (the ``context_compacted`` event's seq and time,
+        the turn, step and source) and, for a superseded one, what replaced it, who and when
+        (:class:`~torpor.store.ledger_rows.LedgerEntry`). Texts were scrubbed of known secrets
+        before they were stored. Raises RunNotFoundError for an unknown run."""
+        self.store.get_run(run_id)
+        return entries(run_id, self.store.ledger(run_id))
 
     def answers(self, run_id: str) -> dict[str, Any]:
         """The four answers of the latest checkpoint (DESIGN.md §1)."""

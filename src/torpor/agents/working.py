@@ -25,6 +25,7 @@ from ..memory.buffer import CallItem, Unit, result_text
 from ..memory.compaction import (
     ExtractiveSummarizer,
     Summary,
+    SummaryLine,
     call_label,
     choose,
     due,
@@ -45,6 +46,7 @@ from ..memory.working import (
 )
 from .calls import PlannedCall
 from .context import Context
+from .context_ledger import LedgerCache, recall_section
 from .models.base import Message, ModelResponse, ToolSpec
 from .proposals import clip
 
@@ -132,6 +134,7 @@ class WorkingMemory:
             "buffer_tokens": cfg.buffer_tokens,
             "summary_tokens": cfg.summary_tokens,
             "summary_keep_tokens": cfg.summary_keep_tokens,
+            "recall_tokens": cfg.recall_tokens,
             "result_chars": cfg.result_clip,
             "max_plan_versions": self.ctx.agent.max_plan_versions,
             "plan_version": self.ctx.version,
@@ -299,16 +302,49 @@ class WorkingMemory:
         call_ids = [c.call_id for u in units for c in u.calls]
         number = self.compactions + 1
         summary_data = new.model_dump(mode="json")
+        ledger = self._ledger_records(units, lines, number, summarizer.name == "extractive")
 
         def work(sid: str) -> tuple[Any, list[Payload]]:
             return {"summary": summary_data, "folded": idx}, [
-                _compacted(sid, number, units, new, summary_data, before, summarizer.name)
+                _compacted(sid, number, units, new, summary_data, before, summarizer.name, ledger)
             ]
 
         rec = self.ctx.run.journal.record("compact", work, purpose=f"compaction {number}")
+        self._ledger_done(ledger, rec.new)
         self._apply(rec.result["folded"], rec.result["summary"], call_ids, number)
         if rec.new:
             faults.point("memory.compacted")
+
+    # ------------------------------------------------------------ the fact ledger
+
+    _ledger: LedgerCache | None = None
+
+    def _ledger_cache(self) -> LedgerCache:
+        """What dedup and supersession need of the run's ledger as of this compaction (read
+        from the store once, then kept up to date by this process)."""
+        if self._ledger is None:
+            run = self.ctx.run
+            self._ledger = LedgerCache.read(run.journal.store, run.run_id, self.compactions)
+        return self._ledger
+
+    def _ledger_records(
+        self, units: Sequence[Unit], lines: Sequence[SummaryLine], number: int, extractive: bool
+    ) -> list[dict[str, Any]]:
+        """The ledger records compaction ``number`` writes (JSON data for its event): the
+        facts of ``units`` deduplicated against the ledger and superseding what they replace,
+        scrubbed of every secret this process knows (G12) before they are recorded."""
+        goal = self.ctx.agent.goal
+        return self._ledger_cache().new_records(
+            units, lines, number, goal, extractive, self.ctx.vault.scrub
+        )
+
+    def _ledger_done(self, records: list[dict[str, Any]], new: bool) -> None:
+        """After the compaction's step: the cache takes its records (a replayed step's are
+        read back from the store when next needed)."""
+        if new and self._ledger is not None:
+            self._ledger.add(records)
+        else:
+            self._ledger = None
 
     def _apply(self, folded: list[int], summary: Any, call_ids: list[str], number: int) -> None:
         """A recorded compaction takes effect: the folded units out of the buffer, the new
@@ -377,6 +413,7 @@ class WorkingMemory:
         before = buf.tokens()
         call_ids = [c.call_id for u in units for c in u.calls]
         summary_data = new.model_dump(mode="json")
+        ledger = self._ledger_records(units, lines, number, True)
         warning = (
             f"the model refused the context of step {sid} as too long ({refused} tokens by "
             f"the estimate): compacted harder and retried within {target} tokens; lower "
@@ -385,13 +422,14 @@ class WorkingMemory:
 
         def work(step: str) -> tuple[Any, list[Payload]]:
             return {"summary": summary_data, "folded": idx, "limit_tokens": target}, [
-                _compacted(step, number, units, new, summary_data, before, "extractive"),
+                _compacted(step, number, units, new, summary_data, before, "extractive", ledger),
                 WarningRecorded(message=warning, step_id=step),
             ]
 
         rec = self.ctx.run.journal.record(
             f"overflow:{sid}", work, purpose="context too long: compacted harder"
         )
+        self._ledger_done(ledger, rec.new)
         self._apply(rec.result["folded"], rec.result["summary"], call_ids, number)
         self.limit_tokens = int(rec.result["limit_tokens"])
         if rec.new:
@@ -490,6 +528,9 @@ class WorkingMemory:
         lessons = self.ctx.episodes()
         if lessons:
             out.append(ContextSection("episodes", PRIORITIES["episodes"], lessons))
+        recall = self._recall(snap)
+        if recall is not None:
+            out.append(recall)
         if not self.config.sections:
             return out
         ctx = self.ctx
@@ -507,6 +548,32 @@ class WorkingMemory:
             if s is not None:
                 out.append(s)
         return out
+
+    def _recall(self, snap: AgentSnapshot) -> ContextSection | None:
+        """The ``recall`` section: the ledger records and past turns relevant to the current
+        plan step and the latest messages (:mod:`torpor.memory.recall`), read from the run's
+        ledger as of this process's latest compaction (a resumed run reads what an
+        uninterrupted one read)."""
+        if not self.compactions or not self.config.recall_share:
+            return None
+        ctx = self.ctx
+        step = ""
+        for cid in ctx.order:
+            c = ctx.calls.get(cid)
+            if c is not None and c.status == "pending":
+                step = f"{c.tool} {json.dumps(c.args, default=str)} {c.why}"
+                break
+        return recall_section(
+            ctx.run.journal.store,
+            ctx.run.run_id,
+            upto=self.compactions,
+            units=self.buffer_units,
+            step=step,
+            goal=ctx.agent.goal,
+            pinned=[x.text for x in self.summary.lines if x.pinned],
+            gone=self._ledger_cache().gone,
+            tokens=snap.calibration.scale(self.config.recall_tokens),
+        )
 
     def _artifact_excerpts(self) -> dict[str, str]:
         """Excerpts of the artifacts the current plan names by sha256 — in its calls'
@@ -539,6 +606,7 @@ def _compacted(
     summary_data: Any,
     before: int,
     summarizer: str,
+    ledger: list[dict[str, Any]] | None = None,
 ) -> ContextCompacted:
     """The ``context_compacted`` event of folding ``units`` into ``new``."""
     refs = [r for u in units for r in u.refs] + [c.step for u in units for c in u.calls if c.step]
@@ -553,6 +621,7 @@ def _compacted(
         summary_tokens=new.tokens(),
         buffer_tokens_before=before,
         buffer_tokens_after=before - sum(u.tokens() for u in units),
+        ledger=ledger or [],
     )
 
 

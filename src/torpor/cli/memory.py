@@ -10,6 +10,7 @@ import typer
 from rich.text import Text
 
 from ..errors import BadInputError
+from ..store.ledger_rows import LedgerEntry
 from .context import open_client
 from .render import add_row, console, emit_json, new_table
 from .root import JsonFlag, RunId
@@ -21,17 +22,30 @@ def show_context(
     full: Annotated[
         bool, typer.Option("--full", help="Print every section's text, not only its head.")
     ] = False,
+    ledger: Annotated[
+        bool,
+        typer.Option(
+            "--ledger",
+            help="List the run's fact ledger instead: every record with its provenance and "
+            "what superseded it.",
+        ),
+    ] = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Show the context an agent's next model call would get: each section (goal, summary,
-    plan, checkpoint, buffer, …) with its priority and tokens, what the budget cut, the total.
+    plan, checkpoint, recall, buffer, …) with its priority and tokens, what the budget cut,
+    the total. With --ledger: the run's fact ledger (typed records, provenance, supersession).
 
-    Example: torpor context triage-7 --full
+    Example: torpor context triage-7 --full; torpor context triage-7 --ledger
     """
     from ..memory.view import context_view, holds, limits_line, no_context_reason
 
     with open_client(ctx, read_only=True) as client:  # never creates or migrates a store
         state = client.state(run_id)
+        records = client.ledger(run_id) if ledger else []
+    if ledger:
+        _show_ledger(run_id, records, json_out)
+        return
     view = context_view(state)
     if view is None:
         raise BadInputError(no_context_reason(state))
@@ -73,6 +87,34 @@ def show_context(
         text = s.text if full or len(s.text) <= 600 else s.text[:600] + " [...] (--full)"
         out.print(Text(f"\n── {s.name} ({s.tokens} tokens)", style="bold"))
         out.print(Text(text))
+
+
+def _show_ledger(run_id: str, records: list[LedgerEntry], json_out: bool) -> None:
+    """The ledger as ``--ledger`` prints it (records were scrubbed before they were stored)."""
+    if json_out:
+        emit_json({"run_id": run_id, "records": [r.as_json() for r in records]})
+        return
+    out = console()
+    shown = [r for r in records if r.kind != "unit"]
+    table = new_table(
+        "SEQ", "TURN", "KIND", "STEP", "RECORD", "SUPERSEDED", title=f"fact ledger of {run_id}"
+    )
+    for r in shown:
+        gone = (
+            f"by seq {r.superseded_seq} ({r.superseded_source}, turn of {r.superseded_step})"
+            if r.superseded_by
+            else ""
+        )
+        add_row(table, r.seq, r.turn, r.kind, r.step or "", r.text, gone)
+    out.print(table)
+    units = len(records) - len(shown)
+    live = sum(1 for r in shown if not r.superseded_by)
+    out.print(
+        Text(
+            f"{len(shown)} records ({live} in force, {len(shown) - live} superseded, kept); "
+            f"{units} earlier turns indexed for recall"
+        )
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -300,10 +300,11 @@ class EpisodeStore:
     def forget(self, scope: str) -> dict[str, int]:
         """Delete everything memory holds of ``scope`` in one transaction — its episodes (with
         their index rows), the artifact references they held, and its rows of every table
-        registered with :func:`torpor.store.episode_scopes.register_scoped_table` (the fact
-        ledger's ``ledger_records``) — and return ``{what: rows deleted}``. The scope's runs
-        are not memory and are left to run retention; an artifact no longer named by anything
-        is collected by the next ``torpor gc``. ConfigError for a non-string scope."""
+        registered with :func:`torpor.store.episode_scopes.register_scoped_table` — and return
+        ``{what: rows deleted}``. The scope's runs are not memory and are left to run
+        retention (with each run's fact ledger, derived from its history); an artifact no
+        longer named by anything is collected by the next ``torpor gc``. ConfigError for a
+        non-string scope."""
         if not isinstance(scope, str):
             raise ConfigError(f"episode scope must be a string, not {type(scope).__name__}")
         return self.store.forget_scope(scope)

@@ -400,6 +400,10 @@ class ContextCompacted(Payload):
     summary_tokens: int = Field(ge=0)
     buffer_tokens_before: int = Field(ge=0)
     buffer_tokens_after: int = Field(ge=0)
+    #: The fact-ledger records this compaction wrote (issue 30; JSON data, see
+    #: :class:`torpor.memory.ledger.LedgerRecord`): the store keeps them as rows written in the
+    #: transaction that appends this event.
+    ledger: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ContextBuilt(Payload):

@@ -30,7 +30,10 @@ class Memory:
     its middle; its facts are found in the whole of it); ``summarizer``: ``None`` for the
     deterministic extractive summarizer, or a :class:`~torpor.memory.ModelSummarizer`;
     ``sections``: providers of extra sections (:data:`~torpor.memory.SectionProvider`, e.g.
-    episodes); ``artifact_chars``: longest excerpt of an artifact the next step needs.
+    episodes); ``artifact_chars``: longest excerpt of an artifact the next step needs;
+    ``recall_share``: the most of the budget the ``recall`` section takes — the fact-ledger
+    records and past turns relevant to the current step (:mod:`torpor.memory.recall`; 0: no
+    recall).
     """
 
     budget_tokens: int = 16_000
@@ -42,6 +45,7 @@ class Memory:
     sections: Sequence[SectionProvider] = field(default_factory=tuple)
     artifact_chars: int = 2000
     result_chars: int = 8000
+    recall_share: float = 0.12
 
     def __post_init__(self) -> None:
         if self.budget_tokens < 256:
@@ -56,6 +60,8 @@ class Memory:
             raise BadInputError(
                 f"Memory(compact_to={self.compact_to}) must be below compact_at={self.compact_at}"
             )
+        if not 0 <= self.recall_share <= 0.5:
+            raise BadInputError(f"Memory(recall_share={self.recall_share}): must be in [0, 0.5]")
         if self.buffer_share + self.summary_share > 1:
             raise BadInputError("Memory: buffer_share + summary_share must not exceed 1")
 
@@ -69,6 +75,11 @@ class Memory:
         """The summary's part of the budget before the lower-priority sections take theirs
         (it grows past it into what they leave)."""
         return int(self.budget_tokens * self.summary_share)
+
+    @property
+    def recall_tokens(self) -> int:
+        """The most the ``recall`` section takes, in tokens."""
+        return int(self.budget_tokens * self.recall_share)
 
     @property
     def result_clip(self) -> int:

@@ -32,11 +32,13 @@ from .tokens import estimate_text as _estimate_text
 
 #: Default priorities of the agent's sections (higher is kept longer); a provider's section
 #: takes the priority it gives (``episodes``: 40 is suggested, between the checkpoint and the
-#: artifacts).
+#: artifacts). ``recall``: the ledger records and past turns relevant to the current step
+#: (:mod:`.recall`), after the buffer and before the plan.
 PRIORITIES: dict[str, int] = {
     "goal": 100,
     "summary": 80,
     "buffer": 70,
+    "recall": 65,
     "plan": 60,
     "checkpoint": 50,
     "episodes": 40,

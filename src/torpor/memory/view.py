@@ -23,6 +23,7 @@ SECTION_HOLDS: dict[str, str] = {
     "plan": "the current plan version, each step's status",
     "checkpoint": "the latest checkpoint's four answers",
     "episodes": "lessons of earlier runs (recorded at the start)",
+    "recall": "ledger records and earlier turns relevant to the current step (--ledger)",
     "artifacts": "excerpts of the artifacts the plan names",
     "buffer": "the recent turns, whole (tool results clipped head and tail)",
 }
@@ -180,6 +181,8 @@ def limits_line(limits: dict[str, int]) -> str:
         parts.append(f"buffer part {limits['buffer_tokens']}")
     if "summary_tokens" in limits:
         parts.append(f"summary first takes {limits['summary_tokens']}, then what is left")
+    if limits.get("recall_tokens"):
+        parts.append(f"recall up to {limits['recall_tokens']}")
     if "result_chars" in limits:
         parts.append(f"tool results clipped at {limits['result_chars']} chars (head and tail)")
     if "max_plan_versions" in limits:

@@ -26,6 +26,7 @@ from . import codec
 from .base import CHECKPOINT_EVENTS, Driver, Lease, damaged_column
 from .children import tell_parent
 from .chunkio import ChunkIO
+from .ledger import write_ledger
 
 #: What the store remembers of its latest append to a run under a lease, so the next append can
 #: take the plain path: (lease epoch, last seq, checkpoint seq, the row's status columns).
@@ -168,7 +169,7 @@ class Appends:
         force_checkpoint: bool,
         now: int,
     ) -> None:
-        from ..history import starts_step
+        from ..history import ContextCompacted, starts_step
 
         run_id, first = lease.run_id, events[0].seq
         columns = (
@@ -180,9 +181,12 @@ class Appends:
         )
         boundary = force_checkpoint or any(e.type in CHECKPOINT_EVENTS for e in events)
         checks = [e for e in events if starts_step(e) and e.step_id not in new_steps]
+        # Fact-ledger rows are written in the event's transaction (the fenced-row path).
+        ledger = [e for e in events if isinstance(e.payload, ContextCompacted) and e.payload.ledger]
         memo = self._memo.pop(run_id, None)  # back once this append is known to have landed
         if (
             not boundary
+            and not ledger
             and not checks
             and not consumes
             and not if_inbox_empty
@@ -215,6 +219,7 @@ class Appends:
             and memo[0] == lease.epoch
             and memo[1] == first - 1
             and not checks
+            and not ledger
             and not consumes
             and not if_inbox_empty
             and columns[0] != "waiting"
@@ -228,6 +233,9 @@ class Appends:
         try:
             with self.driver.transaction() as cur:
                 ckpt_seq = self._append_fenced(cur, lease, events, rows, fence, checks)
+                for e in ledger:
+                    assert isinstance(e.payload, ContextCompacted)
+                    write_ledger(self.driver, cur, run_id, e.seq, e.at_ms, e.payload.ledger)
                 if fence["checkpoint"] is None and state.seq - ckpt_seq >= self.checkpoint_every:
                     ckpt_seq = state.seq
                     sink: dict[str, str] = {}

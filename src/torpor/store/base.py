@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ..history import Event, RunStarted, RunState
 from ..urls import display_url
 from .domain import EpisodeRows, EpisodeVectorRows, MaintenanceOps, QueueRows, ScheduleRows
+from .ledger_rows import LedgerRows
 
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
 
@@ -335,7 +336,14 @@ class Driver(Protocol):
 
 
 class Store(
-    QueueRows, ScheduleRows, EpisodeRows, EpisodeVectorRows, MaintenanceOps, ChildRows, Protocol
+    QueueRows,
+    ScheduleRows,
+    EpisodeRows,
+    EpisodeVectorRows,
+    LedgerRows,
+    MaintenanceOps,
+    ChildRows,
+    Protocol,
 ):
     """The domain operations the engine, the client, workers and every layer above use — the
     only door to the database (nothing outside :mod:`torpor.store` runs SQL, names a driver or

@@ -5,9 +5,10 @@ of :class:`~torpor.store.sqlstore.SQLStore` (part of :class:`~torpor.store.domai
 Forgetting is one transaction: the scope's episodes with their full-text index rows (SQLite
 FTS5's own rows; PostgreSQL's ``tsvector`` is a column), the artifact references they held
 (``blob_refs`` owners ``episode:<id>``), and the rows of every table registered in
-:data:`SCOPED_TABLES` (another part of memory filed by scope — the fact ledger's
-``ledger_records`` by its ``scope`` column — deleted when the table exists). The runs of the scope
-are not memory: their history is the record, kept or deleted by run retention.
+:data:`SCOPED_TABLES` (another part of memory filed by scope, deleted when the table
+exists). The runs of the scope are not memory: their history is the record, kept or deleted
+by run retention — and so is each run's fact ledger (issue 30), which is derived from its
+history and goes with the run.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .episode_index import EPISODE_COLUMNS
 #: Tables holding memory filed by scope, as ``(table, scope column)``: forgetting a scope deletes
 #: their rows too (a table not in the schema is skipped). Add yours with
 #: :func:`register_scoped_table`.
-SCOPED_TABLES: list[tuple[str, str]] = [("ledger_records", "scope")]
+SCOPED_TABLES: list[tuple[str, str]] = []
 
 _IDENT = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 

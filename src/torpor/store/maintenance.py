@@ -31,6 +31,7 @@ from . import codec
 from .base import Driver
 from .chunkio import ChunkIO
 from .domain import RetentionPolicy, RunSize
+from .ledger import delete_ledger
 
 #: The first line of a run's archive (JSON Lines): its format.
 ARCHIVE_FORMAT = "torpor-run-archive/1"
@@ -99,6 +100,7 @@ class MaintenanceStore:
                 return False
             for name in ("delete_run_events", "delete_run_inbox", "delete_run_refs"):
                 self.driver.execute(cur, self.q[name], {"run_id": run_id})
+            delete_ledger(self.driver, cur, run_id)
         self.chunkio.forget(run_id)
         return True
 

@@ -62,6 +62,7 @@ from .claims import claim
 from .episode_scopes import EpisodeScopeTables
 from .episode_vectors import EpisodeVectorTables
 from .episodes import EpisodeTables
+from .ledger import LedgerTables
 from .maintenance import MaintenanceStore
 from .queues import QueueStore
 from .reads import HistoryReads
@@ -81,6 +82,7 @@ class SQLStore(
     EpisodeTables,
     EpisodeScopeTables,
     EpisodeVectorTables,
+    LedgerTables,
     MaintenanceStore,
     ChildStore,
 ):

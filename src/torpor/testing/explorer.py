@@ -243,6 +243,14 @@ class Explorer:
         finally:
             c.close()
 
+    def _ledger_rows(self, world: Path) -> list[tuple[int, str]]:
+        """``(seq, key)`` of the run's fact-ledger rows (issue 30)."""
+        c = self._open(world)
+        try:
+            return [(r.seq, r.key) for r in c.ledger(self.target.run_id)]
+        finally:
+            c.close()
+
     # ------------------------------------------------------------ baseline
 
     def baseline(self) -> tuple[dict[str, Any], list[str], dict[str, list[str]]]:
@@ -369,6 +377,8 @@ class Explorer:
                 bad(f"result {state.result!r} differs from the crash-free run's {base['result']!r}")
         for msg in self._check_history(events, state, world, case.procs):
             bad(msg)
+        for msg in _check_ledger(events, self._ledger_rows(world)):
+            bad(msg)
         # The effects' own ledger: at most once per key, exactly once (as the baseline) on
         # success.
         if self.ledger is not None:
@@ -415,6 +425,28 @@ class Explorer:
         if not case.violations:
             shutil.rmtree(world, ignore_errors=True)
         return case
+
+
+def _check_ledger(events: Sequence[Event], rows: Sequence[tuple[int, str]]) -> list[str]:
+    """The fact ledger (issue 30) holds exactly the records of the history's
+    ``context_compacted`` events, each once: no record lost with its event, none written
+    without it, no key twice."""
+    want = [
+        (e.seq, str(r["key"]))
+        for e in events
+        if e.type == "context_compacted"
+        for r in getattr(e.payload, "ledger", [])
+    ]
+    out = []
+    if sorted(rows) != sorted(want):
+        out.append(
+            f"the fact ledger holds {len(rows)} rows where the history's compactions recorded "
+            f"{len(want)} records"
+        )
+    twice = [k for k, n in Counter(k for _, k in rows).items() if n > 1]
+    if twice:
+        out.append(f"fact-ledger records written twice: {sorted(twice)[:5]}")
+    return out
 
 
 def explore(
