@@ -38,15 +38,12 @@ ReAct model call gets a context within ``Agent(memory=Memory(...))``'s token bud
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import faults, serde
 from ..engine.execution import ENGINE_ERRORS
-from ..episodes.context import section_for_run
-from ..episodes.store import EpisodeStore
 from ..errors import (
     ApprovalError,
     Cancelled,
@@ -70,6 +67,7 @@ from ..memory.config import Memory
 from ..run import Run
 from ..workflows import workflow
 from .calls import PlannedCall, execute_call
+from .episode_recall import EpisodeRecall
 from .lessons import phrase_lesson
 from .models.base import Message, Model, ModelResponse, ToolCall, ToolSpec
 from .models.record import call_model_step
@@ -77,12 +75,6 @@ from .planners import Planner
 from .proposals import PlanView, Proposal, StepView
 from .tools import Tools, Vault
 from .verifiers import ModelJudge, Verifier
-
-#: Tokens the episodes section of the context may take (lessons of earlier runs); the context
-#: builder may cut it further (:data:`torpor.memory.PRIORITIES`).
-EPISODES_TOKENS = 800
-#: The step that records a run's episodes section.
-EPISODES_STEP = "episodes"
 
 # ------------------------------------------------------------------ the agent
 
@@ -177,10 +169,6 @@ class AgentContext:
     calls: dict[str, PlannedCall] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
     final: str = ""
-    _episodes: str | None = None
-    _episodes_at: int = -1
-    _start_section: str | None = None
-    _filed: bool = False
 
     def __post_init__(self) -> None:
         self.vault = Vault(self.run.journal.host.signing_key, self.agent.known_secrets())
@@ -189,6 +177,7 @@ class AgentContext:
         from .working import WorkingMemory
 
         self.memory = WorkingMemory(self)
+        self._lessons = EpisodeRecall(self.run, self.agent.goal, self.input)
         self._from_model = False
 
     # ------------------------------------------------------------ for planners
@@ -268,70 +257,14 @@ class AgentContext:
         )
 
     def episodes(self) -> str:
-        """The episodes section: lessons of earlier runs of this agent and task type in the
-        run's scope (:func:`torpor.episodes.section_for_run`), for the goal at the run's start
-        and again at each new plan version (:meth:`recall`): the latest recalled by the plan
-        now in force. Each is recorded as a step (``episodes`` at the run's start,
-        ``episodes@vN`` at plan vN) and read back by every later execution (also one resumed
-        from a checkpoint past it), so a run is given the same text at the same point on
-        replay; ``""`` for a run not filed for episodes."""
-        if self._episodes is not None and self._episodes_at == self.version:
-            return self._episodes
-        journal = self.run.journal
-        text = self._start_episodes()
-        for v in range(self.version, 1, -1):
-            comp = journal.recorded(f"{EPISODES_STEP}@v{v}", Policy.READ)
-            if comp is not None:
-                text = str(journal.value(f"{EPISODES_STEP}@v{v}", comp.result) or "")
-                break
-        self._episodes, self._episodes_at = text, self.version
-        return text
-
-    def _start_episodes(self) -> str:
-        if self._start_section is not None:
-            return self._start_section
-        store = self.run.journal.store
-        rid = self.run.run_id
-        self._filed = EpisodeStore(store).filing(rid) is not None
-        if not self._filed:
-            self._start_section = ""
-            return ""
-        journal = self.run.journal
-        comp = journal.recorded(EPISODES_STEP, Policy.READ)
-        if comp is not None:
-            self._start_section = str(journal.value(EPISODES_STEP, comp.result) or "")
-            return self._start_section
-        goal = f"{self.agent.goal} {json.dumps(self.input, sort_keys=True, default=str)}"
-        rec = journal.record(
-            EPISODES_STEP,
-            lambda sid: (
-                section_for_run(store, rid, goal=goal, token_budget=EPISODES_TOKENS),
-                [],
-            ),
-            purpose="lessons of earlier runs",
-        )
-        self._start_section = str(rec.result or "")
-        return self._start_section
+        """The episodes section for the plan now in force (:class:`.episode_recall.EpisodeRecall`:
+        lessons of earlier runs, recorded at the run's start and at each new plan version)."""
+        return self._lessons.section(self.version)
 
     def recall(self, version: int, plan_text: str) -> None:
-        """At plan ``version`` (2 and later: the plan step changed), recall the episodes most
-        relevant to the goal *and the new plan* (``plan_text``: its reason, each step's tool
-        and why), recorded as the step ``episodes@v{version}`` (read back on replay; nothing
-        for a run not filed for episodes)."""
-        self._start_episodes()
-        if version < 2 or not self._filed:
-            return
-        store, rid = self.run.journal.store, self.run.run_id
-        goal = f"{plan_text} {self.agent.goal}"
-        self.run.journal.record(
-            f"{EPISODES_STEP}@v{version}",
-            lambda sid: (
-                section_for_run(store, rid, goal=goal, token_budget=EPISODES_TOKENS),
-                [],
-            ),
-            purpose=f"lessons of earlier runs for plan v{version}",
-        )
-        self._episodes = None
+        """At plan ``version`` (2 and later), recall the episodes most relevant to the goal and
+        the new plan (:meth:`.episode_recall.EpisodeRecall.recall`)."""
+        self._lessons.recall(version, plan_text)
 
     def conversation(self, instructions: str = "") -> list[Message]:
         """The messages for the next model turn: the context built from the working memory

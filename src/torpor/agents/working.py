@@ -10,12 +10,10 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from .. import faults, serde
+from .. import faults
 from ..errors import ModelContextTooLongError, SummaryFailed
 from ..history import (
-    SHA256_RE,
     ContextBuilt,
-    ContextCompacted,
     Payload,
     Policy,
     WarningRecorded,
@@ -35,10 +33,8 @@ from ..memory.facts import result_facts
 from ..memory.tokens import Calibration, estimate_request
 from ..memory.working import (
     DURABLE_TEXT,
-    OBSERVATION_INLINE_CHARS,
     SNAPSHOT_VERSION,
     AgentSnapshot,
-    CallState,
     goal_text,
     next_context,
     system_text,
@@ -49,6 +45,7 @@ from .context import Context
 from .context_ledger import LedgerCache, recall_section
 from .models.base import Message, ModelResponse, ToolSpec
 from .proposals import clip
+from .working_parts import artifact_excerpts, call_state, compacted_event
 
 
 class LoopState(Context, Protocol):
@@ -106,7 +103,7 @@ class WorkingMemory:
             budget_tokens=self.config.budget_tokens,
             summary_tokens=self.config.summary_tokens,
             version=ctx.version,
-            calls=[_call_state(c) for c in ctx.calls.values()],
+            calls=[call_state(c) for c in ctx.calls.values()],
             order=list(ctx.order),
             retired=list(self.retired),
             need_plan=need_plan,
@@ -306,7 +303,9 @@ class WorkingMemory:
 
         def work(sid: str) -> tuple[Any, list[Payload]]:
             return {"summary": summary_data, "folded": idx}, [
-                _compacted(sid, number, units, new, summary_data, before, summarizer.name, ledger)
+                compacted_event(
+                    sid, number, units, new, summary_data, before, summarizer.name, ledger
+                )
             ]
 
         rec = self.ctx.run.journal.record("compact", work, purpose=f"compaction {number}")
@@ -422,7 +421,9 @@ class WorkingMemory:
 
         def work(step: str) -> tuple[Any, list[Payload]]:
             return {"summary": summary_data, "folded": idx, "limit_tokens": target}, [
-                _compacted(step, number, units, new, summary_data, before, "extractive", ledger),
+                compacted_event(
+                    step, number, units, new, summary_data, before, "extractive", ledger
+                ),
                 WarningRecorded(message=warning, step_id=step),
             ]
 
@@ -576,70 +577,13 @@ class WorkingMemory:
         )
 
     def _artifact_excerpts(self) -> dict[str, str]:
-        """Excerpts of the artifacts the current plan names by sha256 — in its calls'
-        arguments or results — or the newest unit's text does: what the next step works on."""
+        """Excerpts of the artifacts the current plan or the newest unit names by sha256
+        (:func:`.working_parts.artifact_excerpts`)."""
         ctx = self.ctx
-        known = {a.sha256 for a in ctx.run.state.artifacts.values()}
-        if not known:
-            return {}
-        texts: list[str] = []
-        for cid in ctx.order:
-            c = ctx.calls.get(cid)
-            if c is not None:
-                texts += _strings(c.args) + _strings(c.observation)
-        if self.buffer_units:
-            texts.append(self.buffer_units[-1].text)
-        want = {h for t in texts for h in SHA256_RE.findall(t) if h in known}
-        out = {}
-        for h in sorted(want):
-            data = ctx.run.read_artifact(h)
-            text = data[: self.config.artifact_chars * 2].decode("utf-8", "replace")
-            out[h] = text[: self.config.artifact_chars]
-        return out
-
-
-def _compacted(
-    sid: str,
-    number: int,
-    units: Sequence[Unit],
-    new: Summary,
-    summary_data: Any,
-    before: int,
-    summarizer: str,
-    ledger: list[dict[str, Any]] | None = None,
-) -> ContextCompacted:
-    """The ``context_compacted`` event of folding ``units`` into ``new``."""
-    refs = [r for u in units for r in u.refs] + [c.step for u in units for c in u.calls if c.step]
-    return ContextCompacted(
-        step_id=sid,
-        number=number,
-        turns=[u.turn for u in units],
-        call_ids=[c.call_id for u in units for c in u.calls],
-        refs=refs[:200],
-        summarizer=summarizer,
-        summary_hash=serde.hash_value(summary_data),
-        summary_tokens=new.tokens(),
-        buffer_tokens_before=before,
-        buffer_tokens_after=before - sum(u.tokens() for u in units),
-        ledger=ledger or [],
-    )
-
-
-def _call_state(c: PlannedCall) -> CallState:
-    """A call as the checkpoint keeps it: a large settled observation stays in the history."""
-    state = CallState(**vars(c))
-    if c.status not in ("pending", "superseded") and c.observation is not None:
-        size = len(json.dumps(c.observation, default=str))
-        if size > OBSERVATION_INLINE_CHARS:
-            state = state.model_copy(update={"observation": None, "in_history": True})
-    return state
-
-
-def _strings(v: Any) -> list[str]:
-    if isinstance(v, str):
-        return [v]
-    if isinstance(v, dict):
-        return [s for x in v.values() for s in _strings(x)]
-    if isinstance(v, list | tuple):
-        return [s for x in v for s in _strings(x)]
-    return []
+        return artifact_excerpts(
+            {a.sha256 for a in ctx.run.state.artifacts.values()},
+            (ctx.calls.get(cid) for cid in ctx.order),
+            self.buffer_units[-1].text if self.buffer_units else "",
+            ctx.run.read_artifact,
+            self.config.artifact_chars,
+        )
