@@ -41,6 +41,7 @@ from torpor.history import (
     BudgetSet,
     CancelRequested,
     CheckpointSaved,
+    ChildEnded,
     ContextBuilt,
     ContextCompacted,
     EffectFailed,
@@ -482,6 +483,21 @@ def a_wait_complete(draw: Draw, m: Model) -> list[Payload]:
     return [WaitCompleted(wait_id=wid, via=via, signal_id=sig)]
 
 
+def a_child_ended(draw: Draw, m: Model) -> list[Payload]:
+    """A child run's outcome, told to its parent (issue 37). Only outcomes a parent may
+    succeed over: one over an ``unresolved`` or ``blocked`` child is refused (G14), which
+    the model's ``finish`` does not know."""
+    done = [o for o in Outcome if o not in REOPENABLE]
+    return [
+        ChildEnded(
+            child_run_id=m.fresh("child-"),
+            outcome=draw(st.sampled_from(done)),
+            seq=draw(st.integers(2, 99)),
+            message_id=m.fresh("msg-"),
+        )
+    ]
+
+
 def a_checkpoint(draw: Draw, m: Model) -> list[Payload]:
     counters = draw(st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 9)))
     return [CheckpointSaved(state=draw(json_values), counters=counters)]
@@ -660,6 +676,7 @@ def enabled(m: Model) -> dict[str, Action]:
         "artifact": a_artifact,
         "approval_request": a_approval_request,
         "signal": a_signal,
+        "child_ended": a_child_ended,
         "checkpoint": a_checkpoint,
         "verify": a_verify,
         "warn": a_warn,

@@ -46,7 +46,7 @@ MIN_DISTINCT_KILLS = int(os.environ.get("TORPOR_KILL_MIN", "12"))
 #: Named-point kills are the explorer's (tests/test_explorer_flagship.py); off unless asked.
 CRASH_KILLS = os.environ.get("TORPOR_KILL_CRASH", "") not in ("", "0")
 MAX_KILLS_PER_RUN = 14
-MAX_RUNS = 10
+MAX_RUNS = 16  # runs until MIN_DISTINCT_KILLS distinct points are hit; a cap, not a target
 #: Event numbers of an uninterrupted json run (63 events): the last artifact is recorded by
 #: about 30, the effects begin after about 55.
 ARTIFACTS_DONE_SEQ = 28

@@ -222,16 +222,19 @@ def test_archive_before_delete_and_restore_shows_and_folds_the_same(
 def test_sqlite_pages_are_given_back(db_url: str) -> None:
     path = Path(db_url.split("///", 1)[1])
     with torpor.Runtime(db_url) as rt:
+        conn = rt.store.driver.conn()  # type: ignore[attr-defined]
+        # The schema's own pages (every table and index, empty): what no collection gives back.
+        schema = conn.execute("PRAGMA page_count").fetchone()[0]
         for seed in range(6):
             assert rt.run(done, seed + 10, run_id=f"p{seed}").outcome == "succeeded"
-        conn = rt.store.driver.conn()  # type: ignore[attr-defined]
         assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
         pages = conn.execute("PRAGMA page_count").fetchone()[0]
         retention.set_policy(rt.store, "gc.done", keep_last=0)
         rep = retention.collect(rt.store, rt.artifacts, grace_s=0)
         assert len(rep.runs) == 6 and "reclaimed" in rep.pages
         assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
-        assert conn.execute("PRAGMA page_count").fetchone()[0] < pages / 2
+        # More than half of what the runs took is given back to the file system.
+        assert conn.execute("PRAGMA page_count").fetchone()[0] - schema < (pages - schema) / 2
     assert path.exists()
 
 
