@@ -117,3 +117,27 @@ def test_flagship_with_a_model_plans_and_writes_the_commit_message(tmp_path: Pat
         check=True,
     ).stdout
     assert msg.startswith(SUBJECT + "\n\nThe model wrote this body.")
+
+
+@pytest.mark.parametrize(
+    "args, what",
+    [(["/nonexistent-folder"], "does not exist"), (["--packages", "nosuchpkg"], "nosuchpkg")],
+)
+def test_bad_input_exits_3_with_one_line(tmp_path: Path, args: list[str], what: str) -> None:
+    """The README's exit codes: 3 is an error before any outcome (the record is intact)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORPOR_")}
+    env.update(
+        TORPOR_HOME=str(tmp_path / "home"),
+        PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "src")]),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "examples.repo_agent", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+    )
+    assert proc.returncode == 3, (proc.returncode, proc.stderr)
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert what in proc.stderr

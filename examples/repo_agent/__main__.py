@@ -19,7 +19,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -228,13 +228,19 @@ def _short(value: Any, limit: int = 110) -> str:
 # ------------------------------------------------------------------ main
 
 
+def _bad_input(message: str) -> NoReturn:
+    """Bad input: one line, exit 3 (an error before any outcome; the README's exit codes)."""
+    sys.stderr.write(f"error: {message}\n")
+    raise SystemExit(EXIT_ERROR)
+
+
 def _build_input(args: argparse.Namespace, run_id: str, home: Path) -> dict[str, Any]:
     workdir = Path(args.workdir) if args.workdir else home / "repo_agent" / run_id
     ws = Workspace(workdir.resolve())
     if args.path:
         src = Path(args.path).resolve()
         if not src.exists():
-            raise SystemExit(f"error: {src} does not exist")
+            _bad_input(f"{src} does not exist")
         source: dict[str, Any] = {"kind": "path", "path": str(src)}
         test_packages = [src.name] if (src / "__init__.py").is_file() else []
     else:
@@ -243,7 +249,7 @@ def _build_input(args: argparse.Namespace, run_id: str, home: Path) -> dict[str,
             try:
                 codemod.stdlib_dir(pkg)
             except ValueError as exc:
-                raise SystemExit(f"error: {exc}") from None
+                _bad_input(str(exc))
         source = {"kind": "stdlib", "packages": packages}
         test_packages = packages
     remote = args.remote
