@@ -268,6 +268,8 @@ def test_a_missing_store_is_named_never_recreated(
         assert code == 1, (cmd, out, err)
         if cmd != ["doctor"]:
             _one_line(err, "no torpor store", "nothing was created")
+        else:  # doctor names what creates a store, as every other command does
+            assert "init` creates a store" in out, out
         assert not _store_exists(store_url), cmd
     # What starts a run creates one; so does init. This host pinned the dropped store's
     # identity at that place (issue 33's high-water mark), so the new store is named as
@@ -282,6 +284,18 @@ def test_a_missing_store_is_named_never_recreated(
     code, out, err = _cli(capsys, "--db", store_url, "init")
     assert code == 0 and "created" in out and _store_exists(store_url), (out, err)
     assert _cli(capsys, "--db", store_url, "init")[1].count("existed") == 1
+
+
+def test_a_bad_option_value_is_one_line_in_plain_words(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A value Typer's parameter check refuses: one line, without the validation library's
+    "Value error, " prefix (a new user's trial found it)."""
+    assert _cli(capsys, "--db", db_url, "init")[0] == 0
+    code, _, err = _cli(capsys, "--db", db_url, "ls", "--status", "bogus")
+    assert code == 2, err
+    _one_line(err, "'--status'", "'bogus' is not one of")
+    assert "Value error" not in err
 
 
 # ------------------------------------------------------------------ item 3: gc never races

@@ -213,7 +213,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     except typer.TyperException as exc:  # click usage errors (missing option, bad value, ...)
         usage_ctx = getattr(exc, "ctx", None)
         hint = f" (see '{usage_ctx.command_path} --help')" if usage_ctx is not None else ""
-        fail(exc.format_message() + hint, getattr(exc, "exit_code", EXIT_USAGE))
+        # (pydantic's "Value error, " prefix, which Typer's parameter checks pass on, says nothing)
+        message = exc.format_message().replace("Value error, ", "")
+        fail(message + hint, getattr(exc, "exit_code", EXIT_USAGE))
     except typer.Abort:
         fail("aborted", EXIT_ERROR)
     except LeaseHeldError as exc:

@@ -62,6 +62,15 @@ def doctor(
         findings += _references(url, settings.artifacts_url, deep)
         findings += _high_water(url, settings.config_dir())
     findings += _damage(url, findings)
+    if findings[-1].detail == "no such file":  # a missing SQLite store: say what creates one
+        findings.append(
+            Finding(
+                False,
+                "next step",
+                f"only `torpor start` or `torpor --db {url} init` creates a store; check --db, "
+                "TORPOR_DATABASE_URL or TORPOR_HOME (relative to the current folder)",
+            )
+        )
     if json_out:
         emit_json([dataclasses.asdict(f) for f in findings])
     else:

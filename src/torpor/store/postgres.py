@@ -360,7 +360,8 @@ def _check_existing(driver: PostgresDriver, url: str) -> None:
         if row is None or row[0] is None:
             raise StoreMissingError(
                 f"no torpor store in {display_url(url)} (no torpor_schema table on the "
-                "connection's search path); nothing was created"
+                "connection's search path); nothing was created: only `torpor start` or "
+                "`torpor init` creates a store. Check --db and TORPOR_DATABASE_URL"
             )
         applied = {int(r[0]) for r in conn.execute("SELECT version FROM torpor_schema")}
     version = max(applied, default=None)
