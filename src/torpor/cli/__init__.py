@@ -32,7 +32,6 @@ importing Typer, Rich or the commands.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -152,21 +151,11 @@ def __getattr__(name: str) -> Any:
 def _fast_ls(args: list[str]) -> None:
     """``torpor ls`` without Typer (:func:`torpor.cli.listing.fast_ls`), inside the same error
     boundary as the app; returns when ``args`` are not a plain ``ls``."""
-    from ..errors import BadInputError, TorporError
-    from .exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, error_message, fail
+    from .exits import error_boundary
     from .listing import fast_ls
 
-    try:
+    with error_boundary():
         done = fast_ls(args)
-    except BadInputError as exc:
-        fail(error_message(exc), EXIT_USAGE)
-    except TorporError as exc:
-        fail(error_message(exc), EXIT_ERROR)
-    except KeyboardInterrupt:
-        fail("interrupted", EXIT_INTERRUPTED)
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise SystemExit(EXIT_ERROR) from None
     if done:
         raise SystemExit(0)
 
@@ -185,16 +174,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     import typer
 
-    from ..errors import BadInputError, LeaseHeldError, TorporError
-    from .exits import (
-        EXIT_ERROR,
-        EXIT_INTERRUPTED,
-        EXIT_LEASED,
-        EXIT_USAGE,
-        error_message,
-        fail,
-        lease_message,
-    )
+    from .exits import EXIT_ERROR, EXIT_USAGE, error_boundary, fail
 
     light = _LIGHT.get(_command_of(args) or "")
     if light and _app is None:  # a read command: only its module's commands (issue 48)
@@ -209,7 +189,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not args:
         args = ["--help"]
     try:
-        rv = command.main(args=args, prog_name="torpor", standalone_mode=False)
+        with error_boundary():
+            rv = command.main(args=args, prog_name="torpor", standalone_mode=False)
     except typer.TyperException as exc:  # click usage errors (missing option, bad value, ...)
         usage_ctx = getattr(exc, "ctx", None)
         hint = f" (see '{usage_ctx.command_path} --help')" if usage_ctx is not None else ""
@@ -218,23 +199,4 @@ def main(argv: Sequence[str] | None = None) -> None:
         fail(message + hint, getattr(exc, "exit_code", EXIT_USAGE))
     except typer.Abort:
         fail("aborted", EXIT_ERROR)
-    except LeaseHeldError as exc:
-        fail(lease_message(exc), EXIT_LEASED)
-    except BadInputError as exc:
-        fail(error_message(exc), EXIT_USAGE)
-    except TorporError as exc:
-        fail(error_message(exc), EXIT_ERROR)
-    except KeyboardInterrupt:
-        fail("interrupted", EXIT_INTERRUPTED)
-    except BrokenPipeError:
-        # `torpor events X | head`: the reader left; nothing to report.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise SystemExit(EXIT_ERROR) from None
-    except Exception as exc:
-        # pydantic's ValidationError, matched without importing pydantic: when it is not
-        # loaded, nothing can have raised it.
-        pyd = sys.modules.get("pydantic")
-        if pyd is None or not isinstance(exc, pyd.ValidationError):
-            raise
-        fail(error_message(exc), EXIT_USAGE)
     raise SystemExit(rv if isinstance(rv, int) else 0)

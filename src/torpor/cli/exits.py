@@ -5,10 +5,13 @@ The codes are described in :mod:`torpor.cli`; :func:`torpor.cli.main` maps excep
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NoReturn
 
-from ..errors import LeaseHeldError
+from ..errors import BadInputError, LeaseHeldError, TorporError
 from .render import relative, safe_text
 
 EXIT_ERROR = 1
@@ -47,3 +50,30 @@ def error_message(exc: BaseException) -> str:
         )
         return f"invalid {exc.title}: {problems}"
     return str(exc) or type(exc).__name__
+
+
+@contextmanager
+def error_boundary() -> Iterator[None]:
+    """The CLI's one error boundary for what a command raises: torpor's errors as one line
+    with their exit code (a held lease 75, bad input 2, any other 1), an interrupt 130, a
+    reader that left the pipe (``torpor events X | head``) quietly 1, and pydantic's
+    ValidationError (bad input) matched without importing pydantic — when it is not loaded,
+    nothing can have raised it. Anything else propagates (the app's usage errors are its own)."""
+    try:
+        yield
+    except LeaseHeldError as exc:
+        fail(lease_message(exc), EXIT_LEASED)
+    except BadInputError as exc:
+        fail(error_message(exc), EXIT_USAGE)
+    except TorporError as exc:
+        fail(error_message(exc), EXIT_ERROR)
+    except KeyboardInterrupt:
+        fail("interrupted", EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(EXIT_ERROR) from None
+    except Exception as exc:
+        pyd = sys.modules.get("pydantic")
+        if pyd is None or not isinstance(exc, pyd.ValidationError):
+            raise
+        fail(error_message(exc), EXIT_USAGE)
