@@ -1,0 +1,104 @@
+"""Ready plan steps run side by side (issue 38): the calls of one plan version that are ready
+together — no dependency between them, e.g. a model's parallel tool calls — run concurrently,
+up to the agent's per-run limit (``Agent(max_parallel=N)``; 1, the default, keeps the loop
+sequential).
+
+A batch goes in three phases, so that what is recorded is each call's own and what is handed
+back is in the order the plan (the model) named, never completion order:
+
+1. **prepare**, one call at a time in plan order, in the executing thread
+   (:func:`~.calls.prepare`): a recorded outcome on replay, the arguments, secrets and budget
+   checked, an approval requested (a wait suspends the run before anything of the batch ran);
+2. **run** the prepared calls concurrently: each is its own step or effect
+   (:func:`~.calls.arun_prepared`), recorded when *it* ends — so a crash mid-batch leaves the
+   finished calls recorded and a resume redoes only the unfinished (an effect intended but not
+   observed is reconciled, never blindly retried, G2). The recording stays in the executing
+   thread's event loop (one writer, the journal); only the tools' own work is in threads, one
+   per call (so ten 0.5 s calls take about 0.5 s, ``bench/parallel_calls.py``);
+3. **settle**, in plan order (``tool_call_settled``): the outcome of each call, or the first
+   interrupt a call raised (a wait, an unresolved effect, a cancel), after the outcomes of
+   the calls before it — the same order however the calls finished, so a replay folds the
+   same working memory.
+
+A steps budget (``Budget(steps=N)``) is honoured for the batch as a whole: it takes no more
+calls than the steps left. A plan-and-execute planner revises the plan after the batch, not
+after its first failure (the other calls had already run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..engine.calls import in_loop
+from ..engine.journal import busy_in
+from ..history import Policy
+from .calls import Decided, PlannedCall, Prepared, arun_prepared, execute_call, prepare
+from .context import Context
+
+
+def execute_batch(ctx: Context, calls: Sequence[PlannedCall], limit: int) -> list[str]:
+    """Run ready ``calls`` (plan order, no dependency between them) at most ``limit`` at a
+    time and record their outcomes in plan order (see the module docstring); returns the
+    outcomes of the calls the batch took (a steps budget may leave the last ones pending).
+    Sequential (:func:`~.calls.execute_call`) for one call, a limit of 1, or inside a
+    running event loop."""
+    if len(calls) <= 1 or limit <= 1 or in_loop():
+        return [execute_call(ctx, c) for c in calls[:1]]
+    taken: list[tuple[PlannedCall, Prepared | Decided]] = []
+    for c in calls:
+        if taken and not _room(ctx, sum(isinstance(x, Prepared) for _, x in taken)):
+            break
+        taken.append((c, prepare(ctx, c)))
+    ready = [x for _, x in taken if isinstance(x, Prepared)]
+    ran: dict[str, Decided | BaseException] = {}
+    if ready:
+        j = ctx.run.journal
+        # Replay reads every recorded completion of the batch first: the history has them in
+        # the order they finished, and the replay gate wants the code caught up before it
+        # records anything new.
+        for p in ready:
+            j.recorded(p.sid, Policy.EFFECT if p.tool.policy is Policy.EFFECT else p.tool.policy)
+        with busy_in(j, ready[0].sid):  # (a cancel meanwhile is recorded at once)
+            ran = dict(zip((p.sid for p in ready), _run_all(ctx, ready, limit), strict=True))
+    outcomes = []
+    for c, x in taken:
+        if isinstance(x, Prepared):
+            got = ran[x.sid]
+            if isinstance(got, BaseException):
+                raise got
+            x = got
+        ctx.settle(c, x.outcome, x.observation, x.executed_by)
+        outcomes.append(c.status)
+    return outcomes
+
+
+def _room(ctx: Context, running: int) -> bool:
+    """Whether a steps budget leaves room for one more call beside ``running`` ones."""
+    s = ctx.run.state
+    return s.budget.steps is None or s.usage.steps + running < s.budget.steps
+
+
+def _run_all(ctx: Context, ready: list[Prepared], limit: int) -> list[Decided | BaseException]:
+    """The prepared calls run concurrently in an event loop of this thread, ``limit`` at a
+    time, their tools' work in a pool of ``limit`` threads; each call's result or exception."""
+    import asyncio  # (a process that runs no batch never imports asyncio)
+
+    async def main() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(
+            ThreadPoolExecutor(max_workers=limit, thread_name_prefix="torpor-call")
+        )
+        gate = asyncio.Semaphore(limit)
+
+        async def one(p: Prepared) -> Decided:
+            async with gate:
+                return await arun_prepared(ctx, p)
+
+        return await asyncio.gather(*(one(p) for p in ready), return_exceptions=True)
+
+    return asyncio.run(main())
+
+
+__all__ = ["execute_batch"]
