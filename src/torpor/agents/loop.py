@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import faults, serde
+from ..engine import budgets
 from ..engine.execution import ENGINE_ERRORS
 from ..errors import (
     ApprovalError,
@@ -189,6 +190,7 @@ class AgentContext:
         self.memory = WorkingMemory(self)
         self._lessons = EpisodeRecall(self.run, self.agent.goal, self.input)
         self._from_model = False
+        self._parents: list[str] | None = None  # (the ancestors, looked up once)
 
     # ------------------------------------------------------------ for planners
 
@@ -307,27 +309,14 @@ class AgentContext:
     # ------------------------------------------------------------ budget
 
     def check_budget(self) -> None:
-        """Block the run (durably, with the reason) when a limit is reached."""
-        s = self.run.state
-        b, u = s.budget, s.usage
-        hits = []
-        if b.tokens is not None and u.tokens >= b.tokens:
-            hits.append(f"tokens: {u.tokens} used of {b.tokens}")
-        if b.cost_usd is not None and u.cost_usd >= b.cost_usd:
-            hits.append(f"cost: ${u.cost_usd:.4f} used of ${b.cost_usd:.4f}")
-        if b.steps is not None and u.steps >= b.steps:
-            hits.append(f"steps: {u.steps} used of {b.steps}")
-        if b.wall_clock_s is not None and s.started_at_ms:
-            elapsed = (self.run.journal.now_ms() - s.started_at_ms) / 1000
-            if elapsed >= b.wall_clock_s:
-                hits.append(f"wall-clock: {elapsed:.1f} s of {b.wall_clock_s:g} s")
-        if hits:
-            self.run.block(
-                "budget exhausted ("
-                + "; ".join(hits)
-                + f"); raise it and resume: torpor budget {self.run.run_id} "
-                "--tokens N / --cost USD / --steps N / --wall-clock SECONDS"
-            )
+        """Block the run (durably, with the reason) when a limit is reached: its own, or an
+        ancestor's over the ancestor's whole tree of runs (:mod:`torpor.engine.budgets`)."""
+        j = self.run.journal
+        if self._parents is None:
+            self._parents = budgets.ancestors(j.store, self.run.run_id)
+        reason = budgets.exhausted(j.store, self.run.state, j.now_ms(), self._parents)
+        if reason:
+            self.run.block(reason)
 
     # ------------------------------------------------------------ recording
 

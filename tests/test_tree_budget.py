@@ -1,0 +1,78 @@
+"""One budget for a tree of runs (issue 38, item 2; G14): a grandchild agent with no budget
+of its own draws from the root's; when the tree has used the root's steps the grandchild ends
+``blocked`` (durably, naming the root's limit), its parent's wait says so, the root's
+accounting shows it, and raising the root's budget reopens it — on both backends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torpor
+from torpor.agents.planners import CodePlanner
+from torpor.agents.proposals import ProposedStep
+from torpor.engine import budgets
+from torpor.history import Budget
+
+RAN: list[int] = []
+tools = torpor.Tools()
+
+
+@tools.tool(policy="read")
+def count(i: int) -> int:
+    RAN.append(i)
+    return i
+
+
+def _plan(view: Any) -> Any:
+    if view.version:
+        return None
+    return [
+        ProposedStep(
+            call_id=f"c{i}", tool="count", args={"i": i}, depends_on=[f"c{i - 1}"] if i else []
+        )
+        for i in range(8)
+    ]
+
+
+leaf = torpor.Agent("tb.leaf", goal="count to eight", tools=tools, planner=CodePlanner(_plan))
+
+
+@torpor.workflow("tb.mid")
+def mid(run: torpor.Run, x: Any) -> Any:
+    return run.child("tb.leaf", x).outcome
+
+
+@torpor.workflow("tb.root")
+def root(run: torpor.Run, x: Any) -> Any:
+    budgets.set_limits(run.journal, Budget(steps=5), reason="five steps for the whole tree")
+    return run.child("tb.mid", x).outcome
+
+
+def test_grandchild_blocked_by_the_roots_budget_then_reopened(store_url: str) -> None:
+    RAN.clear()
+    with torpor.Runtime(store_url) as rt:
+        res = rt.run("tb.root", 1, run_id="tb1")
+        assert (res.status, res.wait_kind) == ("waiting", "children"), res
+        client = torpor.Client(rt.store)
+        (mid_rec,) = client.children("tb1")
+        (gc_rec,) = client.children(mid_rec.run_id)
+        gc = client.state(gc_rec.run_id)
+        # The grandchild is blocked, durably, by the root's limit over the whole tree.
+        assert gc.outcome == "blocked", gc.outcome_reason
+        assert "steps: 5 used of 5 by the 3 runs of the tree of run tb1" in gc.outcome_reason
+        assert "torpor budget tb1" in gc.outcome_reason
+        assert RAN == [0, 1, 2, 3, 4]
+        # Its parent waits and says why; the root's accounting shows the tree and the block.
+        assert gc_rec.run_id in client.state(mid_rec.run_id).attention
+        acc = budgets.account(rt.store, "tb1", rt.store.now_ms())
+        assert (acc.runs, acc.steps, acc.budget.steps) == (3, 5, 5)
+        assert list(acc.blocked) == [gc_rec.run_id]
+        # Raising the root's budget reopens the grandchild; the tree goes on to its end.
+        info = client.reopen("tb1", "alice", steps=20)
+        assert info["reopened"] == [gc_rec.run_id]
+        done = rt.resume("tb1")
+        assert (done.status, done.outcome, done.result) == ("finished", "succeeded", "succeeded")
+        assert RAN == [0, 1, 2, 3, 4, 5, 6, 7]  # each call once, before and after the block
+        assert client.state(gc_rec.run_id).outcome == "succeeded"
+        acc = budgets.account(rt.store, "tb1", rt.store.now_ms())
+        assert (acc.steps, acc.budget.steps, acc.blocked) == (8, 20, {})
