@@ -15,6 +15,7 @@ from typing import Any
 from .. import serde
 from ..engine.approvals import Approval
 from ..engine.calls import resolve
+from ..engine.children import ChildResult
 from ..engine.effects import Applied, EffectCall, Unknown
 from ..errors import (
     ApprovalDeniedError,
@@ -98,6 +99,11 @@ class Prepared:
     sid: str
     canonical: Any
 
+    @property
+    def base(self) -> str:
+        """``<call id>@v<version>``: the name of the call's steps."""
+        return self.sid.removeprefix("tool:")
+
 
 def execute_call(ctx: Context, c: PlannedCall) -> str:
     """Run one planned call under its tool's policy and record its outcome (succeeded,
@@ -177,6 +183,22 @@ def prepare(ctx: Context, c: PlannedCall) -> Prepared | Decided:
     return Prepared(c, tool, validated, provided, approval, hashes, f"tool:{base}", canonical)
 
 
+def child_input(ctx: Context, p: Prepared) -> Any:
+    """The input of the child run a delegating tool starts: its function's value for the
+    validated arguments (JSON data, secrets scrubbed: it is recorded in the child)."""
+    value = resolve(p.tool.fn(**p.tool.arguments(p.validated, p.provided, {})))
+    return ctx.vault.scrub(serde.to_jsonable(value))
+
+
+def delegated(p: Prepared, r: ChildResult) -> Decided:
+    """A delegated call's outcome from its child's: succeeded with the child's result when the
+    child succeeded, failed with its outcome and reason otherwise (run by the spawn step)."""
+    obs = {"run_id": r.run_id, "outcome": r.outcome, "result": r.result}
+    if not r.ok:
+        obs["reason"] = r.reason
+    return Decided("succeeded" if r.ok else "failed", obs, f"child:{p.base}")
+
+
 def _body(ctx: Context, p: Prepared) -> Callable[[Any], Any]:
     """A read/compute tool's step body: the tool called, its result or error scrubbed."""
     scrub, tool, validated, provided = ctx.vault.scrub, p.tool, p.validated, p.provided
@@ -191,7 +213,10 @@ def _body(ctx: Context, p: Prepared) -> Callable[[Any], Any]:
 
 
 def run_prepared(ctx: Context, p: Prepared) -> Decided:
-    """Run a prepared call in the executing thread: a ``read``/``compute`` step or an effect."""
+    """Run a prepared call in the executing thread: a ``read``/``compute`` step, an effect, or
+    a child run it delegates to (waited on: the run suspends until the child ends)."""
+    if p.tool.spawns is not None:
+        return delegated(p, ctx.run.child(p.tool.spawns, child_input(ctx, p), name=p.base))
     try:
         if p.tool.policy is Policy.EFFECT:
             result = ctx.run.effect(p.sid, _attempt(ctx, p), **_effect_options(ctx, p))

@@ -20,6 +20,10 @@ back is in the order the plan (the model) named, never completion order:
    the calls before it — the same order however the calls finished, so a replay folds the
    same working memory.
 
+Calls delegated to child runs (a tool declared ``spawns=``) start first, in plan order, and
+are waited on together after the batch's other calls ran: one fan-in, the run holding no
+process meanwhile (:mod:`torpor.engine.children`).
+
 A steps budget (``Budget(steps=N)``) is honoured for the batch as a whole: it takes no more
 calls than the steps left. A plan-and-execute planner revises the plan after the batch, not
 after its first failure (the other calls had already run).
@@ -34,7 +38,16 @@ from typing import Any
 from ..engine.calls import in_loop
 from ..engine.journal import busy_in
 from ..history import Policy
-from .calls import Decided, PlannedCall, Prepared, arun_prepared, execute_call, prepare
+from .calls import (
+    Decided,
+    PlannedCall,
+    Prepared,
+    arun_prepared,
+    child_input,
+    delegated,
+    execute_call,
+    prepare,
+)
 from .context import Context
 
 
@@ -51,25 +64,38 @@ def execute_batch(ctx: Context, calls: Sequence[PlannedCall], limit: int) -> lis
         if taken and not _room(ctx, sum(isinstance(x, Prepared) for _, x in taken)):
             break
         taken.append((c, prepare(ctx, c)))
-    ready = [x for _, x in taken if isinstance(x, Prepared)]
+    prepared = [x for _, x in taken if isinstance(x, Prepared)]
+    ready = [p for p in prepared if p.tool.spawns is None]
     ran: dict[str, Decided | BaseException] = {}
+    j = ctx.run.journal
+    # Replay reads every recorded completion of the batch first: the history has them in
+    # the order they finished, and the replay gate wants the code caught up before it
+    # records anything new.
+    for p in ready:
+        j.recorded(p.sid, Policy.EFFECT if p.tool.policy is Policy.EFFECT else p.tool.policy)
+    # Delegations start first (their children may run elsewhere meanwhile), in plan order.
+    kids = [
+        (p, ctx.run.spawn(p.tool.spawns, child_input(ctx, p), name=p.base))
+        for p in prepared
+        if p.tool.spawns is not None
+    ]
     if ready:
-        j = ctx.run.journal
-        # Replay reads every recorded completion of the batch first: the history has them in
-        # the order they finished, and the replay gate wants the code caught up before it
-        # records anything new.
-        for p in ready:
-            j.recorded(p.sid, Policy.EFFECT if p.tool.policy is Policy.EFFECT else p.tool.policy)
         with busy_in(j, ready[0].sid):  # (a cancel meanwhile is recorded at once)
             ran = dict(zip((p.sid for p in ready), _run_all(ctx, ready, limit), strict=True))
+    if kids:
+        # One fan-in for the batch's children, after its other calls ran (a wait suspends
+        # the run: those are recorded, and replayed when it resumes).
+        first = next((x for x in ran.values() if isinstance(x, BaseException)), None)
+        if first is not None:
+            raise first
+        ended = ctx.run.wait_children([k for _, k in kids])
+        ran.update({p.sid: delegated(p, r) for (p, _), r in zip(kids, ended, strict=True)})
     outcomes = []
     for c, x in taken:
-        if isinstance(x, Prepared):
-            got = ran[x.sid]
-            if isinstance(got, BaseException):
-                raise got
-            x = got
-        ctx.settle(c, x.outcome, x.observation, x.executed_by)
+        d = ran[x.sid] if isinstance(x, Prepared) else x
+        if isinstance(d, BaseException):
+            raise d
+        ctx.settle(c, d.outcome, d.observation, d.executed_by)
         outcomes.append(c.status)
     return outcomes
 
