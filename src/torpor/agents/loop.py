@@ -311,12 +311,17 @@ class AgentContext:
     def check_budget(self) -> None:
         """Block the run (durably, with the reason) when a limit is reached: its own, or an
         ancestor's over the ancestor's whole tree of runs (:mod:`torpor.engine.budgets`)."""
+        reason = self.budget_exhausted()
+        if reason:
+            self.run.block(reason)
+
+    def budget_exhausted(self, pending_steps: int = 0) -> str:
+        """Why no further call may start, counting ``pending_steps`` calls started and not
+        yet settled (a batch's, :mod:`.parallel`); "" while there is room."""
         j = self.run.journal
         if self._parents is None:
             self._parents = budgets.ancestors(j.store, self.run.run_id)
-        reason = budgets.exhausted(j.store, self.run.state, j.now_ms(), self._parents)
-        if reason:
-            self.run.block(reason)
+        return budgets.exhausted(j.store, self.run.state, j.now_ms(), self._parents, pending_steps)
 
     # ------------------------------------------------------------ recording
 

@@ -24,9 +24,10 @@ Calls delegated to child runs (a tool declared ``spawns=``) start first, in plan
 are waited on together after the batch's other calls ran: one fan-in, the run holding no
 process meanwhile (:mod:`torpor.engine.children`).
 
-A steps budget (``Budget(steps=N)``) is honoured for the batch as a whole: it takes no more
-calls than the steps left. A plan-and-execute planner revises the plan after the batch, not
-after its first failure (the other calls had already run).
+A steps budget (``Budget(steps=N)``, the run's or an ancestor's over its tree) is honoured
+for the batch as a whole: it takes no more calls than the steps left. A plan-and-execute
+planner revises the plan after the batch, not after its first failure (the other calls had
+already run).
 """
 
 from __future__ import annotations
@@ -101,9 +102,9 @@ def execute_batch(ctx: Context, calls: Sequence[PlannedCall], limit: int) -> lis
 
 
 def _room(ctx: Context, running: int) -> bool:
-    """Whether a steps budget leaves room for one more call beside ``running`` ones."""
-    s = ctx.run.state
-    return s.budget.steps is None or s.usage.steps + running < s.budget.steps
+    """Whether the budget — the run's steps, and its ancestors' over their trees — leaves
+    room for one more call beside ``running`` ones taken and not yet settled."""
+    return not ctx.budget_exhausted(running)
 
 
 def _run_all(ctx: Context, ready: list[Prepared], limit: int) -> list[Decided | BaseException]:

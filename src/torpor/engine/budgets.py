@@ -145,15 +145,18 @@ def ancestors(store: Store, run_id: str) -> list[str]:
     return out
 
 
-def exhausted(store: Store, state: RunState, now_ms: int, parents: list[str]) -> str:
+def exhausted(
+    store: Store, state: RunState, now_ms: int, parents: list[str], pending_steps: int = 0
+) -> str:
     """Why run ``state`` must stop for its budget, or "" (see the module docstring): its own
     limits against its own usage, then each ancestor's in ``parents`` (nearest first) against
-    the ancestor's whole tree. The reason names the run whose limit it is, the tree's usage
-    and the command that raises it."""
+    the ancestor's whole tree; ``pending_steps``: calls it started that are not counted yet
+    (a batch's). The reason names the run whose limit it is, the tree's usage and the
+    command that raises it."""
     rid = state.run_id
     elapsed = (now_ms - state.started_at_ms) / 1000 if state.started_at_ms else None
     u = state.usage
-    hits = limits_reached(state.budget, u.tokens, u.cost_usd, u.steps, elapsed)
+    hits = limits_reached(state.budget, u.tokens, u.cost_usd, u.steps + pending_steps, elapsed)
     owner = rid
     if not hits:
         for a in parents:
@@ -161,6 +164,7 @@ def exhausted(store: Store, state: RunState, now_ms: int, parents: list[str]) ->
             if effective_budget(store, a, st) == Budget():
                 continue
             acc = account(store, a, now_ms, st)
+            acc.steps += pending_steps
             hits = acc.hits()
             if hits:
                 owner = a
