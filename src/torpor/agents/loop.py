@@ -317,8 +317,11 @@ class AgentContext:
 
     def budget_exhausted(self, pending_steps: int = 0) -> str:
         """Why no further call may start, counting ``pending_steps`` calls started and not
-        yet settled (a batch's, :mod:`.parallel`); "" while there is room."""
+        yet settled (a batch's, :mod:`.parallel`); "" while there is room — and while the
+        run replays calls that ran already (the tree's usage is today's, not then's)."""
         j = self.run.journal
+        if j.replay.replaying:
+            return ""
         if self._parents is None:
             self._parents = budgets.ancestors(j.store, self.run.run_id)
         return budgets.exhausted(j.store, self.run.state, j.now_ms(), self._parents, pending_steps)

@@ -101,12 +101,20 @@ def _usage(store: Store, run_id: str, last_seq: int | None) -> tuple[int, float,
     return out
 
 
-def account(store: Store, run_id: str, now_ms: int, state: RunState | None = None) -> TreeAccount:
+def account(
+    store: Store,
+    run_id: str,
+    now_ms: int,
+    state: RunState | None = None,
+    *,
+    budget: Budget | None = None,
+) -> TreeAccount:
     """The accounting of ``run_id``'s subtree against its limits (see the module docstring);
     ``state``: the run's own state when the caller has it (the executing run's, fresher than
-    the store's by what it has not written yet)."""
+    the store's by what it has not written yet); ``budget``: its limits, when known (else
+    read, with a raise posted to its inbox and not yet taken)."""
     st = state if state is not None else store.load(run_id)
-    acc = TreeAccount(run_id, effective_budget(store, run_id, st))
+    acc = TreeAccount(run_id, budget if budget is not None else effective_budget(store, run_id, st))
     acc.elapsed_s = (now_ms - st.started_at_ms) / 1000 if st.started_at_ms else 0.0
     acc.runs, acc.tokens, acc.cost_usd, acc.steps = (
         1,
@@ -149,14 +157,18 @@ def exhausted(
     store: Store, state: RunState, now_ms: int, parents: list[str], pending_steps: int = 0
 ) -> str:
     """Why run ``state`` must stop for its budget, or "" (see the module docstring): its own
-    limits against its own usage, then each ancestor's in ``parents`` (nearest first) against
-    the ancestor's whole tree; ``pending_steps``: calls it started that are not counted yet
-    (a batch's). The reason names the run whose limit it is, the tree's usage and the
-    command that raises it."""
+    limits against its own usage and that of the runs below it, then each ancestor's in
+    ``parents`` (nearest first) against the ancestor's whole tree; ``pending_steps``: calls
+    it started that are not counted yet (a batch's). The reason names the run whose limit it
+    is, the tree's usage and the command that raises it."""
     rid = state.run_id
-    elapsed = (now_ms - state.started_at_ms) / 1000 if state.started_at_ms else None
-    u = state.usage
-    hits = limits_reached(state.budget, u.tokens, u.cost_usd, u.steps + pending_steps, elapsed)
+    # Its own limits hold for it and every run below it (its live state: fresher than the
+    # store's by what it has not written yet; a raise in its inbox it takes at a boundary).
+    hits: list[str] = []
+    if state.budget != Budget():
+        own = account(store, rid, now_ms, state, budget=state.budget)
+        own.steps += pending_steps
+        hits = [_of_tree(h, own) for h in own.hits()]
     owner = rid
     if not hits:
         for a in parents:
@@ -165,10 +177,9 @@ def exhausted(
                 continue
             acc = account(store, a, now_ms, st)
             acc.steps += pending_steps
-            hits = acc.hits()
+            hits = [_of_tree(h, acc) for h in acc.hits()]
             if hits:
                 owner = a
-                hits = [f"{h} by the {acc.runs} runs of the tree of run {a}" for h in hits]
                 break
     if not hits:
         return ""
@@ -191,6 +202,11 @@ def set_limits(j: Journal, budget: Budget, *, by: str = "workflow", reason: str 
         [BudgetSet(**want, by=by, reason=reason or "the tree's limits")] if want else []
     )
     j.record("budget", lambda sid: (want, facts), purpose="the run's budget")
+
+
+def _of_tree(hit: str, acc: TreeAccount) -> str:
+    """A limit reached, naming the tree that reached it (when it is more than the run)."""
+    return f"{hit} by the {acc.runs} runs of the tree of run {acc.run_id}" if acc.runs > 1 else hit
 
 
 def reopen_blocked(store: Store, run_id: str, by: str) -> list[str]:
