@@ -1,6 +1,6 @@
 """Command line of the planner + workers example.
 
-    uv run python -m examples.planner_workers --auto-approve          # json, tomllib, zoneinfo
+    uv run python -m examples.planner_workers --auto-approve          # json, tomllib, wsgiref
     uv run python -m examples.planner_workers --packages json,http     # waits for approvals
     uv run python -m examples.planner_workers --resume RUN_ID [--auto-approve]   # after kill -9
 
@@ -21,7 +21,7 @@ from examples.repo_agent.codemod import stdlib_dir
 
 from . import team
 
-DEFAULT_PACKAGES = ("json", "tomllib", "zoneinfo")
+DEFAULT_PACKAGES = ("json", "tomllib", "wsgiref")
 
 
 def main(argv: list[str] | None = None) -> int:
