@@ -37,7 +37,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..engine.calls import in_loop
-from ..engine.journal import busy_in
 from ..history import Policy
 from .calls import (
     Decided,
@@ -81,8 +80,9 @@ def execute_batch(ctx: Context, calls: Sequence[PlannedCall], limit: int) -> lis
         if p.tool.spawns is not None
     ]
     if ready:
-        with busy_in(j, ready[0].sid):  # (a cancel meanwhile is recorded at once)
-            ran = dict(zip((p.sid for p in ready), _run_all(ctx, ready, limit), strict=True))
+        # (A cancel meanwhile is taken at the next boundary: each call's start, then the
+        # first outcome recorded after the batch.)
+        ran = dict(zip((p.sid for p in ready), _run_all(ctx, ready, limit), strict=True))
     if kids:
         # One fan-in for the batch's children, after its other calls ran (a wait suspends
         # the run: those are recorded, and replayed when it resumes).
