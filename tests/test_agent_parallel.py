@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
-import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +21,24 @@ from torpor.errors import TorporError
 
 # ------------------------------------------------------------------ order, in one process
 
-DONE = {k: threading.Event() for k in ("c0", "c1", "c2")}
+STORE: list[str] = []
 tools = torpor.Tools()
+
+
+def _recorded(step: str) -> bool:
+    events = torpor.Client(STORE[0]).events("par-order")
+    return any(e.type == "step_completed" and e.payload.step_id == step for e in events)
 
 
 @tools.tool(policy="read")
 def chain(name: str, after: str | None = None) -> str:
-    """Finish only after ``after`` finished: c2 first, then c1, then c0 (run one by one, c0
-    would wait forever: the batch is what lets it finish)."""
-    if after is not None and not DONE[after].wait(HANG_S):
-        raise RuntimeError(f"{name}: {after} never finished (the calls did not overlap)")
-    DONE[name].set()
+    """Finish only once ``after``'s completion is recorded: c2 first, then c1, then c0 (run
+    one by one, c0 would wait forever: the batch is what lets it finish)."""
+    deadline = time.monotonic() + HANG_S
+    while after is not None and not _recorded(f"tool:{after}@v1"):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name}: {after} never finished (the calls did not overlap)")
+        time.sleep(0.01)
     return f"{name} done"
 
 
@@ -62,8 +69,7 @@ ordered = torpor.Agent(
 
 
 def test_calls_overlap_and_settle_in_plan_order(store_url: str) -> None:
-    for e in DONE.values():
-        e.clear()
+    STORE[:] = [store_url]
     with torpor.Runtime(store_url) as rt:
         res = rt.run(ordered, {}, run_id="par-order")
         events = torpor.Client(rt.store).events("par-order")

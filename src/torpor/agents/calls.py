@@ -212,6 +212,10 @@ def _body(ctx: Context, p: Prepared) -> Callable[[Any], Any]:
     return body
 
 
+def _step_options(p: Prepared) -> dict[str, Any]:
+    return {"policy": p.tool.policy, "purpose": f"{p.tool.name} ({p.call.call_id})"}
+
+
 def run_prepared(ctx: Context, p: Prepared) -> Decided:
     """Run a prepared call in the executing thread: a ``read``/``compute`` step, an effect, or
     a child run it delegates to (waited on: the run suspends until the child ends)."""
@@ -221,13 +225,7 @@ def run_prepared(ctx: Context, p: Prepared) -> Decided:
         if p.tool.policy is Policy.EFFECT:
             result = ctx.run.effect(p.sid, _attempt(ctx, p), **_effect_options(ctx, p))
         else:
-            result = ctx.run.step(
-                p.sid,
-                _body(ctx, p),
-                p.canonical,
-                policy=p.tool.policy,
-                purpose=f"{p.tool.name} ({p.call.call_id})",
-            )
+            result = ctx.run.step(p.sid, _body(ctx, p), p.canonical, **_step_options(p))
     except StepError as exc:
         return Decided("failed", {"error": ctx.vault.scrub(exc.error)}, p.sid)
     return Decided("succeeded", result, p.sid)
@@ -250,13 +248,7 @@ async def arun_prepared(ctx: Context, p: Prepared) -> Decided:
             async def threaded(recorded_args: Any) -> Any:
                 return await asyncio.to_thread(body, recorded_args)
 
-            result = await ctx.run.astep(
-                p.sid,
-                threaded,
-                p.canonical,
-                policy=p.tool.policy,
-                purpose=f"{p.tool.name} ({p.call.call_id})",
-            )
+            result = await ctx.run.astep(p.sid, threaded, p.canonical, **_step_options(p))
     except StepError as exc:
         return Decided("failed", {"error": ctx.vault.scrub(exc.error)}, p.sid)
     return Decided("succeeded", result, p.sid)
