@@ -5,11 +5,15 @@ accounting shows it, and raising the root's budget reopens it — on both backen
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from typer.testing import CliRunner
 
 import torpor
 from torpor.agents.planners import CodePlanner
 from torpor.agents.proposals import ProposedStep
+from torpor.cli import app
 from torpor.engine import budgets
 from torpor.history import Budget
 
@@ -65,9 +69,17 @@ def test_grandchild_blocked_by_the_roots_budget_then_reopened(store_url: str) ->
         acc = budgets.account(rt.store, "tb1", rt.store.now_ms())
         assert (acc.runs, acc.steps, acc.budget.steps) == (3, 5, 5)
         assert list(acc.blocked) == [gc_rec.run_id]
+        cli = CliRunner()
+        show = cli.invoke(app, ["--db", store_url, "show", "tb1"], env={"COLUMNS": "250"})
+        assert show.exit_code == 0, show.output
+        assert "Tree budget (3 runs)" in show.output and "5 of 5" in show.output, show.output
+        assert f"{gc_rec.run_id}: budget exhausted" in show.output, show.output
         # Raising the root's budget reopens the grandchild; the tree goes on to its end.
-        info = client.reopen("tb1", "alice", steps=20)
-        assert info["reopened"] == [gc_rec.run_id]
+        out = cli.invoke(
+            app, ["--db", store_url, "budget", "tb1", "--steps", "20", "--as", "alice", "--json"]
+        )
+        assert out.exit_code == 0, out.output
+        assert json.loads(out.output)["reopened"] == [gc_rec.run_id]
         done = rt.resume("tb1")
         assert (done.status, done.outcome, done.result) == ("finished", "succeeded", "succeeded")
         assert sorted(RAN) == [0, 1, 2, 3, 4, 5, 6, 7]  # each call once, before and after the block
