@@ -15,6 +15,7 @@ import pytest
 
 import torpor
 from conftest import HANG_S, run_python
+from torpor.agents.models.scripted import ScriptedModel, say, use
 from torpor.agents.planners import CodePlanner
 from torpor.agents.proposals import ProposedStep
 from torpor.errors import TorporError
@@ -26,7 +27,7 @@ tools = torpor.Tools()
 
 
 def _recorded(step: str) -> bool:
-    events = torpor.Client(STORE[0]).events("par-order")
+    events = torpor.Client(STORE[0]).events(STORE[1])
     return any(e.type == "step_completed" and e.payload.step_id == step for e in events)
 
 
@@ -69,7 +70,7 @@ ordered = torpor.Agent(
 
 
 def test_calls_overlap_and_settle_in_plan_order(store_url: str) -> None:
-    STORE[:] = [store_url]
+    STORE[:] = [store_url, "par-order"]
     with torpor.Runtime(store_url) as rt:
         res = rt.run(ordered, {}, run_id="par-order")
         events = torpor.Client(rt.store).events("par-order")
@@ -87,6 +88,35 @@ def test_calls_overlap_and_settle_in_plan_order(store_url: str) -> None:
     assert st.usage.tool_calls == 3 and st.plan["bad"].status == "invalid"
 
 
+def test_a_models_parallel_tool_calls_overlap_and_come_back_in_its_order(db_url: str) -> None:
+    # One model turn asks for three calls; each finishes only after the next one's completion
+    # is recorded, so they finish last-first; the model's next turn gets them in its order.
+    model = ScriptedModel(
+        [
+            use(
+                ("chain", {"name": "call-0-0", "after": "call-0-1"}),
+                ("chain", {"name": "call-0-1", "after": "call-0-2"}),
+                ("chain", {"name": "call-0-2"}),
+            ),
+            say("all three done"),
+        ]
+    )
+    agent = torpor.Agent(
+        "parallel.react",
+        goal="three at once",
+        tools=tools,
+        planner=torpor.ReActPlanner(model),
+        max_parallel=3,
+    )
+    STORE[:] = [db_url, "par-react"]
+    with torpor.Runtime(db_url) as rt:
+        res = rt.run(agent, {}, run_id="par-react")
+    assert res.outcome == "succeeded" and res.result["final"] == "all three done", res
+    answers = [(m.tool_call_id, m.content) for m in model.calls[1] if m.role == "tool"]
+    assert [a[0] for a in answers] == ["call-0-0", "call-0-1", "call-0-2"], answers
+    assert all(f"{cid} done" in text for cid, text in answers), answers
+
+
 def test_max_parallel_is_checked() -> None:
     with pytest.raises(TorporError, match="max_parallel must be an int >= 1"):
         torpor.Agent(
@@ -100,6 +130,7 @@ MODULE = '''
 import json, os, signal, time
 
 import torpor
+from torpor.agents.models.scripted import ScriptedModel, say, use
 from torpor.agents.planners import CodePlanner
 from torpor.agents.proposals import ProposedStep
 
