@@ -74,6 +74,9 @@ def test_grandchild_blocked_by_the_roots_budget_then_reopened(store_url: str) ->
         assert show.exit_code == 0, show.output
         assert "Tree budget (3 runs)" in show.output and "5 of 5" in show.output, show.output
         assert f"{gc_rec.run_id}: budget exhausted" in show.output, show.output
+        data = cli.invoke(app, ["--db", store_url, "show", "tb1", "--json"])
+        tree = json.loads(data.output)["tree_budget"]
+        assert (tree["runs"], tree["steps"], list(tree["blocked"])) == (3, 5, [gc_rec.run_id])
         # Raising the root's budget reopens the grandchild; the tree goes on to its end.
         out = cli.invoke(
             app, ["--db", store_url, "budget", "tb1", "--steps", "20", "--as", "alice", "--json"]

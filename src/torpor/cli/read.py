@@ -101,7 +101,7 @@ def show(
 
             report = gather_at(client, run_id, at)
     if json_out:
-        emit_json(report.as_json())
+        emit_json({**report.as_json(), **({"tree_budget": tree} if tree is not None else {})})
         return
     live, rec, state = report.summary, report.rec, report.state
     now_view = report.as_of is None  # False: a past state (--at), shown without action hints
