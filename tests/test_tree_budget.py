@@ -89,3 +89,40 @@ def test_grandchild_blocked_by_the_roots_budget_then_reopened(store_url: str) ->
         assert client.state(gc_rec.run_id).outcome == "succeeded"
         acc = budgets.account(rt.store, "tb1", rt.store.now_ms())
         assert (acc.steps, acc.budget.steps, acc.blocked) == (8, 20, {})
+
+
+sliced = torpor.Agent(
+    "tb.sliced",
+    goal="count, two steps of its own",
+    tools=tools,
+    planner=CodePlanner(_plan),
+    budget=Budget(steps=2),
+)
+
+
+@torpor.workflow("tb.root2")
+def root2(run: torpor.Run, x: Any) -> Any:
+    budgets.set_limits(run.journal, Budget(steps=5))
+    return run.child("tb.sliced", x).outcome
+
+
+def test_a_slice_of_its_own_holds_the_child_and_is_not_raised_by_the_root(db_url: str) -> None:
+    RAN.clear()
+    with torpor.Runtime(db_url) as rt:
+        assert rt.run("tb.root2", 1, run_id="tb2").status == "waiting"
+        client = torpor.Client(rt.store)
+        (kid,) = client.children("tb2")
+        st = client.state(kid.run_id)
+        # Its own slice (2 steps) stops it before the root's 5; the reason names its own limit.
+        assert st.outcome == "blocked" and len(RAN) == 2, st.outcome_reason
+        assert f"steps: 2 used of 2); raise it and resume: torpor budget {kid.run_id} " in (
+            st.outcome_reason
+        )
+        # Raising the root's budget leaves it blocked: its own limit holds it, not the root's.
+        assert client.reopen("tb2", "alice", steps=50)["reopened"] == []
+        # Raising its own slice lets it go on — until the root's limit over the tree.
+        client.reopen(kid.run_id, "alice", steps=50)
+        rt.resume("tb2")
+        st = client.state(kid.run_id)
+        assert st.outcome == "succeeded", st.outcome_reason
+        assert len(RAN) == 8 and budgets.account(rt.store, "tb2", rt.store.now_ms()).steps == 8
