@@ -5,11 +5,13 @@ and the tree finishes — real processes against one SQLite store."""
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
 import pytest
 
+import torpor
 from conftest import ROOT
 from test_children_docs import _run
 
@@ -31,5 +33,6 @@ def test_the_delegation_page_runs_as_written(tmp_path: Path) -> None:
     raised = _run(tmp_path, commands[2])
     assert "reopened below it: count-1.child:part1@v1" in raised, raised
     assert _run(tmp_path, commands[3]).strip() == "finished succeeded"
-    child = _run(tmp_path, ["torpor", "show", "count-1.child:part1@v1"])
-    assert "succeeded" in child, child
+    store = torpor.Client(f"sqlite:///{os.environ['TORPOR_HOME']}/torpor.db")
+    assert [c.outcome for c in store.children("count-1")] == ["succeeded", "succeeded"]
+    assert store.state("count-1").usage.steps == 2  # its two delegations; the workers' six
