@@ -25,7 +25,23 @@
 from .api import Entry, ExecResult, Limits, Network, OpStatus
 from .host import facts
 from .image import build_image, current_image
+from .process import ProcessSandbox
+from .tools import sandbox_tools
 from .vm import Sandbox, op_id
+
+
+def open_sandbox(
+    workspace: str | None = None, *, isolation: str = "vm", **kwargs: object
+) -> Sandbox | ProcessSandbox:
+    """A sandbox of the asked ``isolation``: ``"vm"`` (the default: a :class:`Sandbox`, which
+    refuses with IsolationUnavailableError where no VM boundary can be had) or ``"process"``
+    (:class:`ProcessSandbox`: no isolation, development only, loudly labelled). Not started."""
+    if isolation == "vm":
+        return Sandbox(workspace, **kwargs)  # type: ignore[arg-type]
+    if isolation == "process":
+        return ProcessSandbox(workspace, **kwargs)  # type: ignore[arg-type]
+    raise ValueError(f"isolation must be 'vm' or 'process', got {isolation!r}")
+
 
 __all__ = [
     "Entry",
@@ -33,9 +49,12 @@ __all__ = [
     "Limits",
     "Network",
     "OpStatus",
+    "ProcessSandbox",
     "Sandbox",
     "build_image",
     "current_image",
     "facts",
     "op_id",
+    "open_sandbox",
+    "sandbox_tools",
 ]

@@ -136,9 +136,16 @@ class Sandbox:
         if str(self.workspace / "disk.img").encode() not in cmdline or not sock.exists():
             return False
         try:
+            # A command the dead host started may still run: the agent answers after it.
+            busy_until = float((self.workspace / "inflight").read_text())
+        except (OSError, ValueError):
+            busy_until = 0.0
+        wait_s = max(0.0, busy_until - time.time()) + self.grace_s
+        try:
             chan = Channel(sock, connect_timeout_s=5)
-            chan.request("PING", deadline=time.monotonic() + self.grace_s)
+            chan.request("PING", deadline=time.monotonic() + wait_s)
         except SandboxGoneError:
+            _kill(pid, sock.parent)
             return False
         self._chan, self._pid, self._sockdir, self.attached = chan, pid, sock.parent, True
         self._finalizer = weakref.finalize(self, _kill, pid, sock.parent)
@@ -313,7 +320,12 @@ class Sandbox:
         secs = max(1, math.ceil(timeout_s))
         args = " ".join(_arg(a) for a in argv)
         head = f"EXEC {op or '-'} {secs} {int(read_only)} {self.limits.max_output_bytes} {len(data)} {args}"
-        kind, fields = self._call(head, data, wait_s=secs)
+        inflight = self.workspace / "inflight"
+        inflight.write_text(f"{time.time() + secs + self.grace_s}\n")
+        try:
+            kind, fields = self._call(head, data, wait_s=secs)
+        finally:
+            inflight.unlink(missing_ok=True)
         if kind == "unknown":
             raise SandboxError(f"op {op} started in a VM that died before it ended: it may have run partly")
         return self._result(fields)
