@@ -24,7 +24,7 @@
 
 from .api import Entry, ExecResult, Limits, Network, OpStatus
 from .host import facts
-from .image import build_image, current_image
+from .image import Image, build_image, current_image
 from .process import ProcessSandbox
 from .tools import sandbox_tools
 from .vm import Sandbox, op_id
@@ -45,6 +45,7 @@ def open_sandbox(
 
 __all__ = [
     "Entry",
+    "Image",
     "ExecResult",
     "Limits",
     "Network",

@@ -62,6 +62,7 @@ do_exec() {
     if [ -e "$d/done" ]; then rm -f $T/in.$rid; send_exec "$rid" exit "$d" "$max" 1; return; fi
     if [ -e "$d/started" ]; then rm -f $T/in.$rid; printf 'R %s unknown\n' "$rid" >&3; return; fi
     mkdir -p "$d" && : >"$d/started" && sync
+    echo "torpor-agent: op $op started"
   fi
   [ "$ro" = 1 ] && mount -o remount,bind,ro /work
   rm -f "$d/timedout"
@@ -77,6 +78,7 @@ do_exec() {
   tmo=0; [ -e "$d/timedout" ] && tmo=1
   echo "$code $tmo" >"$d/code"
   : >"$d/done"; sync
+  [ "$op" = "-" ] || echo "torpor-agent: op $op done"
   rm -f $T/in.$rid
   send_exec "$rid" exit "$d" "$max" 0
   [ "$op" = "-" ] && rm -rf "$d"
