@@ -21,7 +21,7 @@ from torpor.sandbox import op_id
 
 pytestmark = pytest.mark.proc
 
-MODULE = '''
+MODULE = """
 import json, sys
 import torpor
 from torpor.sandbox import Sandbox, sandbox_tools
@@ -41,14 +41,15 @@ def main(resume):
     rt = torpor.Runtime({db!r})
     try:
         res = rt.resume("r1") if resume else rt.run("sandbox.kill", None, run_id="r1")
-        print("RESULT " + json.dumps({{"status": res.status, "outcome": res.outcome, "result": res.result, "reason": res.reason}}), flush=True)
+        done = {{"status": res.status, "outcome": res.outcome, "result": res.result}}
+        print("RESULT " + json.dumps(done), flush=True)
         print("COUNT " + json.dumps(sb.read_file("count").decode()), flush=True)
     finally:
         sb.close()
         rt.close()
 
 main(sys.argv[1] == "resume")
-'''
+"""
 
 
 def _spawn(tmp: Path, mode: str) -> subprocess.Popen[str]:
@@ -59,7 +60,9 @@ def _spawn(tmp: Path, mode: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def test_sigkill_mid_exec_is_reconciled_once_from_the_guests_record(tmp_path: Path, db_url: str) -> None:
+def test_sigkill_mid_exec_is_reconciled_once_from_the_guests_record(
+    tmp_path: Path, db_url: str
+) -> None:
     vm_image()
     ws = tmp_path / "ws"
     (tmp_path / "flow_mod.py").write_text(textwrap.dedent(MODULE.format(ws=str(ws), db=db_url)))
@@ -69,7 +72,9 @@ def test_sigkill_mid_exec_is_reconciled_once_from_the_guests_record(tmp_path: Pa
     deadline = time.monotonic() + HANG_S
     # Kill when the guest says the command started (its console line, written after the op
     # is recorded on the workspace disk): mid-exec by construction, not by a sleep.
-    while f"op {op} started" not in (console.read_text(errors="replace") if console.exists() else ""):
+    while f"op {op} started" not in (
+        console.read_text(errors="replace") if console.exists() else ""
+    ):
         assert first.poll() is None, f"the first process ended early: {first.communicate()}"
         assert time.monotonic() < deadline, "the command never started in the guest"
         time.sleep(0.05)

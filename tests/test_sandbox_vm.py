@@ -57,7 +57,10 @@ def sh(vm: Sandbox, script: str, **kw: object) -> tuple[int, str, str]:
 
 
 def test_the_agents_verbs_round_trip_bytes_argv_and_exit_codes(vm: Sandbox) -> None:
-    r = vm.exec(["sh", "-c", 'printf "%s|" "$@"; cat; echo oops >&2; exit 3', "sh", "a b", "", "-c"], stdin=b"in\x00put")
+    r = vm.exec(
+        ["sh", "-c", 'printf "%s|" "$@"; cat; echo oops >&2; exit 3', "sh", "a b", "", "-c"],
+        stdin=b"in\x00put",
+    )
     assert (r.exit_code, r.stdout, r.stderr) == (3, b"a b||-c|in\x00put", b"oops\n")
     assert r.isolation == "vm" and not r.timed_out
     blob = bytes(range(256)) * 4
@@ -75,7 +78,7 @@ def test_the_agents_verbs_round_trip_bytes_argv_and_exit_codes(vm: Sandbox) -> N
 def test_timeout_kills_the_command_group_and_the_vm_lives_on(vm: Sandbox) -> None:
     r = vm.exec(["sh", "-c", "sleep 71 & sleep 72; echo never"], timeout_s=1)
     assert r.timed_out and r.exit_code == 137 and b"never" not in r.stdout
-    code, out, _ = sh(vm, "ps -o args | grep -c '^sleep 7[12]'; true")
+    _code, out, _ = sh(vm, "ps -o args | grep -c '^sleep 7[12]'; true")
     assert out.strip() == "0", "the background child of the timed-out command was killed too"
 
 
@@ -106,9 +109,10 @@ def test_limits_hold_cpu_memory_and_disk(vm: Sandbox) -> None:
 def test_the_guest_cannot_reach_the_hosts_files(vm: Sandbox, host_dir: Path) -> None:
     before = {p.name: p.read_bytes() for p in host_dir.iterdir() if p.is_file()}
     canary = host_dir / "canary.txt"
-    code, out, err = sh(
+    _code, out, _err = sh(
         vm,
-        f"cat {canary}; ls {host_dir}; echo pwned > {canary} 2>&1; mkdir -p {host_dir} && echo pwned > {canary};"
+        f"cat {canary}; ls {host_dir}; echo pwned > {canary} 2>&1;"
+        f" mkdir -p {host_dir} && echo pwned > {canary};"
         " mount; ls /dev | tr '\\n' ' '; grep -rl 'host canary' /work /tmp 2>/dev/null; true",
     )
     assert "host canary" not in out
@@ -118,9 +122,11 @@ def test_the_guest_cannot_reach_the_hosts_files(vm: Sandbox, host_dir: Path) -> 
     assert not any(m[0] in ("9p", "virtiofs") or "host" in m[0] for m in mounts)
 
 
-def test_the_guest_sees_none_of_the_hosts_environment_or_secrets(vm: Sandbox, host_secret: str) -> None:
+def test_the_guest_sees_none_of_the_hosts_environment_or_secrets(
+    vm: Sandbox, host_secret: str
+) -> None:
     assert os.environ[SECRET_VAR] == host_secret  # it is in the host process, as the VM runs
-    code, out, err = sh(
+    _code, out, err = sh(
         vm,
         "env; cat /proc/cmdline; cat /proc/1/environ 2>&1; "
         f"grep -rs {host_secret!r} /etc /work /tmp /torpor /sbin /proc/cmdline 2>&1;"
@@ -145,10 +151,11 @@ def test_the_network_is_off(vm: Sandbox) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
     try:
-        code, out, err = sh(
+        _code, out, _err = sh(
             vm,
             f"ip -o link | cut -d: -f2; wget -q -T 3 -O- http://10.0.2.2:{port}/escape 2>&1;"
-            f" wget -q -T 3 -O- http://127.0.0.1:{port}/escape 2>&1; nslookup debian.org 2>&1; echo end",
+            f" wget -q -T 3 -O- http://127.0.0.1:{port}/escape 2>&1;"
+            " nslookup debian.org 2>&1; echo end",
             timeout_s=30,
         )
     finally:
@@ -160,6 +167,10 @@ def test_the_network_is_off(vm: Sandbox) -> None:
 
 
 def test_the_command_cannot_forge_the_agents_channel_or_ledger(vm: Sandbox) -> None:
-    code, out, err = sh(vm, "for p in /dev/vport*; do echo 'R x ok' > $p; done; ls /ws; echo fake > /ws/ops/x 2>&1; id -u")
+    _code, out, err = sh(
+        vm,
+        "for p in /dev/vport*; do echo 'R x ok' > $p; done; ls /ws;"
+        " echo fake > /ws/ops/x 2>&1; id -u",
+    )
     assert "Permission denied" in err and out.strip().endswith("1000")
     assert vm.exec(["true"]).ok  # the channel still works, untouched

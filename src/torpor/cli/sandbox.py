@@ -14,8 +14,7 @@ from .root import JsonFlag
 
 sandbox_app = typer.Typer(
     name="sandbox",
-    help="The microVM sandbox for agent code: doctor, build.\n\n"
-    "Example: torpor sandbox doctor",
+    help="The microVM sandbox for agent code: doctor, build.\n\nExample: torpor sandbox doctor",
     no_args_is_help=True,
 )
 

@@ -45,8 +45,8 @@ def open_sandbox(
 
 __all__ = [
     "Entry",
-    "Image",
     "ExecResult",
+    "Image",
     "Limits",
     "Network",
     "OpStatus",

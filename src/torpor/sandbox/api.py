@@ -23,7 +23,9 @@ class Limits:
             if getattr(self, name) < 1:
                 raise ValueError(f"Limits.{name} must be at least 1, got {getattr(self, name)}")
         if self.memory_mb < 128:
-            raise ValueError(f"Limits.memory_mb: the guest kernel needs 128 MB, got {self.memory_mb}")
+            raise ValueError(
+                f"Limits.memory_mb: the guest kernel needs 128 MB, got {self.memory_mb}"
+            )
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,8 @@ class OpStatus:
 
 @dataclass(frozen=True)
 class Entry:
-    """One directory entry: ``kind`` is ``file``, ``dir``, ``link`` or ``other``; ``size`` in bytes."""
+    """One directory entry: ``kind`` is ``file``, ``dir``, ``link`` or ``other``; ``size``
+    in bytes."""
 
     name: str
     kind: str

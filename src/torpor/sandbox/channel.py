@@ -46,7 +46,9 @@ class Channel:
     def close(self) -> None:
         self._sock.close()
 
-    def request(self, header: str, payload: bytes = b"", *, deadline: float) -> tuple[str, list[str]]:
+    def request(
+        self, header: str, payload: bytes = b"", *, deadline: float
+    ) -> tuple[str, list[str]]:
         """Send ``VERB rid header-rest`` + payload; return (kind, fields) of the reply. ``header``
         is the verb and its tokens with ``{rid}`` where the rid goes."""
         rid = secrets.token_hex(8)

@@ -102,13 +102,21 @@ def facts() -> list[Fact]:
     """The doctor's facts, one per line: QEMU, KVM, the accelerator, the image, isolation."""
     out: list[Fact] = []
     qemu = qemu_path()
-    out.append(Fact("qemu", qemu is not None, qemu or f"{QEMU} not on PATH (apt-get install qemu-system-x86)"))
+    out.append(
+        Fact(
+            "qemu",
+            qemu is not None,
+            qemu or f"{QEMU} not on PATH (apt-get install qemu-system-x86)",
+        )
+    )
     kvm = kvm_unusable_reason()
     out.append(Fact("kvm", kvm is None, kvm or "/dev/kvm usable (a boot probe decides)"))
     accel = recorded_accel()
     if accel is None:
         guess = "tcg" if kvm else "kvm (unprobed)"
-        out.append(Fact("accel", qemu is not None, f"{guess}: not probed yet (the first sandbox probes)"))
+        out.append(
+            Fact("accel", qemu is not None, f"{guess}: not probed yet (the first sandbox probes)")
+        )
     else:
         out.append(Fact("accel", True, f"{accel.name}: {accel.reason}"))
     image = current_image()
@@ -117,9 +125,21 @@ def facts() -> list[Fact]:
     else:
         pk = image.manifest.get("packages", {})
         kernel = pk.get("kernel", {}) if isinstance(pk, dict) else {}
-        out.append(Fact("image", True, f"{image.root} (kernel {kernel.get('name')} {kernel.get('version')})"))
+        out.append(
+            Fact(
+                "image", True, f"{image.root} (kernel {kernel.get('name')} {kernel.get('version')})"
+            )
+        )
     reason = refusal_reason(out)
-    out.append(Fact("isolation", reason is None, "vm: agent code runs behind a VM boundary" if reason is None else f"none: {reason}; torpor refuses (isolation='process' is for development only)"))
+    out.append(
+        Fact(
+            "isolation",
+            reason is None,
+            "vm: agent code runs behind a VM boundary"
+            if reason is None
+            else f"none: {reason}; torpor refuses (isolation='process' is for development only)",
+        )
+    )
     return out
 
 

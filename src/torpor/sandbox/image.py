@@ -224,7 +224,9 @@ def build_image(force: bool = False) -> Image:
         manifest = {
             "key": key,
             "builder": BUILDER_VERSION,
-            "packages": {k: {"name": v[0], "version": v[1], "sha256": v[2]} for k, v in packages.items()},
+            "packages": {
+                k: {"name": v[0], "version": v[1], "sha256": v[2]} for k, v in packages.items()
+            },
             "files": files,
         }
         (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -259,7 +261,20 @@ _GROUP = "root:x:0:\nagent:x:1000:\n"
 
 
 def _rootfs(busybox: bytes, stage: Path, image: Path) -> None:
-    for d in ("bin", "sbin", "etc", "dev", "proc", "sys", "tmp", "run", "ws", "work", "root", "torpor"):
+    for d in (
+        "bin",
+        "sbin",
+        "etc",
+        "dev",
+        "proc",
+        "sys",
+        "tmp",
+        "run",
+        "ws",
+        "work",
+        "root",
+        "torpor",
+    ):
         (stage / d).mkdir(parents=True)
     bb = stage / "bin" / "busybox"
     bb.write_bytes(busybox)
@@ -280,7 +295,10 @@ def _rootfs(busybox: bytes, stage: Path, image: Path) -> None:
     for path in sorted(stage.rglob("*"), reverse=True):
         os.utime(path, (0, 0), follow_symlinks=False)
     os.utime(stage, (0, 0))
-    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "E2FSPROGS_FAKE_TIME": "1"}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        "E2FSPROGS_FAKE_TIME": "1",
+    }
     _run(
         [
             "mke2fs", "-q", "-F", "-t", "ext4", "-b", "4096", "-L", "torpor-root",
@@ -291,7 +309,9 @@ def _rootfs(busybox: bytes, stage: Path, image: Path) -> None:
     )  # fmt: skip
     # mke2fs -d copies each file's ctime (which utime cannot set) and stamps crtime with now:
     # zero both with debugfs, so the same inputs give the same bytes.
-    paths = ["/", "/lost+found"] + ["/" + p.relative_to(stage).as_posix() for p in sorted(stage.rglob("*"))]
+    paths = ["/", "/lost+found"] + [
+        "/" + p.relative_to(stage).as_posix() for p in sorted(stage.rglob("*"))
+    ]
     script = "".join(f'sif "{p}" ctime 0\nsif "{p}" crtime 0\n' for p in paths)
     done = subprocess.run(
         ["debugfs", "-w", "-f", "-", str(image)], input=script, env=env,

@@ -27,7 +27,10 @@ from pathlib import Path
 from ..errors import SandboxError
 from .api import Entry, ExecResult, Limits, OpStatus
 
-BANNER = "torpor: isolation='process': agent code runs WITHOUT a VM boundary, as this user (development only)"
+BANNER = (
+    "torpor: isolation='process': agent code runs WITHOUT a VM boundary, as this user "
+    "(development only)"
+)
 
 
 class ProcessSandbox:
@@ -35,9 +38,13 @@ class ProcessSandbox:
 
     isolation = "process"
 
-    def __init__(self, workspace: str | os.PathLike[str] | None = None, *, limits: Limits = Limits()):
+    def __init__(
+        self, workspace: str | os.PathLike[str] | None = None, *, limits: Limits = Limits()
+    ):
         self._temp = workspace is None
-        self.workspace = Path(tempfile.mkdtemp(prefix="torpor-ws-")) if workspace is None else Path(workspace)
+        self.workspace = (
+            Path(tempfile.mkdtemp(prefix="torpor-ws-")) if workspace is None else Path(workspace)
+        )
         self.limits = limits
         self.files, self.ops = self.workspace / "files", self.workspace / "ops"
 
@@ -80,7 +87,10 @@ class ProcessSandbox:
         if record is not None and record.exists():
             done = json.loads(record.read_text())
             if done.get("state") != "done":
-                raise SandboxError(f"op {op} started by a process that died before it ended: it may have run partly")
+                raise SandboxError(
+                    f"op {op} started by a process that died before it ended: "
+                    "it may have run partly"
+                )
             return _replayed(done["result"])
         if record is not None:
             record.write_text(json.dumps({"state": "started"}))
@@ -99,9 +109,18 @@ class ProcessSandbox:
             timed_out = True
         code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
         cap = self.limits.max_output_bytes
-        result = ExecResult(code, out[:cap], err[:cap], timed_out, False, len(out) > cap, len(err) > cap, "process")
+        result = ExecResult(
+            code, out[:cap], err[:cap], timed_out, False, len(out) > cap, len(err) > cap, "process"
+        )
         if record is not None:
-            rec = {"state": "done", "result": {**result.as_dict(), "stdout": out[:cap].hex(), "stderr": err[:cap].hex()}}
+            rec = {
+                "state": "done",
+                "result": {
+                    **result.as_dict(),
+                    "stdout": out[:cap].hex(),
+                    "stderr": err[:cap].hex(),
+                },
+            }
             record.write_text(json.dumps(rec))
         return result
 
@@ -141,7 +160,15 @@ class ProcessSandbox:
             raise SandboxError(f"ls {path}: {exc.strerror}") from None
         out = []
         for q in items:
-            kind = "link" if q.is_symlink() else "dir" if q.is_dir() else "file" if q.is_file() else "other"
+            kind = (
+                "link"
+                if q.is_symlink()
+                else "dir"
+                if q.is_dir()
+                else "file"
+                if q.is_file()
+                else "other"
+            )
             out.append(Entry(q.name, kind, q.lstat().st_size))
         return sorted(out, key=lambda e: e.name)
 

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from ..agents.tools import Tool, Tools
 from ..engine.effects import Absent, Applied, EffectCall, Reconciliation, Unknown
 from ..errors import SandboxError
+from ..history import Policy
 from .api import Entry, ExecResult, OpStatus
 from .vm import op_id
 
@@ -37,7 +38,13 @@ class SandboxLike(Protocol):
 
     def start(self) -> Any: ...
     def exec(
-        self, argv: list[str], stdin: bytes | str = ..., timeout_s: float = ..., *, op: str | None = ..., read_only: bool = ...
+        self,
+        argv: list[str],
+        stdin: bytes | str = ...,
+        timeout_s: float = ...,
+        *,
+        op: str | None = ...,
+        read_only: bool = ...,
     ) -> ExecResult: ...
     def status(self, op: str) -> OpStatus: ...
     def write_file(self, path: str, data: bytes | str, mode: int = ...) -> str: ...
@@ -45,12 +52,16 @@ class SandboxLike(Protocol):
     def ls(self, path: str = ...) -> list[Entry]: ...
 
 
-def sandbox_tools(sandbox: SandboxLike, *, tools: Tools | None = None, prefix: str = "sandbox") -> Tools:
+def sandbox_tools(
+    sandbox: SandboxLike, *, tools: Tools | None = None, prefix: str = "sandbox"
+) -> Tools:
     """Register ``<prefix>.exec``, ``.exec_readonly``, ``.write``, ``.read`` and ``.ls`` on
     ``tools`` (a new :class:`~torpor.agents.tools.Tools` by default) for ``sandbox``; returns it."""
     reg = tools if tools is not None else Tools()
 
-    def exec_(argv: list[str], stdin: str = "", timeout_s: float = 60.0, idempotency_key: str = "") -> dict[str, object]:
+    def exec_(
+        argv: list[str], stdin: str = "", timeout_s: float = 60.0, idempotency_key: str = ""
+    ) -> dict[str, object]:
         sandbox.start()
         return sandbox.exec(argv, stdin, timeout_s, op=op_id(idempotency_key)).as_dict()
 
@@ -61,9 +72,14 @@ def sandbox_tools(sandbox: SandboxLike, *, tools: Tools | None = None, prefix: s
             return Applied({**status.result.as_dict(), "replayed": True})
         if status.state == "absent":
             return Absent()
-        return Unknown("the command started in the sandbox and its VM stopped before it ended: it may have run partly")
+        return Unknown(
+            "the command started in the sandbox and its VM stopped before it ended: "
+            "it may have run partly"
+        )
 
-    def exec_readonly(argv: list[str], stdin: str = "", timeout_s: float = 60.0) -> dict[str, object]:
+    def exec_readonly(
+        argv: list[str], stdin: str = "", timeout_s: float = 60.0
+    ) -> dict[str, object]:
         sandbox.start()
         return sandbox.exec(argv, stdin, timeout_s, read_only=True).as_dict()
 
@@ -93,9 +109,32 @@ def sandbox_tools(sandbox: SandboxLike, *, tools: Tools | None = None, prefix: s
         return [{"name": e.name, "kind": e.kind, "size": e.size} for e in sandbox.ls(path)]
 
     where = f"(isolation={sandbox.isolation})"
-    reg.add(Tool(f"{prefix}.exec", exec_, "effect", f"Run argv in the sandbox's /work {where}; at most once.", reconcile=reconcile_exec))
-    reg.add(Tool(f"{prefix}.exec_readonly", exec_readonly, "read", f"Run argv with /work read-only {where}."))
-    reg.add(Tool(f"{prefix}.write", write, "effect", f"Write a file under /work {where}.", reconcile=reconcile_write))
-    reg.add(Tool(f"{prefix}.read", read, "read", f"Read a file under /work {where}."))
-    reg.add(Tool(f"{prefix}.ls", ls, "read", f"List a directory under /work {where}."))
+    reg.add(
+        Tool(
+            f"{prefix}.exec",
+            exec_,
+            Policy.EFFECT,
+            f"Run argv in the sandbox's /work {where}; at most once.",
+            reconcile=reconcile_exec,
+        )
+    )
+    reg.add(
+        Tool(
+            f"{prefix}.exec_readonly",
+            exec_readonly,
+            Policy.READ,
+            f"Run argv with /work read-only {where}.",
+        )
+    )
+    reg.add(
+        Tool(
+            f"{prefix}.write",
+            write,
+            Policy.EFFECT,
+            f"Write a file under /work {where}.",
+            reconcile=reconcile_write,
+        )
+    )
+    reg.add(Tool(f"{prefix}.read", read, Policy.READ, f"Read a file under /work {where}."))
+    reg.add(Tool(f"{prefix}.ls", ls, Policy.READ, f"List a directory under /work {where}."))
     return reg

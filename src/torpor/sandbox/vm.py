@@ -20,6 +20,8 @@ guest has not answered ``grace_s`` after that, the host kills the VM (SandboxGon
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import hashlib
 import math
 import os
@@ -80,9 +82,16 @@ class Sandbox:
         if accel not in ("auto", "kvm", "tcg"):
             raise ValueError(f"accel must be auto, kvm or tcg, got {accel!r}")
         self._temp = workspace is None
-        self.workspace = Path(tempfile.mkdtemp(prefix="torpor-ws-")) if workspace is None else Path(workspace)
+        self.workspace = (
+            Path(tempfile.mkdtemp(prefix="torpor-ws-")) if workspace is None else Path(workspace)
+        )
         self.limits, self.network, self.accel_wanted = limits, network, accel
-        self._image, self.boot_timeout_s, self.grace_s, self.idle_s = image, boot_timeout_s, grace_s, idle_s
+        self._image, self.boot_timeout_s, self.grace_s, self.idle_s = (
+            image,
+            boot_timeout_s,
+            grace_s,
+            idle_s,
+        )
         self.accel: host.Accel | None = None
         self.boot_s: float | None = None
         self.attached = False
@@ -93,7 +102,9 @@ class Sandbox:
         self._finalizer: weakref.finalize[..., Sandbox] | None = None
 
     @classmethod
-    def for_run(cls, run_id: str, home: str | os.PathLike[str] | None = None, **kwargs: object) -> Sandbox:
+    def for_run(
+        cls, run_id: str, home: str | os.PathLike[str] | None = None, **kwargs: object
+    ) -> Sandbox:
         """The sandbox whose workspace belongs to ``run_id``: ``<home>/sandboxes/<sha256>``
         (``home`` defaults to ``$TORPOR_HOME``, else ``./.torpor``)."""
         base = Path(home if home is not None else os.environ.get("TORPOR_HOME", ".torpor"))
@@ -179,7 +190,9 @@ class Sandbox:
                 accel = host.Accel("kvm", "a stock kernel booted under KVM (probed)")
             except SandboxGoneError:
                 self.kill()
-                accel = host.Accel("tcg", f"a stock kernel did not boot under KVM in {KVM_PROBE_S:.0f} s (probed)")
+                accel = host.Accel(
+                    "tcg", f"a stock kernel did not boot under KVM in {KVM_PROBE_S:.0f} s (probed)"
+                )
         else:
             accel = host.Accel("tcg", why)
         host.record_accel(accel)
@@ -188,7 +201,10 @@ class Sandbox:
     def _argv(self, accel: str, sock: Path) -> list[str]:
         assert self._image is not None
         lim, ws = self.limits, self.workspace
-        cmdline = f"console=ttyS0 quiet loglevel=3 panic=-1 mitigations=off nokaslr audit=0 TORPOR_IDLE_S={self.idle_s} TORPOR_TMP_MB={lim.tmp_mb}"
+        cmdline = (
+            "console=ttyS0 quiet loglevel=3 panic=-1 mitigations=off nokaslr audit=0"
+            f" TORPOR_IDLE_S={self.idle_s} TORPOR_TMP_MB={lim.tmp_mb}"
+        )
         khz = host.tsc_khz()
         if accel == "tcg" and khz:
             cmdline += f" tsc=reliable tsc_early_khz={khz} lpj={khz * 4}"
@@ -214,7 +230,7 @@ class Sandbox:
             argv += ["-netdev", f"user,id=net0,restrict=on{',' + fwd if fwd else ''}"]
             argv += ["-device", "virtio-net-device,netdev=net0"]
             cmdline += " torpor.net=1"
-        return argv + ["-append", cmdline]
+        return [*argv, "-append", cmdline]
 
     def _boot(self, accel: str, timeout_s: float) -> None:
         self._sockdir = Path(tempfile.mkdtemp(prefix="torpor-sb-"))
@@ -222,11 +238,13 @@ class Sandbox:
         (self.workspace / "qemu.pid").unlink(missing_ok=True)
         (self.workspace / "socket").write_text(f"{sock}\n")
         t0 = time.monotonic()
-        self._proc = subprocess.Popen(
-            self._argv(accel, sock), cwd=self.workspace, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=open(self.workspace / "qemu.log", "wb"), start_new_session=True,
-        )  # fmt: skip
+        # QEMU gets PATH and nothing else of this process's environment.
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        with open(self.workspace / "qemu.log", "wb") as log:
+            self._proc = subprocess.Popen(
+                self._argv(accel, sock), cwd=self.workspace, env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+            )  # fmt: skip
         self._pid = self._proc.pid
         self._finalizer = weakref.finalize(self, _kill, self._pid, self._sockdir)
         deadline = t0 + timeout_s
@@ -239,16 +257,17 @@ class Sandbox:
             self._chan.request("PING", deadline=deadline)
         except SandboxGoneError as exc:
             self.kill()
-            raise SandboxGoneError(f"sandbox did not boot ({accel}): {exc}; {self._log_tail()}") from None
+            raise SandboxGoneError(
+                f"sandbox did not boot ({accel}): {exc}; {self._log_tail()}"
+            ) from None
         self.boot_s = time.monotonic() - t0
 
     def _log_tail(self) -> str:
         lines: list[str] = []
         for name in ("qemu.log", "console.log"):
-            try:
-                lines += (self.workspace / name).read_text(errors="replace").strip().splitlines()[-2:]
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):
+                text = (self.workspace / name).read_text(errors="replace")
+                lines += text.strip().splitlines()[-2:]
         return " | ".join(lines) or "no output"
 
     def kill(self) -> None:
@@ -278,7 +297,9 @@ class Sandbox:
 
     # ------------------------------------------------------------------ the agent's verbs
 
-    def _call(self, header: str, payload: bytes = b"", wait_s: float = 0.0) -> tuple[str, list[str]]:
+    def _call(
+        self, header: str, payload: bytes = b"", wait_s: float = 0.0
+    ) -> tuple[str, list[str]]:
         if self._chan is None:
             raise SandboxGoneError("the sandbox is not running (start it, or it was stopped)")
         deadline = time.monotonic() + wait_s + self.grace_s
@@ -319,7 +340,8 @@ class Sandbox:
         data = stdin.encode() if isinstance(stdin, str) else stdin
         secs = max(1, math.ceil(timeout_s))
         args = " ".join(_arg(a) for a in argv)
-        head = f"EXEC {op or '-'} {secs} {int(read_only)} {self.limits.max_output_bytes} {len(data)} {args}"
+        cap = self.limits.max_output_bytes
+        head = f"EXEC {op or '-'} {secs} {int(read_only)} {cap} {len(data)} {args}"
         inflight = self.workspace / "inflight"
         inflight.write_text(f"{time.time() + secs + self.grace_s}\n")
         try:
@@ -327,7 +349,9 @@ class Sandbox:
         finally:
             inflight.unlink(missing_ok=True)
         if kind == "unknown":
-            raise SandboxError(f"op {op} started in a VM that died before it ended: it may have run partly")
+            raise SandboxError(
+                f"op {op} started in a VM that died before it ended: it may have run partly"
+            )
         return self._result(fields)
 
     def status(self, op: str) -> OpStatus:
@@ -366,8 +390,6 @@ class Sandbox:
 
 
 def _unb64(token: str) -> str:
-    import base64
-
     return base64.b64decode(token).decode(errors="replace")
 
 
