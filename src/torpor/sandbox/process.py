@@ -47,6 +47,7 @@ class ProcessSandbox:
         )
         self.limits = limits
         self.files, self.ops = self.workspace / "files", self.workspace / "ops"
+        self._started = False
 
     def __enter__(self) -> ProcessSandbox:
         return self.start()
@@ -55,6 +56,9 @@ class ProcessSandbox:
         self.close()
 
     def start(self) -> ProcessSandbox:
+        if self._started:
+            return self
+        self._started = True
         warnings.warn(BANNER, RuntimeWarning, stacklevel=2)
         print(BANNER, file=sys.stderr)
         self.files.mkdir(parents=True, exist_ok=True)
