@@ -58,10 +58,23 @@ def sh(vm: Sandbox, script: str, **kw: object) -> tuple[int, str, str]:
 
 def test_the_agents_verbs_round_trip_bytes_argv_and_exit_codes(vm: Sandbox) -> None:
     r = vm.exec(
-        ["sh", "-c", 'printf "%s|" "$@"; cat; echo oops >&2; exit 3', "sh", "a b", "", "-c"],
+        [
+            "sh",
+            "-c",
+            'printf "%s|" "$@"; cat; echo oops >&2; exit 3',
+            "sh",
+            "a b",
+            "",
+            "-c",
+            "it's\ntwo  lines\t",
+        ],
         stdin=b"in\x00put",
     )
-    assert (r.exit_code, r.stdout, r.stderr) == (3, b"a b||-c|in\x00put", b"oops\n")
+    assert (r.exit_code, r.stdout, r.stderr) == (
+        3,
+        b"a b||-c|it's\ntwo  lines\t|in\x00put",
+        b"oops\n",
+    )
     assert r.isolation == "vm" and not r.timed_out
     blob = bytes(range(256)) * 4
     assert vm.write_file("src/data.bin", blob) == __import__("hashlib").sha256(blob).hexdigest()

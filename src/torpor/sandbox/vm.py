@@ -50,6 +50,12 @@ def op_id(idempotency_key: str) -> str:
     return hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]
 
 
+def _quote(argv: Sequence[str]) -> str:
+    """argv as one line the guest's shell ``eval``s back: POSIX single quotes, a quote as
+    ``'\\''``, a newline as ``'"$NL"'`` (the guest agent sets ``NL``)."""
+    return " ".join("'" + a.replace("'", "'\\''").replace("\n", "'\"$NL\"'") + "'" for a in argv)
+
+
 def _arg(value: str | bytes) -> str:
     # "x" first: an empty argument still makes a token; the guest strips it.
     return b64(b"x" + (value.encode() if isinstance(value, str) else value))
@@ -337,11 +343,12 @@ class Sandbox:
         ``read_only`` mounts the workspace read-only for the command."""
         if not argv:
             raise ValueError("exec: argv is empty")
+        if any("\0" in a for a in argv):
+            raise ValueError("exec: an argv element holds a NUL byte")
         data = stdin.encode() if isinstance(stdin, str) else stdin
         secs = max(1, math.ceil(timeout_s))
-        args = " ".join(_arg(a) for a in argv)
         cap = self.limits.max_output_bytes
-        head = f"EXEC {op or '-'} {secs} {int(read_only)} {cap} {len(data)} {args}"
+        head = f"EXEC {op or '-'} {secs} {int(read_only)} {cap} {len(data)} {_quote(argv)}"
         inflight = self.workspace / "inflight"
         inflight.write_text(f"{time.time() + secs + self.grace_s}\n")
         try:

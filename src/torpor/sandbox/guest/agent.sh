@@ -1,15 +1,19 @@
 #!/bin/sh
 # torpor sandbox guest agent: one request at a time over the virtio-serial port given as $1.
 #
-# A request is one header line of space-separated tokens (file names and argv elements
-# base64-encoded), then the number of raw bytes the header announces. Every reply starts with a
+# A request is one header line of space-separated tokens (file names base64-encoded), then the
+# raw bytes the header announces. An exec's argv ends its header, shell-quoted by the host
+# (each element in single quotes, a newline as '"$NL"'), for one `eval "set -- ..."` instead
+# of a decoder process per element; the header is read by the shell's own `read`, and only
+# one `head -c` per request reads the port (busybox head reads ahead through stdio). Every reply starts with a
 # line "R <rid> <kind> <fields...>" and is followed by the raw bytes its fields announce; the
 # host skips anything before the line that carries its own random rid (a reply to a host that
 # died). Commands run as uid 1000 with an empty environment, in /work (the workspace disk);
 # the port, the agent and the effect ledger (/ws/ops, on the workspace disk) are root's only.
 #
 #   PING rid                                   -> R rid ok
-#   EXEC rid op timeout_s ro max stdin_len a64.. + stdin -> R rid exit code timed_out replayed
+#   EXEC rid op timeout_s ro max stdin_len argv + stdin
+#                                              -> R rid exit code timed_out replayed
 #                                                 out_total err_total out_len err_len + bytes
 #   STATUS rid op max                          -> R rid status absent|started
 #                                                 | R rid status done <as exit> + bytes
@@ -23,6 +27,8 @@
 # again (its recorded result is the reply, replayed=1); one started by a VM that died before
 # it finished is refused with "R rid unknown" (it may have run partly).
 set -f
+NL='
+'
 PORT=$1
 IDLE=${TORPOR_IDLE_S:-900}
 # su (busybox's: no PAM) drops to the agent user; `exec "$0" "$@"` keeps argv as given; the
@@ -31,7 +37,7 @@ AS_CMD='exec "$0" "$@"'
 AS="su -s /bin/sh -c"
 ENV="env -i PATH=/bin:/sbin HOME=/work USER=agent LOGNAME=agent TERM=dumb LANG=C"
 T=/tmp/.torpor
-mkdir -p $T && chmod 0700 $T
+mkdir -p $T/x && chmod 0700 $T
 exec 3<>"$PORT"
 
 b64d() { printf '%s' "$1" | base64 -d; }
@@ -40,34 +46,35 @@ recv() { # recv N FILE: exactly N raw bytes from the port into FILE
   if [ "$1" -gt 0 ]; then head -c "$1" <&3 >"$2"; else : >"$2"; fi
 }
 size() { stat -c %s "$1" 2>/dev/null || echo 0; }
-min() { if [ "$1" -lt "$2" ]; then echo "$1"; else echo "$2"; fi; }
+min() { echo $(( $1 < $2 ? $1 : $2 )); }
 
-send_exec() { # send_exec rid kind dir max replayed
-  ot=$(size "$3/out"); et=$(size "$3/err"); ol=$(min "$ot" "$4"); el=$(min "$et" "$4")
+send_exec() { # send_exec rid kind dir max replayed (few forks: each costs ~20 ms under TCG)
+  set -- "$@" $(stat -c %s "$3/out" "$3/err")
+  ot=$6 et=$7 ol=$(( $6 < $4 ? $6 : $4 )) el=$(( $7 < $4 ? $7 : $4 ))
   read -r code tmo <"$3/code"
   printf 'R %s %s %s %s %s %s %s %s %s\n' "$1" "$2" "$code" "$tmo" "$5" "$ot" "$et" "$ol" "$el" >&3
   [ "$ol" -gt 0 ] && head -c "$ol" "$3/out" >&3
   [ "$el" -gt 0 ] && head -c "$el" "$3/err" >&3
 }
 
-do_exec() {
-  rid=$1 op=$2 t=$3 ro=$4 max=$5 n=$6; shift 6
-  recv "$n" $T/in.$rid
-  for a in "$@"; do
-    d=$(b64d "$a"; echo .); d=${d%.}; set -- "$@" "${d#x}"; shift
-  done
-  if [ "$op" = "-" ]; then d=$T/x.$rid; mkdir -p "$d"
+do_exec() { # rid "op timeout_s ro max stdin_len argv..." + stdin
+  rid=$1 r=$2
+  op=${r%% *}; r=${r#* }; t=${r%% *}; r=${r#* }; ro=${r%% *}; r=${r#* }
+  max=${r%% *}; r=${r#* }; n=${r%% *}; argv=${r#* }
+  recv "$n" $T/in
+  eval "set -- $argv"
+  if [ "$op" = "-" ]; then d=$T/x
   else
     d=/ws/ops/$op
-    if [ -e "$d/done" ]; then rm -f $T/in.$rid; send_exec "$rid" exit "$d" "$max" 1; return; fi
-    if [ -e "$d/started" ]; then rm -f $T/in.$rid; printf 'R %s unknown\n' "$rid" >&3; return; fi
+    if [ -e "$d/done" ]; then send_exec "$rid" exit "$d" "$max" 1; return; fi
+    if [ -e "$d/started" ]; then printf 'R %s unknown\n' "$rid" >&3; return; fi
     mkdir -p "$d" && : >"$d/started" && sync
     echo "torpor-agent: op $op started"
   fi
+  [ -e "$d/timedout" ] && rm -f "$d/timedout"
   [ "$ro" = 1 ] && mount -o remount,bind,ro /work
-  rm -f "$d/timedout"
   cd /work
-  setsid $ENV $AS "$AS_CMD" -- agent "$@" <$T/in.$rid >"$d/out" 2>"$d/err" &
+  setsid $ENV $AS "$AS_CMD" -- agent "$@" <$T/in >"$d/out" 2>"$d/err" &
   pid=$!
   (sleep "$t"; : >"$d/timedout"; kill -9 -"$pid" 2>/dev/null; kill -9 "$pid" 2>/dev/null) &
   wd=$!
@@ -75,13 +82,10 @@ do_exec() {
   kill "$wd" 2>/dev/null
   cd /
   [ "$ro" = 1 ] && mount -o remount,bind,rw /work
-  tmo=0; [ -e "$d/timedout" ] && tmo=1
+  tmo=0; [ -e "$d/timedout" ] && tmo=1 && rm -f "$d/timedout"
   echo "$code $tmo" >"$d/code"
-  : >"$d/done"; sync
-  [ "$op" = "-" ] || echo "torpor-agent: op $op done"
-  rm -f $T/in.$rid
+  if [ "$op" != "-" ]; then : >"$d/done"; sync; echo "torpor-agent: op $op done"; fi
   send_exec "$rid" exit "$d" "$max" 0
-  [ "$op" = "-" ] && rm -rf "$d"
 }
 
 do_status() { # rid op max
@@ -137,7 +141,7 @@ while :; do
   last=$(date +%s)
   case "$verb" in
     PING) printf 'R %s ok\n' "$rid" >&3 ;;
-    EXEC) set -- $rest; do_exec "$rid" "$@" ;;
+    EXEC) do_exec "$rid" "$rest" ;;
     STATUS) set -- $rest; do_status "$rid" "$@" ;;
     WRITE) set -- $rest; do_write "$rid" "$@" ;;
     READ) set -- $rest; do_read "$rid" "$@" ;;
