@@ -81,7 +81,7 @@ def run(boots: int, reps: int) -> dict[str, Any]:
                 "baseline_s": base,
                 "ratio": ratio,
             },
-        },  # fmt: skip
+        },
         "goal": f"exec round trip <= {GOAL_KVM}x under KVM; reported under TCG",
         "holds": (ratio <= GOAL_KVM) if accel.name == "kvm" else None,
         "samples": {"boot_s": boot_s, "exec_s": exec_s, "subprocess_true_s": base_s},

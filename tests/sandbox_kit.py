@@ -3,6 +3,9 @@ and only where QEMU is absent: a missing image is built, into the user's cache, 
 
 from __future__ import annotations
 
+import socket
+import threading
+
 import pytest
 
 from torpor.sandbox import Image, build_image
@@ -14,3 +17,21 @@ def vm_image() -> Image:
     if qemu_path() is None:
         pytest.skip(f"no VM boundary: {refusal_reason()}")
     return build_image()
+
+
+def listener() -> tuple[socket.socket, list[object]]:
+    """A TCP listener on all of the host's addresses that records every connection."""
+    srv = socket.create_server(("0.0.0.0", 0))
+    accepted: list[object] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, peer = srv.accept()
+            except OSError:
+                return
+            accepted.append(peer)
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv, accepted
