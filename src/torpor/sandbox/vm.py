@@ -145,12 +145,18 @@ class Sandbox:
     def _attach(self) -> bool:
         """Connect to a VM still running on this workspace (its host process died)."""
         try:
-            pid = int((self.workspace / "qemu.pid").read_text().strip())
             sock = Path((self.workspace / "socket").read_text().strip())
+        except OSError:
+            return False
+        try:
+            pid = int((self.workspace / "qemu.pid").read_text().strip())
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except (OSError, ValueError):
-            return False
+            cmdline = b""
         if str(self.workspace / "disk.img").encode() not in cmdline or not sock.exists():
+            # That VM is gone (its host was killed with it): its socket folder stays behind.
+            if sock.parent.name.startswith("torpor-sb-"):
+                shutil.rmtree(sock.parent, ignore_errors=True)
             return False
         try:
             # A command the dead host started may still run: the agent answers after it.
