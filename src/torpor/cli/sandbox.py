@@ -22,7 +22,9 @@ sandbox_app = typer.Typer(
 @sandbox_app.command("doctor")
 def doctor(json_out: JsonFlag = False) -> None:
     """Say what this host has and lacks for a VM boundary, one fact a line; exit 1 when
-    there is none (torpor then refuses to run agent code, unless told isolation='process')."""
+    there is none (torpor then refuses to run agent code, unless told isolation='process').
+
+    Example: torpor sandbox doctor --json"""
     from ..sandbox.host import facts
 
     found = facts()
@@ -41,7 +43,9 @@ def build(
     force: Annotated[bool, typer.Option("--force", help="Rebuild even if cached.")] = False,
 ) -> None:
     """Build the guest image from Debian's packages (kernel, busybox) into the cache, or
-    verify the cached one; print its folder and files' sha256."""
+    verify the cached one; print its folder and files' sha256.
+
+    Example: torpor sandbox build"""
     from ..sandbox.image import build_image
 
     image = build_image(force=force)
