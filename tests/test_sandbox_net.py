@@ -1,12 +1,17 @@
 """Opt-in network with an allow-list (a VM of its own, so the full run only): the allowed host
 service is reachable at its guest address; another port of the same host, the host's own
-address and anything else are not."""
+address and anything else are not. Then the same VM stops answering (SIGSTOP): the host kills
+it at the exec's timeout plus the grace."""
 
 from __future__ import annotations
+
+import os
+import signal
 
 import pytest
 
 from sandbox_kit import listener, vm_image
+from torpor.errors import SandboxGoneError
 from torpor.sandbox import Network, Sandbox
 
 pytestmark = pytest.mark.slow
@@ -27,8 +32,14 @@ def test_only_the_allowed_service_is_reachable() -> None:
                  f"echo hi | timeout 8 nc {guest_ip} {guest_port}; echo allowed=$?;"
                  f" for h in 10.0.2.2 10.0.2.3 {guest_ip}; do"
                  f" echo hi | timeout 8 nc $h {other_port}; echo other=$?; done"],
-                timeout_s=90,
+                timeout_s=240,  # a hang guard: each probe ends within its own `timeout 8`
             )  # fmt: skip
+            qemu = int((sb.workspace / "qemu.pid").read_text())
+            os.kill(qemu, signal.SIGSTOP)  # a guest that can never answer again
+            sb.grace_s = 2.0  # fires by construction: the stopped guest cannot answer
+            with pytest.raises(SandboxGoneError, match="sandbox VM killed"):
+                sb.exec(["true"], timeout_s=1)
+            assert not os.path.exists(f"/proc/{qemu}"), "QEMU was killed (and reaped)"
     finally:
         allowed_srv.close()
         other_srv.close()
