@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+import torpor
+import torpor.sandbox
 from sandbox_kit import listener, vm_image
 from torpor.errors import SandboxError
 from torpor.sandbox import Limits, Sandbox
@@ -202,3 +204,45 @@ def test_the_docs_snippet_runs_as_written(vm: Sandbox, monkeypatch: pytest.Monke
     lines = out.getvalue().splitlines()
     assert lines[:3] == ["0 print(6 * 7)", "ok", " vm"]
     assert "'hello.py'" in lines[3]
+
+
+def test_an_agent_writes_runs_and_reads_through_the_sandbox_tools(
+    vm: Sandbox, runtime: torpor.Runtime, client: torpor.Client
+) -> None:
+    from torpor import Agent, CodePlanner, PlanView, Proposal, step
+    from torpor.sandbox import sandbox_tools
+
+    tools = sandbox_tools(vm)
+    script = "n=0; for i in 1 2 3 4; do n=$((n + i)); done; echo $n > sum.txt; cat sum.txt"
+
+    def planner(view: PlanView) -> Proposal:
+        if view.version == 0:
+            return Proposal(
+                steps=[
+                    step("w", "sandbox.write", path="agent/sum.sh", content=script),
+                    step(
+                        "x", "sandbox.exec", after=["w"], argv=["sh", "-c", "cd agent && sh sum.sh"]
+                    ),
+                    step("r", "sandbox.read", after=["x"], path="agent/sum.txt"),
+                ]
+            )
+        return Proposal.finish("summed")
+
+    agent = Agent(
+        "test.sandbox.agent",
+        goal="sum 1..4 in the sandbox",
+        tools=tools,
+        planner=CodePlanner(planner),
+        criteria={"summed": lambda ctx: ctx.results().get("r") == "10\n"},
+    )
+    res = runtime.run(agent, None, run_id="sb-agent")
+    assert res.outcome == "succeeded", res.reason
+    results = client.state("sb-agent").plan
+    assert {k: v.status for k, v in results.items()} == {
+        "w": "succeeded",
+        "x": "succeeded",
+        "r": "succeeded",
+    }
+    intents = [e.payload for e in client.events("sb-agent") if e.type == "effect_intended"]
+    assert len(intents) == 2  # the write and the exec are effects; the read is not
+    assert vm.status(torpor.sandbox.op_id(intents[1].key)).state == "done"  # the guest's record
