@@ -127,3 +127,9 @@ def test_process_isolation_is_loud_and_keeps_the_contract(
     assert isinstance(write_tool.reconcile(call("k", path="a/b.txt", content="other")), Absent)
     assert tools["sandbox.ls"].fn("a") == [{"name": "b.txt", "kind": "file", "size": 7}]
     sb.close()
+
+
+def test_a_runs_sandbox_lives_in_its_own_folder_under_torpor_home(tmp_path: Path) -> None:
+    one, again, other = (Sandbox.for_run(r, home=tmp_path) for r in ("run-1", "run-1", "run-2"))
+    assert one.workspace == again.workspace != other.workspace
+    assert one.workspace.parent == tmp_path / "sandboxes" and "run-1" not in str(one.workspace)

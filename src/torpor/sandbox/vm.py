@@ -301,6 +301,10 @@ class Sandbox:
                 self._chan.request("QUIT", deadline=time.monotonic() + self.grace_s)
                 if self._proc is not None:
                     self._proc.wait(timeout=self.grace_s)
+                elif self._pid is not None:  # attached: not our child, watch it go
+                    deadline = time.monotonic() + self.grace_s
+                    while os.path.exists(f"/proc/{self._pid}") and time.monotonic() < deadline:
+                        time.sleep(0.02)
             except (SandboxGoneError, subprocess.TimeoutExpired):
                 pass
         self.kill()

@@ -20,7 +20,7 @@
 #   WRITE rid mode len p64 + bytes             -> R rid wrote sha256 size
 #   READ rid max p64                           -> R rid data total len + bytes
 #   LS rid p64                                 -> R rid list len + bytes ("type size b64name" lines)
-#   QUIT rid                                   -> R rid ok, then the VM powers off
+#   QUIT rid                                   -> (disks synced) R rid ok, then the VM powers off
 #   any failure                                -> R rid err msg64
 #
 # op is "-" for an exec that is not an effect, else a hex id: an op that is done is never run
@@ -146,7 +146,7 @@ while :; do
     WRITE) set -- $rest; do_write "$rid" "$@" ;;
     READ) set -- $rest; do_read "$rid" "$@" ;;
     LS) set -- $rest; do_ls "$rid" "$@" ;;
-    QUIT) printf 'R %s ok\n' "$rid" >&3; break ;;
+    QUIT) sync; printf 'R %s ok\n' "$rid" >&3; break ;;
     *) [ -n "$rid" ] && err "$rid" "unknown request $verb" ;;
   esac
 done
