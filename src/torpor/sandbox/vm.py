@@ -303,7 +303,7 @@ class Sandbox:
                     self._proc.wait(timeout=self.grace_s)
                 elif self._pid is not None:  # attached: not our child, watch it go
                     deadline = time.monotonic() + self.grace_s
-                    while os.path.exists(f"/proc/{self._pid}") and time.monotonic() < deadline:
+                    while _alive(self._pid) and time.monotonic() < deadline:
                         time.sleep(0.02)
             except (SandboxGoneError, subprocess.TimeoutExpired):
                 pass
@@ -408,6 +408,15 @@ class Sandbox:
 
 def _unb64(token: str) -> str:
     return base64.b64decode(token).decode(errors="replace")
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie no one reaps yet counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def _kill(pid: int, sockdir: Path) -> None:
