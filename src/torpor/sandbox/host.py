@@ -118,7 +118,8 @@ def facts() -> list[Fact]:
             Fact("accel", qemu is not None, f"{guess}: not probed yet (the first sandbox probes)")
         )
     else:
-        out.append(Fact("accel", True, f"{accel.name}: {accel.reason}"))
+        again = f"(recorded in {_record_path()}; delete it to probe again)"
+        out.append(Fact("accel", True, f"{accel.name}: {accel.reason} {again}"))
     image = current_image()
     if image is None:
         out.append(Fact("image", False, f"not built in {cache_dir()} (torpor sandbox build)"))
