@@ -182,7 +182,8 @@ class Sandbox:
         with open(tmp, "wb") as f:
             f.truncate(self.limits.disk_mb << 20)
         done = subprocess.run(
-            ["mke2fs", "-q", "-F", "-t", "ext4", "-L", "torpor-work", str(tmp)],
+            ["mke2fs", "-q", "-F", "-t", "ext4", "-L", "torpor-work", "-E", "root_owner=0:0",
+             str(tmp)],
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         if done.returncode != 0:

@@ -13,7 +13,8 @@ hostname sandbox
 ip link set lo up 2>/dev/null
 mount -t ext4 /dev/vdb /ws || { echo "torpor-init: no workspace disk"; poweroff -f; }
 mkdir -p /ws/ops /ws/files
-chmod 0711 /ws; chmod 0700 /ws/ops; chown 1000:1000 /ws/files
+# The disk's root and the ledger are root's whoever made the disk (uid 1000 owns only files/).
+chown 0:0 /ws /ws/ops; chmod 0700 /ws /ws/ops; chown 1000:1000 /ws/files
 mount --bind /ws/files /work
 if grep -q 'torpor.net=1' /proc/cmdline; then
   ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 && ip route add default via 10.0.2.2
