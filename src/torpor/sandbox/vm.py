@@ -128,18 +128,23 @@ class Sandbox:
     def start(self) -> Sandbox:
         if self._chan is not None:
             return self
-        image = self._image or current_image()
-        reason = host.refusal_reason()
-        if reason is not None or image is None:
-            raise IsolationUnavailableError(reason or "the guest image is not built")
-        image.verify()
-        self._image = image
-        self.workspace.mkdir(parents=True, exist_ok=True)
-        if self._attach():
-            return self
-        self._make_disk()
-        self.accel = self._choose_accel()
-        self._boot(self.accel.name, self.boot_timeout_s)
+        try:
+            image = self._image or current_image()
+            reason = host.refusal_reason()
+            if reason is not None or image is None:
+                raise IsolationUnavailableError(reason or "the guest image is not built")
+            image.verify()
+            self._image = image
+            self.workspace.mkdir(parents=True, exist_ok=True)
+            if self._attach():
+                return self
+            self._make_disk()
+            self.accel = self._choose_accel()
+            self._boot(self.accel.name, self.boot_timeout_s)
+        except BaseException:
+            if self._temp:  # nothing to keep of a temporary workspace that never ran
+                shutil.rmtree(self.workspace, ignore_errors=True)
+            raise
         return self
 
     def _attach(self) -> bool:
