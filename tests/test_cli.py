@@ -103,10 +103,12 @@ COMMANDS = [
     "archive",
     "memory",
     "store",
+    "sandbox",
 ]
 KEYS_COMMANDS = ["init", "add", "remove", "list"]
 STORE_COMMANDS = ["mark", "accept-restore"]
 MEMORY_COMMANDS = ["search", "show", "sync", "prune"]
+SANDBOX_COMMANDS = ["doctor", "build"]
 
 
 @pytest.fixture
@@ -353,6 +355,7 @@ def test_help_for_every_command(flows: Path) -> None:
         *(["keys", c, "--help"] for c in KEYS_COMMANDS),
         *(["memory", c, "--help"] for c in MEMORY_COMMANDS),
         *(["store", c, "--help"] for c in STORE_COMMANDS),
+        *(["sandbox", c, "--help"] for c in SANDBOX_COMMANDS),
     ]
     proc = subprocess.run(
         [sys.executable, "-c", HELP_DRIVER, json.dumps(invocations)],

@@ -347,6 +347,27 @@ class SummaryFailed(TorporError):
     nothing): the working buffer stays as it was (:mod:`torpor.memory.compaction`)."""
 
 
+class SandboxError(TorporError):
+    """A sandbox VM could not be had or used (:mod:`torpor.sandbox`)."""
+
+
+class SandboxImageError(SandboxError):
+    """The sandbox's guest image cannot be built, is missing, or does not match its sha256."""
+
+
+class IsolationUnavailableError(SandboxError):
+    """No VM boundary can be had on this host (no QEMU, no image): torpor refuses to run agent
+    code without one unless told ``isolation="process"`` (G15). ``reason`` says what is missing."""
+
+    def __init__(self, reason: str):
+        super().__init__(f"no VM boundary on this host: {reason} (see `torpor sandbox doctor`)")
+        self.reason = reason
+
+
+class SandboxGoneError(SandboxError):
+    """The sandbox's VM died, was killed at a timeout, or stopped answering its agent channel."""
+
+
 class ToolError(TorporError):
     """A tool call could not be made or did not return a result."""
 

@@ -99,6 +99,7 @@ def _load_app() -> typer.Typer:
             marks,
             memory,
             read,
+            sandbox,
             schedule,
             steer,
             storage,
@@ -122,6 +123,7 @@ def _load_app() -> typer.Typer:
             explore,
             console,
             doctor,
+            sandbox,
         ):
             module.register(app)
         reflow_help(app)
