@@ -317,6 +317,12 @@ class Tools:
     def specs(self) -> list[ToolSpec]:
         return [t.spec() for t in self._tools.values()]
 
+    def prepare(self, run: Any) -> None:
+        """Called by an agent at the start of each execution of its run (``run``: the
+        :class:`~torpor.Run`), before anything else is replayed: a registry whose tools come
+        from outside (:class:`torpor.mcp.Toolset`) records or checks them here. Nothing to
+        do for tools registered in code."""
+
 
 # ------------------------------------------------------------------ secrets
 
