@@ -134,7 +134,7 @@ class Connection:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: asyncio.Queue[_Request | None] | None = None
         self._task: concurrent.futures.Future[None] | None = None
-        self._lost: str | None = None
+        self._broken = False
 
     # ------------------------------------------------------------ public, sync
 
@@ -167,7 +167,7 @@ class Connection:
 
     def _submit(self, req: _Request) -> Any:
         with self._lock:  # one request at a time, on a live session
-            self._open()
+            self._open(req.kind)
             assert self._loop is not None and self._queue is not None
             self._loop.call_soon_threadsafe(self._queue.put_nowait, req)
             try:
@@ -177,37 +177,38 @@ class Connection:
             except Exception as exc:
                 raise McpError(f"MCP server {self.server.name!r}: {_describe(exc)}") from None
 
-    def _open(self) -> None:
-        """A live session: the one open, or a new one with its setup calls replayed."""
+    def _open(self, kind: str) -> None:
+        """A live session: the one open, or a new one with its setup calls replayed. A call
+        to a ``stateful`` server without setup calls is refused once its session broke (the
+        state the run relies on is gone); listing opens a new session (a new execution
+        starts there, and its toolset judges the runs that began on the old one)."""
         if self._task is not None and not self._task.done():
             return
-        if self._lost is not None:
-            raise McpSessionLostError(self._lost)
+        s = self.server
+        if self._broken and kind == "call" and s.stateful and not s.setup:
+            raise McpSessionLostError(
+                f"MCP server {s.name!r}: its session was lost and the state it kept for it "
+                "cannot be re-created (stateful, no setup calls): the run cannot continue on "
+                "this server"
+            )
         if self._loop is None:
             loop = asyncio.new_event_loop()
             threading.Thread(
-                target=loop.run_forever, name=f"torpor-mcp-{self.server.name}", daemon=True
+                target=loop.run_forever, name=f"torpor-mcp-{s.name}", daemon=True
             ).start()
             self._loop = loop
-        if self.sessions > 0 and self.server.stateful and not self.setup():
-            self._lost = (
-                f"MCP server {self.server.name!r}: its session was lost and the state it kept "
-                "for it cannot be re-created (stateful, no setup calls): the run cannot "
-                "continue on this server"
-            )
-            raise McpSessionLostError(self._lost)
         ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._task = asyncio.run_coroutine_threadsafe(self._serve(ready), self._loop)
         try:
             ready.result()
-        except McpSessionLostError as exc:
-            self._lost = str(exc)
+        except McpSessionLostError:
             raise
         except Exception as exc:
             raise McpNotSentError(
-                f"MCP server {self.server.name!r} could not be reached: {_describe(exc)}"
+                f"MCP server {s.name!r} could not be reached: {_describe(exc)}"
             ) from None
         self.sessions += 1
+        self._broken = False
 
     async def _serve(self, ready: concurrent.futures.Future[None]) -> None:
         """One session: open it, replay the setup calls, then answer requests until closed or
@@ -238,6 +239,7 @@ class Connection:
                         current.future.set_result(_jsonable(res))
                     current = None
         except BaseException as exc:
+            self._broken = True
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else McpError(str(exc)))
             elif current is not None and not current.future.done():

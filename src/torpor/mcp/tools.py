@@ -21,17 +21,29 @@ observed, and what the planner sees is ``{"is_error": true, "error": <text>}``.
 from __future__ import annotations
 
 import json
+from contextvars import ContextVar
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.attempts import Retry, Timeout
 from ..engine.effects import Absent, Applied, EffectCall, Reconciliation, Unknown
-from ..errors import McpConnectionError, McpError, ToolArgsError, TorporError, TransientError
+from ..errors import (
+    McpConnectionError,
+    McpError,
+    McpSessionLostError,
+    ToolArgsError,
+    TorporError,
+    TransientError,
+)
 from ..history import Policy
 from ..agents.models.base import ToolSpec
 from ..agents.tools import ENGINE_PARAMS, Tool
 from .connection import Connection, text_of
+
+#: The servers whose session the current execution's run lost, its state not re-creatable
+#: (set by :meth:`torpor.mcp.Toolset.prepare`; copied into an attempt's thread).
+LOST: ContextVar[frozenset[str]] = ContextVar("torpor_mcp_lost", default=frozenset())
 
 #: Retried on their own (a read), or after reconcile found them absent (an effect).
 DEFAULT_RETRY = Retry(attempts=3, on=(McpConnectionError, TransientError))
@@ -96,6 +108,13 @@ class McpCall:
     tool: str
 
     def __call__(self, **kwargs: Any) -> Any:
+        name = self.connection.server.name
+        if name in LOST.get():
+            raise McpSessionLostError(
+                f"MCP server {name!r} keeps state per session, and the session this run began "
+                "on is gone (a restart); that state cannot be re-created (no setup calls "
+                "declared): the run cannot continue on this server (nothing was sent)"
+            )
         return answer(self.connection.call(self.tool, kwargs))
 
 

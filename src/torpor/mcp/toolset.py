@@ -19,8 +19,9 @@ anything is replayed):
   on the session (:class:`~torpor.mcp.Server`'s ``setup``) and their answers. Each new
   session — after a restart of this process or of the server — replays exactly those calls
   before anything else. A run whose server is ``stateful`` without setup calls, resumed on
-  a session other than the one it started on, ends ``failed``: the state it relied on is
-  gone and cannot be re-created (it says so).
+  a session other than the one it started on, cannot continue there: the state it relied
+  on is gone and cannot be re-created, so each new call of it to that server is refused
+  unsent (McpSessionLostError, recorded as the call's failure saying so).
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import serde
-from ..errors import McpError, McpToolsChangedError, RunStopped
+from ..errors import McpError, McpToolsChangedError
 from ..history import AttentionNeeded, Policy
 from ..agents.tools import Tool, Tools
 from .connection import Connection, Server
-from .tools import Override, build
+from .tools import LOST, Override, build
 
 #: What of a listed tool a run records (and a resumed run compares).
 RECORDED_FIELDS = ("name", "description", "inputSchema", "annotations")
@@ -113,12 +114,11 @@ class Toolset(Tools):
         setup for ``run`` (see the module docstring). Raises McpToolsChangedError (the run
         needs attention) or ends the run ``failed`` (RunStopped) when a stateful server's
         session is gone."""
+        LOST.set(frozenset())
         for name, server in self.servers.items():
             conn = self.connections[name]
-            try:
-                if name not in self._listed:
-                    self.refresh(name)
-                live = {"tools": self._listed[name]}
+            try:  # (listed again at each execution: the server may have been upgraded)
+                live = {"tools": self.refresh(name)[name]}
             except McpError as exc:
                 why = f"MCP server {name!r} cannot be reached: {exc}"
                 _note_attention(run, why)
@@ -142,12 +142,8 @@ class Toolset(Tools):
             session, runs = conn.sessions, set()
             self._session_runs[name] = (session, runs)
         if began and run.run_id not in runs and server.stateful and not server.setup:
-            why = (
-                f"MCP server {name!r} keeps state per session, and the session this run "
-                "began on is gone (a restart); that state cannot be re-created (no setup "
-                "calls declared): the run cannot continue"
-            )
-            raise RunStopped("failed", why)
+            LOST.set(LOST.get() | {name})  # its new calls are refused (McpSessionLostError)
+            return
         runs.add(run.run_id)
         if server.setup:
             declared = [[c, a] for c, a in server.setup]
