@@ -46,6 +46,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from examples.mcp_ledger import make_agent, stdio_server  # noqa: E402
+
 from torpor import mcp  # noqa: E402
 
 
@@ -89,7 +90,7 @@ def test_import_torpor_does_not_import_mcp(tmp_path: Path) -> None:
     code = (
         "import sys, torpor, torpor.agents, torpor.cli, torpor.mcp\n"
         "tools = torpor.mcp.toolset(torpor.mcp.http('x', 'http://127.0.0.1:9/mcp'))\n"
-        "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'jsonschema'))))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'jsonschema')))\n"
     )
     cp = run_python(code, cwd=tmp_path)
     assert cp.returncode == 0, cp.stderr
@@ -101,7 +102,10 @@ def test_policy_follows_annotations_of_trusted_servers_only(http_ledger: tuple[s
     untrusted = mcp.toolset(mcp.http("ledger", url))
     trusted = mcp.toolset(
         mcp.http("ledger", url, trusted=True),
-        overrides={"note": mcp.Override(policy="read"), "transfer": mcp.Override(lookup="find_transfer")},
+        overrides={
+            "note": mcp.Override(policy="read"),
+            "transfer": mcp.Override(lookup="find_transfer"),
+        },
     )
     try:
         assert untrusted.refresh()["ledger"][0]["name"]
@@ -216,7 +220,9 @@ def test_sigkill_at_every_fault_point_of_a_call(
                     assert res.outcome == "succeeded", (rule, res)
                     assert len(notes) == 1
                 assert len(reads) == (2 if window == "read" else 1), (rule, reads)
-                if window == "pay" and rule.startswith(("crash:effect.called", "crash:append.deferred")):
+                if window == "pay" and rule.startswith(
+                    ("crash:effect.called", "crash:append.deferred")
+                ):
                     # Its answer was lost: the server's lookup found it (never sent again).
                     kinds = [e.type for e in rt.store.iter_events(run_id)]
                     assert "effect_reconciled" in kinds, (rule, kinds)
@@ -229,7 +235,7 @@ def _kill(pid: int) -> None:
 
 
 def test_stdio_sessions_survive_restarts_and_tool_lists_are_pinned(
-    tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ledger = tmp_path / "ledger.jsonl"
     server = stdio_server(LEDGER_FILE=str(ledger))
@@ -253,7 +259,7 @@ def test_stdio_sessions_survive_restarts_and_tool_lists_are_pinned(
         _kill(first["pid"])
 
     try:
-        with torpor.Runtime(db_url) as rt:
+        with torpor.Runtime(store_url) as rt:
             hook["agent.tool.settled"] = kill_server
             res = rt.run(agent, {"account": "s1", "amount": 7, "note": False}, run_id="s1")
             assert res.outcome == "succeeded", res

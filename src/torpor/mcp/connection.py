@@ -99,9 +99,7 @@ def http(
 ) -> Server:
     """A server at a streamable-HTTP ``url`` (e.g. ``http://127.0.0.1:8000/mcp``); see
     :class:`Server`."""
-    return Server(
-        name, None, (), None, None, url, trusted, stateful, _setup(setup), timeout_s
-    )
+    return Server(name, None, (), None, None, url, trusted, stateful, _setup(setup), timeout_s)
 
 
 def _setup(calls: Sequence[SetupCall]) -> tuple[SetupCall, ...]:
@@ -235,8 +233,8 @@ class Connection:
                     if current.kind == "list":
                         current.future.set_result(await _all_tools(c))
                     else:
-                        res = await c.call_tool(current.name, current.args)
-                        current.future.set_result(_jsonable(res))
+                        answer = await c.call_tool(current.name, current.args)
+                        current.future.set_result(_jsonable(answer))
                     current = None
         except BaseException as exc:
             self._broken = True

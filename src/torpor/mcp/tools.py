@@ -21,11 +21,13 @@ observed, and what the planner sees is ``{"is_error": true, "error": <text>}``.
 from __future__ import annotations
 
 import json
-from contextvars import ContextVar
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..agents.models.base import ToolSpec
+from ..agents.tools import ENGINE_PARAMS, Tool
 from ..engine.attempts import Retry, Timeout
 from ..engine.effects import Absent, Applied, EffectCall, Reconciliation, Unknown
 from ..errors import (
@@ -37,8 +39,6 @@ from ..errors import (
     TransientError,
 )
 from ..history import Policy
-from ..agents.models.base import ToolSpec
-from ..agents.tools import ENGINE_PARAMS, Tool
 from .connection import Connection, text_of
 
 #: The servers whose session the current execution's run lost, its state not re-creatable
@@ -148,7 +148,9 @@ class McpTool(Tool):
         schema.pop("title", None)
         self.schema = schema
         self.secret_fields = frozenset(
-            p for p, s in props.items() if isinstance(s, dict) and (s.get("writeOnly") or s.get("x-secret"))
+            p
+            for p, s in props.items()
+            if isinstance(s, dict) and (s.get("writeOnly") or s.get("x-secret"))
         )
         self.artifact_fields = frozenset(
             p for p, s in props.items() if isinstance(s, dict) and s.get("x-artifact")
@@ -237,7 +239,11 @@ def build(
     keyed = (
         policy is Policy.EFFECT
         and "idempotency_key" in props
-        and (o.idempotent if o.idempotent is not None else trusted and bool(ann.get("idempotentHint")))
+        and (
+            o.idempotent
+            if o.idempotent is not None
+            else trusted and bool(ann.get("idempotentHint"))
+        )
     )
     reconcile = o.reconcile
     if reconcile is None and o.lookup is not None and policy is Policy.EFFECT:

@@ -31,9 +31,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import serde
+from ..agents.tools import Tool, Tools
 from ..errors import McpError, McpToolsChangedError
 from ..history import AttentionNeeded, Policy
-from ..agents.tools import Tool, Tools
 from .connection import Connection, Server
 from .tools import LOST, Override, build
 
@@ -57,7 +57,9 @@ class Toolset(Tools):
     :func:`toolset`). ``connections``: server name -> this process's
     :class:`~torpor.mcp.connection.Connection`."""
 
-    def __init__(self, servers: tuple[Server, ...], overrides: Mapping[str, Override], prefix: bool):
+    def __init__(
+        self, servers: tuple[Server, ...], overrides: Mapping[str, Override], prefix: bool
+    ):
         super().__init__()
         names = [s.name for s in servers]
         if len(set(names)) != len(names):
@@ -81,9 +83,7 @@ class Toolset(Tools):
         with self._refresh_lock:
             for name in [server] if server else list(self.servers):
                 conn = self.connections[name]
-                listed = [
-                    {k: t[k] for k in RECORDED_FIELDS if k in t} for t in conn.list_tools()
-                ]
+                listed = [{k: t[k] for k in RECORDED_FIELDS if k in t} for t in conn.list_tools()]
                 self._listed[name] = listed
                 self._register(name, listed)
             return dict(self._listed)
@@ -93,7 +93,9 @@ class Toolset(Tools):
         for t in listed:
             name = f"{server}_{t['name']}" if self.prefix else str(t["name"])
             if name in self and name not in self._mcp_tools:
-                raise McpError(f"MCP server {server!r}: a tool named {name!r} is already registered")
+                raise McpError(
+                    f"MCP server {server!r}: a tool named {name!r} is already registered"
+                )
             tool = build(conn, t, name, self.overrides.get(str(t["name"])))
             self._tools[name] = tool
             self._mcp_tools.add(name)
@@ -118,7 +120,7 @@ class Toolset(Tools):
         for name, server in self.servers.items():
             conn = self.connections[name]
             try:  # (listed again at each execution: the server may have been upgraded)
-                live = {"tools": self.refresh(name)[name]}
+                live: dict[str, Any] = {"tools": self.refresh(name)[name]}
             except McpError as exc:
                 why = f"MCP server {name!r} cannot be reached: {exc}"
                 _note_attention(run, why)
