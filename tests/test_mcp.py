@@ -57,33 +57,51 @@ def entries(ledger: Path, kind: str, **match: Any) -> list[dict[str, Any]]:
     return [r for r in rows if r["kind"] == kind and all(r.get(k) == v for k, v in match.items())]
 
 
+class HttpLedger:
+    """The ledger server over streamable HTTP on a loopback port; :meth:`restart` kills it
+    and starts another on the same port."""
+
+    def __init__(self, folder: Path):
+        self.ledger = folder / "ledger.jsonl"
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.proc = self._start()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "LEDGER_FILE": str(self.ledger)}
+        proc = subprocess.Popen(
+            [sys.executable, str(SERVER), "--http", str(self.port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + HANG_S  # a hang guard, not a budget
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return proc
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"ledger server exited: {proc.returncode}") from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.proc = self._start()
+
+
 @pytest.fixture(scope="module")
-def http_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """One ledger server over streamable HTTP on loopback for the module: (url, ledger)."""
-    folder = tmp_path_factory.mktemp("mcp-http")
-    ledger = folder / "ledger.jsonl"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "LEDGER_FILE": str(ledger)}
-    proc = subprocess.Popen(
-        [sys.executable, str(SERVER), "--http", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + HANG_S  # a hang guard, not a budget
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"ledger server did not start: {proc.stderr}") from None
-            time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}/mcp", ledger
-    proc.kill()
-    proc.wait()
+def http_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpLedger]:
+    """One ledger server over streamable HTTP on loopback for the module."""
+    server = HttpLedger(tmp_path_factory.mktemp("mcp-http"))
+    yield server
+    server.stop()
 
 
 def test_import_torpor_does_not_import_mcp(tmp_path: Path) -> None:
@@ -97,8 +115,8 @@ def test_import_torpor_does_not_import_mcp(tmp_path: Path) -> None:
     assert cp.stdout.strip() == "[]"
 
 
-def test_policy_follows_annotations_of_trusted_servers_only(http_ledger: tuple[str, Path]) -> None:
-    url, _ = http_ledger
+def test_policy_follows_annotations_of_trusted_servers_only(http_ledger: HttpLedger) -> None:
+    url = http_ledger.url
     untrusted = mcp.toolset(mcp.http("ledger", url))
     trusted = mcp.toolset(
         mcp.http("ledger", url, trusted=True),
@@ -184,9 +202,9 @@ print("FARM " + json.dumps(out))
 
 
 def test_sigkill_at_every_fault_point_of_a_call(
-    http_ledger: tuple[str, Path], tmp_path: Path, db_url: str
+    http_ledger: HttpLedger, tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url, ledger = http_ledger
+    url, ledger = http_ledger.url, http_ledger.ledger
     cp = subprocess.run(
         [sys.executable, "-c", FARM, db_url, url, str(tmp_path / "trace")],
         cwd=ROOT,
@@ -226,6 +244,23 @@ def test_sigkill_at_every_fault_point_of_a_call(
                     # Its answer was lost: the server's lookup found it (never sent again).
                     kinds = [e.type for e in rt.store.iter_events(run_id)]
                     assert "effect_reconciled" in kinds, (rule, kinds)
+            # The HTTP server restarted mid-run (after the read): the run goes on.
+            point = faults.point
+            hook = {"agent.tool.settled": http_ledger.restart}
+
+            def on_point(name: str, *a: Any, **kw: Any) -> Any:
+                fn = hook.pop(name, None)
+                if fn is not None:
+                    fn()
+                return point(name, *a, **kw)
+
+            monkeypatch.setattr(faults, "point", on_point)
+            before = http_ledger.proc.pid
+            res = rt.run(agent, {"account": "h1", "amount": 2}, run_id="h1")
+            assert http_ledger.proc.pid != before and not hook
+            assert res.outcome == "succeeded", res
+            assert len(entries(ledger, "transfer", account="h1")) == 1
+            assert len(entries(ledger, "note", text="paid 2 to h1")) == 1
     finally:
         agent.tools.close()  # type: ignore[attr-defined]
 
