@@ -245,16 +245,8 @@ def test_sigkill_at_every_fault_point_of_a_call(
                     kinds = [e.type for e in rt.store.iter_events(run_id)]
                     assert "effect_reconciled" in kinds, (rule, kinds)
             # The HTTP server restarted mid-run (after the read): the run goes on.
-            point = faults.point
-            hook = {"agent.tool.settled": http_ledger.restart}
-
-            def on_point(name: str, *a: Any, **kw: Any) -> Any:
-                fn = hook.pop(name, None)
-                if fn is not None:
-                    fn()
-                return point(name, *a, **kw)
-
-            monkeypatch.setattr(faults, "point", on_point)
+            hook = on_points(monkeypatch)
+            hook["agent.tool.settled"] = http_ledger.restart
             before = http_ledger.proc.pid
             res = rt.run(agent, {"account": "h1", "amount": 2}, run_id="h1")
             assert http_ledger.proc.pid != before and not hook
@@ -265,8 +257,25 @@ def test_sigkill_at_every_fault_point_of_a_call(
         agent.tools.close()  # type: ignore[attr-defined]
 
 
-def _kill(pid: int) -> None:
-    os.kill(pid, signal.SIGKILL)
+def on_points(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Fault points that run a hook: ``hooks[point] = fn`` runs ``fn`` the next time the
+    process reaches ``point`` (once), in this process."""
+    point = faults.point
+    hooks: dict[str, Any] = {}
+
+    def on_point(name: str, *a: Any, **kw: Any) -> Any:
+        fn = hooks.pop(name, None)
+        if fn is not None:
+            fn()
+        return point(name, *a, **kw)
+
+    monkeypatch.setattr(faults, "point", on_point)
+    return hooks
+
+
+def release() -> None:
+    """A hook: give the run back at this point, as a worker shutting down does."""
+    raise ReleaseRun("test: give the run back after its read")
 
 
 def test_stdio_sessions_survive_restarts_and_tool_lists_are_pinned(
@@ -276,22 +285,13 @@ def test_stdio_sessions_survive_restarts_and_tool_lists_are_pinned(
     server = stdio_server(LEDGER_FILE=str(ledger))
     agent = make_agent("mcp.stdio", server)
     tools: mcp.Toolset = agent.tools  # type: ignore[assignment]
-    point = faults.point
-    hook: dict[str, Any] = {}
-
-    def on_point(name: str, *a: Any, **kw: Any) -> Any:
-        fn = hook.pop(name, None)
-        if fn is not None:
-            fn()
-        return point(name, *a, **kw)
-
-    monkeypatch.setattr(faults, "point", on_point)
+    hook = on_points(monkeypatch)
     conn = tools.connections["ledger"]
     first: dict[str, Any] = {}
 
     def kill_server() -> None:  # after the read settled: the server process dies
         first.update(conn.call("info", {})["structuredContent"])
-        _kill(first["pid"])
+        os.kill(first["pid"], signal.SIGKILL)
 
     try:
         with torpor.Runtime(store_url) as rt:
@@ -305,9 +305,6 @@ def test_stdio_sessions_survive_restarts_and_tool_lists_are_pinned(
             assert conn.sessions == 2
 
             # An upgraded server lists another tool: the resumed run needs attention.
-            def release() -> None:
-                raise ReleaseRun("test: give the run back after its read")
-
             hook["agent.tool.settled"] = release
             res = rt.run(agent, {"account": "s2", "amount": 3, "note": False}, run_id="s2")
             assert res.status != "finished"
@@ -328,25 +325,17 @@ def test_stdio_sessions_survive_restarts_and_tool_lists_are_pinned(
         tools.close()
 
 
-def test_stateful_server_without_setup_cannot_continue(tmp_path: Path, db_url: str) -> None:
+def test_stateful_server_without_setup_cannot_continue(
+    tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ledger = tmp_path / "ledger.jsonl"
     server = replace(stdio_server(LEDGER_FILE=str(ledger)), stateful=True, setup=())
     agent = make_agent("mcp.stateful", server)
     tools: mcp.Toolset = agent.tools  # type: ignore[assignment]
-    point = faults.point
-
-    def on_point(name: str, *a: Any, **kw: Any) -> Any:
-        if name == "agent.tool.settled":
-            raise ReleaseRun("test: give the run back after its read")
-        return point(name, *a, **kw)
-
     try:
         with torpor.Runtime(db_url) as rt:
-            faults.point = on_point  # type: ignore[assignment]
-            try:
-                res = rt.run(agent, {"account": "s3", "amount": 1}, run_id="s3")
-            finally:
-                faults.point = point  # type: ignore[assignment]
+            on_points(monkeypatch)["agent.tool.settled"] = release
+            res = rt.run(agent, {"account": "s3", "amount": 1}, run_id="s3")
             assert res.status != "finished"
             tools.close()  # the session the run began on is gone
             res = rt.resume("s3")

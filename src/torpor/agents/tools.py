@@ -106,12 +106,17 @@ class Tool:
     artifact_fields: frozenset[str] = field(init=False)
     engine_params: frozenset[str] = field(init=False)
 
-    def __post_init__(self) -> None:
+    def check_policy(self) -> None:
+        """The policy as a :class:`Policy`; TorporError unless read, compute or effect (only
+        an effect with a reconcile)."""
         self.policy = Policy(self.policy)
         if self.policy not in (Policy.READ, Policy.COMPUTE, Policy.EFFECT):
             raise TorporError(f"tool {self.name!r}: policy must be read, compute or effect")
         if self.policy is not Policy.EFFECT and self.reconcile is not None:
             raise TorporError(f"tool {self.name!r}: only an effect has a reconcile")
+
+    def __post_init__(self) -> None:
+        self.check_policy()
         sig = inspect.signature(self.fn)
         hints = typing.get_type_hints(self.fn, include_extras=True)
         fields: dict[str, Any] = {}

@@ -129,11 +129,7 @@ class McpTool(Tool):
     schema: dict[str, Any] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.policy = Policy(self.policy)
-        if self.policy not in (Policy.READ, Policy.COMPUTE, Policy.EFFECT):
-            raise TorporError(f"tool {self.name!r}: policy must be read, compute or effect")
-        if self.policy is not Policy.EFFECT and self.reconcile is not None:
-            raise TorporError(f"tool {self.name!r}: only an effect has a reconcile")
+        self.check_policy()
         schema = dict(self.listing.get("inputSchema") or {"type": "object"})
         props = dict(schema.get("properties") or {})
         unknown = set(self.secrets) - set(props)
