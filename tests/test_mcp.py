@@ -167,7 +167,7 @@ agent = make_agent("mcp.farm", http_server(URL))
 def child(run_id, plan=None, trace=None):
     pid = os.fork()
     if pid == 0:
-        F.install(plan, trace=trace)
+        F.install(plan, trace=trace, detail=trace is not None)
         with torpor.Runtime(DB) as rt:
             rt.run(agent, {"account": run_id, "amount": 5}, run_id=run_id)
         os._exit(0)
@@ -176,23 +176,27 @@ def child(run_id, plan=None, trace=None):
 
 
 child("farm-trace", trace=TRACE)
-lines = open(TRACE).read().split()
-names = [x for x in open(TRACE).read().splitlines() if x and not x.startswith("#step")]
-# The windows: the read (killed before its result is recorded), every point of the
-# transfer's call, and the note's intent and call.
-settled = [i for i, n in enumerate(names) if n == "agent.tool.settled"]
-assert len(settled) == 3, names
-rules, seen = [], {}
-for i, n in enumerate(names):
-    seen[n] = seen.get(n, 0) + 1
-    rule = f"crash:{n}@{seen[n]}"
-    if i < settled[0]:
-        if n == "append.before" and i > settled[0] - 9 and not any("read" in r[0] for r in rules):
-            rules.append(("read", rule))
-    elif settled[0] < i <= settled[1] and n not in ("append.committing", "append.committed"):
+# The windows, read off the trace (one name a line; "#step <id>" before each step body): the
+# read killed after it ran, before its result is recorded; every point of the transfer's call
+# (from the read's settle to its own; an append's committing/committed are its before/after);
+# the note's intent and call.
+rules, seen, step, window = [], {}, "", ""
+for line in open(TRACE).read().splitlines():
+    if line.startswith("#step "):
+        step = line.split(" ", 1)[1]
+        continue
+    seen[line] = seen.get(line, 0) + 1
+    rule = f"crash:{line}@{seen[line]}"
+    if step == "tool:read@v1" and window == "" and line == "append.before":
+        rules.append(("read", rule))
+        window = "read"
+    elif window == "pay" and line not in ("append.committing", "append.committed"):
         rules.append(("pay", rule))
-    elif i <= settled[2] and n in ("effect.intended", "effect.called"):
+    elif window == "tell" and line in ("effect.intended", "effect.called"):
         rules.append(("tell", rule))
+    if line == "agent.tool.settled":
+        window = {"read": "pay", "pay": "tell", "tell": "end"}[window]
+assert window == "end", rules
 out = []
 for k, (window, rule) in enumerate(rules):
     run_id = f"farm-{k}-{window}"

@@ -156,7 +156,7 @@ class Connection:
         if loop is None:
             return
         if queue is not None and task is not None and not task.done():
-            loop.call_soon_threadsafe(queue.put_nowait, None)
+            loop.call_soon_threadsafe(queue.put_nowait, None)  # (the session's end)
             with contextlib.suppress(Exception):
                 task.result(timeout=10)  # a hang guard: the session's own shutdown
         loop.call_soon_threadsafe(loop.stop)
@@ -166,8 +166,8 @@ class Connection:
     def _submit(self, req: _Request) -> Any:
         with self._lock:  # one request at a time, on a live session
             self._open(req.kind)
-            assert self._loop is not None and self._queue is not None
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, req)
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._enqueue, req)
             try:
                 return req.future.result()
             except McpError:
@@ -208,12 +208,23 @@ class Connection:
         self.sessions += 1
         self._broken = False
 
+    def _enqueue(self, req: _Request) -> None:
+        """(In the loop's thread.) Hand ``req`` to the live session, or refuse it unsent when
+        the session ended meanwhile (a broken connection is noticed asynchronously)."""
+        if self._queue is None:
+            req.future.set_exception(
+                McpNotSentError(f"MCP server {self.server.name!r}: the session ended; not sent")
+            )
+        else:
+            self._queue.put_nowait(req)
+
     async def _serve(self, ready: concurrent.futures.Future[None]) -> None:
         """One session: open it, replay the setup calls, then answer requests until closed or
         broken (a request in flight then gets McpConnectionError)."""
         from mcp import Client  # (the optional extra: imported only when a server is used)
 
-        self._queue = asyncio.Queue()
+        queue: asyncio.Queue[_Request | None] = asyncio.Queue()
+        self._queue = queue
         current: _Request | None = None
         try:
             async with Client(self._target(), read_timeout_seconds=self.server.timeout_s) as c:
@@ -227,7 +238,7 @@ class Connection:
                         )
                 ready.set_result(None)
                 while True:
-                    current = await self._queue.get()
+                    current = await queue.get()
                     if current is None:
                         return
                     if current.kind == "list":
@@ -249,6 +260,14 @@ class Connection:
                 )
             if not isinstance(exc, Exception):
                 raise
+        finally:
+            self._queue = None
+            while not queue.empty():
+                left = queue.get_nowait()
+                if left is not None and not left.future.done():
+                    left.future.set_exception(
+                        McpNotSentError(f"MCP server {self.server.name!r}: the session ended")
+                    )
 
     def _target(self) -> Any:
         s = self.server
