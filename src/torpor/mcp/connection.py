@@ -26,7 +26,7 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,14 +120,13 @@ class _Request:
 
 
 class Connection:
-    """This process's connection to ``server`` (see the module docstring). ``setup`` (set by
-    the toolset once the run's record is read) returns the setup calls to replay on a new
-    session; ``sessions`` counts the sessions opened."""
+    """This process's connection to ``server`` (see the module docstring). Each new session
+    first makes the server's setup calls (``server.setup``: the toolset checks that they are
+    the ones each run recorded); ``sessions`` counts the sessions opened."""
 
     def __init__(self, server: Server):
         self.server = server
         self.sessions = 0
-        self.setup: Callable[[], Sequence[SetupCall]] = lambda: server.setup
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: asyncio.Queue[_Request | None] | None = None
@@ -228,7 +227,7 @@ class Connection:
         current: _Request | None = None
         try:
             async with Client(self._target(), read_timeout_seconds=self.server.timeout_s) as c:
-                for name, args in self.setup():
+                for name, args in self.server.setup:
                     res = _jsonable(await c.call_tool(name, args))
                     if res.get("isError"):
                         raise McpSessionLostError(

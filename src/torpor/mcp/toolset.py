@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import serde
-from ..agents.tools import Tool, Tools
+from ..agents.tools import Tools
 from ..errors import McpError, McpToolsChangedError
 from ..history import AttentionNeeded, Policy
 from .connection import Connection, Server
@@ -99,10 +99,6 @@ class Toolset(Tools):
             tool = build(conn, t, name, self.overrides.get(str(t["name"])))
             self._tools[name] = tool
             self._mcp_tools.add(name)
-
-    def tool_of(self, name: str) -> Tool:
-        """The registered tool ``name`` (KeyError when unknown)."""
-        return self[name]
 
     def close(self) -> None:
         """Close every connection (a stdio server's process exits)."""
