@@ -44,8 +44,9 @@ class Server:
     (``readOnlyHint`` makes a read; the MCP specification says clients must treat them as
     untrusted unless the server is trusted). ``stateful``: the server keeps state per session
     that the run relies on (see ``setup``). ``setup``: calls that create that state, made on
-    each new session before any other call and recorded by the run. ``timeout_s``: seconds
-    a request may take before it is given up (None: the SDK's default)."""
+    each new session before any other call and recorded by the run. ``timeout_s``: seconds a
+    request may take before it is given up, a hang guard (the session is then ended and a
+    call in flight is in doubt: reconciled); None: no limit."""
 
     name: str
     command: str | None = None
@@ -56,7 +57,7 @@ class Server:
     trusted: bool = False
     stateful: bool = False
     setup: tuple[SetupCall, ...] = ()
-    timeout_s: float | None = None
+    timeout_s: float | None = 300.0
 
     def __post_init__(self) -> None:
         if (self.command is None) == (self.url is None):
@@ -78,7 +79,7 @@ def stdio(
     trusted: bool = False,
     stateful: bool = False,
     setup: Sequence[SetupCall] = (),
-    timeout_s: float | None = None,
+    timeout_s: float | None = 300.0,
 ) -> Server:
     """A server run as ``command args...`` over stdio (``sys.executable`` when ``command`` is
     ``"python"``); see :class:`Server`."""
@@ -95,7 +96,7 @@ def http(
     trusted: bool = False,
     stateful: bool = False,
     setup: Sequence[SetupCall] = (),
-    timeout_s: float | None = None,
+    timeout_s: float | None = 300.0,
 ) -> Server:
     """A server at a streamable-HTTP ``url`` (e.g. ``http://127.0.0.1:8000/mcp``); see
     :class:`Server`."""
@@ -220,7 +221,9 @@ class Connection:
     async def _serve(self, ready: concurrent.futures.Future[None]) -> None:
         """One session: open it, replay the setup calls, then answer requests until closed or
         broken (a request in flight then gets McpConnectionError)."""
-        from mcp import Client  # (the optional extra: imported only when a server is used)
+        # (The optional extra: imported only when a server is used.)
+        from mcp import Client, MCPError
+        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
         queue: asyncio.Queue[_Request | None] = asyncio.Queue()
         self._queue = queue
@@ -240,11 +243,22 @@ class Connection:
                     current = await queue.get()
                     if current is None:
                         return
-                    if current.kind == "list":
-                        current.future.set_result(await _all_tools(c))
-                    else:
-                        answer = await c.call_tool(current.name, current.args)
-                        current.future.set_result(_jsonable(answer))
+                    try:
+                        if current.kind == "list":
+                            current.future.set_result(await _all_tools(c))
+                        else:
+                            answer = await c.call_tool(current.name, current.args)
+                            current.future.set_result(_jsonable(answer))
+                    except MCPError as exc:
+                        if exc.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
+                            raise  # no answer: the session is over, the call in doubt
+                        current.future.set_exception(  # the server answered an error
+                            McpError(
+                                f"MCP server {self.server.name!r} answered "
+                                f"{current.name or 'tools/list'} with error {exc.code}: "
+                                f"{str(exc)[:500]}"
+                            )
+                        )
                     current = None
         except BaseException as exc:
             self._broken = True
