@@ -183,7 +183,7 @@ child("farm-trace", trace=TRACE)
 rules, seen, step, window = [], {}, "", ""
 for line in open(TRACE).read().splitlines():
     if line.startswith("#step "):
-        step = line.split(" ", 1)[1]
+        step = line.split(" ", 1)[1].split("\t")[0]  # (after a tab: the run)
         continue
     seen[line] = seen.get(line, 0) + 1
     rule = f"crash:{line}@{seen[line]}"
