@@ -39,8 +39,9 @@ SetupCall = tuple[str, dict[str, Any]]
 @dataclass(frozen=True)
 class Server:
     """An MCP server: ``command`` + ``args`` (stdio; ``env`` added to this process's, ``cwd``)
-    or ``url`` (streamable HTTP). ``name`` identifies it in the run's record (step ids,
-    operations ``mcp:<name>/<tool>``). ``trusted``: the tools' annotations are believed
+    or ``url`` (streamable HTTP). ``name`` identifies it in the run's record (step ids
+    ``mcp:tools:<name>``, ``mcp:setup:<name>``; an effect's operation is its tool's registered
+    name). ``trusted``: the tools' annotations are believed
     (``readOnlyHint`` makes a read; the MCP specification says clients must treat them as
     untrusted unless the server is trusted). ``stateful``: the server keeps state per session
     that the run relies on (see ``setup``). ``setup``: calls that create that state, made on
