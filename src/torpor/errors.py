@@ -404,6 +404,33 @@ class TransientError(ToolError):
     """Raise from a tool for a failure worth retrying (a 503, a dropped connection)."""
 
 
+class McpError(ToolError):
+    """An MCP server (:mod:`torpor.mcp`) could not be reached, or answered outside the
+    protocol; the message names the server."""
+
+
+class McpConnectionError(McpError, ConnectionError):
+    """The connection to an MCP server broke while a call was in flight: the server may have
+    performed it (an effect is reconciled, never retried blindly)."""
+
+
+class McpNotSentError(McpError, EffectNotApplied):
+    """An MCP call was never sent (the server could not be reached, or its session could not
+    be re-established): nothing happened."""
+
+
+class McpSessionLostError(McpNotSentError):
+    """The server's session was lost and the state it kept for it cannot be re-created
+    (``stateful=True`` without ``setup`` calls, or a setup call failed on replay): the run
+    cannot continue on that server; nothing was sent."""
+
+
+class McpToolsChangedError(McpError, VersionMismatchError):
+    """An MCP server offers another tool list than the one the run recorded (an upgrade):
+    the run needs attention and stays resumable (it continues once the server offers the
+    recorded list again)."""
+
+
 class ModelError(TorporError):
     """A model call failed. ``transient``: trying again later may succeed."""
 
