@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from . import blobs, serde
 from .client_reads import ClientReads
 from .config import Settings
-from .engine import budgets
 from .errors import (
     DecisionRefusedError,
     InboxError,
@@ -485,6 +484,8 @@ class Client(ClientReads):
             body["budget"] = limits
         self.store.post_inbox(run_id, "reopen", body, message_id=f"reopen:{uuid.uuid4().hex}")
         # One budget for a tree (issue 38): the runs below that this run's limit blocked go on.
+        from .engine import budgets  # (here: `torpor ls` builds a Client and needs no engine)
+
         below = budgets.reopen_blocked(self.store, run_id, by) if limits else []
         u = st.usage
         now = self.store.now_ms()
