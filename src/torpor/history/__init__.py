@@ -6,7 +6,7 @@ them. Nothing here does I/O; every layer above records through these types.
 - :mod:`.fold` — :func:`apply` / :func:`fold` and the transition rules (G4) of runs, steps,
   effects and approvals; :mod:`.waits` — the rules of waits and messages (decided by arrival,
   G11); :mod:`.plans` — the rules of an agent's plans, tool calls, model calls and budgets
-  (both registered into the same table);
+  (both registered into the same table); :mod:`.forks` — the rule of a fork's beginning;
 - :mod:`.views` — the checkpoint's four answers, step and effect views for people.
 """
 
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
         EffectObserved,
         EffectReconciled,
         Event,
+        ForkedEffect,
         LeaseAcquired,
         MessageRefused,
         ModelCalled,
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
         PlanRecorded,
         Policy,
         RunFinished,
+        RunForked,
         RunReopened,
         RunStarted,
         RunStatus,
@@ -78,6 +80,7 @@ if TYPE_CHECKING:
     )
     from .fold import RULES as RULES
     from .fold import apply, crashed_attempts, fold
+    from .forks import fork_point_problem
     from .plans import plan_problem
     from .state import (
         ApprovalInfo,
@@ -85,6 +88,7 @@ if TYPE_CHECKING:
         Budget,
         DecisionInfo,
         EffectInfo,
+        ForkInfo,
         PendingSignal,
         PlanStepInfo,
         RunState,
@@ -134,6 +138,8 @@ __all__ = [
     "EffectReconciled",
     "EffectView",
     "Event",
+    "ForkInfo",
+    "ForkedEffect",
     "LeaseAcquired",
     "MessageRefused",
     "MessageView",
@@ -146,6 +152,7 @@ __all__ = [
     "PlannedStep",
     "Policy",
     "RunFinished",
+    "RunForked",
     "RunReopened",
     "RunStarted",
     "RunState",
@@ -171,6 +178,7 @@ __all__ = [
     "crashed_attempts",
     "effect_views",
     "fold",
+    "fork_point_problem",
     "message_views",
     "plan_problem",
     "starts_step",
@@ -180,7 +188,7 @@ __all__ = [
 ]
 
 
-_MODULES = ("events", "state", "fold", "decisions", "waits", "plans", "views")
+_MODULES = ("events", "state", "fold", "decisions", "waits", "plans", "forks", "views")
 
 
 def _load() -> None:

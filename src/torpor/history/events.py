@@ -92,6 +92,9 @@ class EffectIntended(Payload):
     operation: str
     attempt: int = 1
     approval_id: str | None = None
+    #: In a fork started with ``redo_effects`` (issue 45): the key of the origin's effect this
+    #: one performs again (same operation identity, a new key derived from the fork).
+    redoes: str | None = None
 
 
 class EffectObserved(Payload):
@@ -419,6 +422,45 @@ class ContextBuilt(Payload):
     cut: list[str] = Field(default_factory=list)
 
 
+# --- forks (issue 45): a run whose history begins as another's, copied up to a seq
+
+
+class ForkedEffect(Payload):
+    """An effect the origin run performed (or may have: in doubt when the fork was made)
+    after the fork point, by its operation identity: the step, the operation, the key it was
+    performed under and the seq of its intent in the origin's history."""
+
+    step_id: str
+    operation: str
+    key: str
+    seq: int
+
+
+class RunForked(Payload):
+    """This run is a fork of run ``origin`` at its seq ``at_seq`` (issue 45): its events
+    1..``at_seq`` are the origin's, copied as they were (settled facts, never performed
+    again); this event follows them and says what changed. ``workflow``/``version``/``module``
+    (""), ``input`` (when ``new_input``): the code and input the fork runs on (unchanged
+    otherwise). ``performed``: the origin's effects after the fork point, by operation
+    identity: the fork refuses to perform one of them again unless ``redo_effects``; any other
+    effect of the fork runs under a key derived from the fork. ``renewed``: approvals of the
+    copied prefix that were open or approved and not consumed, each raised again with a new
+    nonce (approval id -> nonce), so that no decision on the origin authorizes the fork."""
+
+    origin: str
+    at_seq: int = Field(ge=1)
+    by: str = ""
+    reason: str = ""
+    workflow: str = ""
+    version: str = ""
+    module: str = ""
+    input: Any = None
+    new_input: bool = False
+    redo_effects: bool = False
+    performed: list[ForkedEffect] = Field(default_factory=list)
+    renewed: dict[str, str] = Field(default_factory=dict)
+
+
 EVENT_TYPES: dict[str, type[Payload]] = {
     "run_started": RunStarted,
     "lease_acquired": LeaseAcquired,
@@ -454,6 +496,7 @@ EVENT_TYPES: dict[str, type[Payload]] = {
     "budget_set": BudgetSet,
     "context_compacted": ContextCompacted,
     "context_built": ContextBuilt,
+    "run_forked": RunForked,
 }
 _TYPE_OF: dict[type[Payload], str] = {v: k for k, v in EVENT_TYPES.items()}
 
@@ -513,6 +556,7 @@ __all__ = [
     "EffectObserved",
     "EffectReconciled",
     "Event",
+    "ForkedEffect",
     "LeaseAcquired",
     "MessageRefused",
     "ModelCalled",
@@ -522,6 +566,7 @@ __all__ = [
     "PlannedStep",
     "Policy",
     "RunFinished",
+    "RunForked",
     "RunReopened",
     "RunStarted",
     "RunStatus",

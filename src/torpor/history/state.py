@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .events import Outcome, Policy, RunStatus, VerificationRecorded
+from .events import ForkedEffect, Outcome, Policy, RunStatus, VerificationRecorded
 
 
 class StepInfo(BaseModel):
@@ -199,6 +199,32 @@ class Budget(BaseModel):
     wall_clock_s: float | None = None
 
 
+class ForkInfo(BaseModel):
+    """Where a fork came from (:class:`~.events.RunForked`, issue 45): the origin run and the
+    seq its history was copied to, the seq of the ``run_forked`` event, whether it redoes the
+    origin's effects, and those effects (the origin's after the fork point, by operation
+    identity: what the fork refuses to perform again without ``redo_effects``)."""
+
+    origin: str
+    at_seq: int
+    seq: int
+    redo_effects: bool = False
+    performed: list[ForkedEffect] = Field(default_factory=list)
+
+    def repeats(self, step_id: str, operation: str, key: str | None) -> ForkedEffect | None:
+        """The origin's effect that an effect of step ``step_id`` performing ``operation``
+        (asked under the explicit idempotency ``key``, None for the default one) would
+        perform again: the same operation, at the same step or under the same key."""
+        return next(
+            (
+                x
+                for x in self.performed
+                if x.operation == operation and (x.step_id == step_id or x.key == key)
+            ),
+            None,
+        )
+
+
 class RunState(BaseModel):
     """The fold of a run's events. Compact by construction; see the module docstring."""
 
@@ -251,6 +277,8 @@ class RunState(BaseModel):
     #: Crashed attempts forgiven per step id by ``torpor retry`` (the crash limit counts the
     #: attempts after them).
     forgiven: dict[str, int] = Field(default_factory=dict)
+    #: Set in a fork (issue 45): its origin, fork point and the origin's effects after it.
+    fork: ForkInfo | None = None
 
     def unmet_criteria(self) -> tuple[list[str], list[str]]:
         """Completion criteria not yet met (G5): ``(never verified, failing)``."""
@@ -292,6 +320,7 @@ __all__ = [
     "Budget",
     "DecisionInfo",
     "EffectInfo",
+    "ForkInfo",
     "PendingSignal",
     "PlanStepInfo",
     "RunState",

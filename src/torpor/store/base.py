@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ..history import Event, RunStarted, RunState
 from ..urls import display_url
 from .domain import EpisodeRows, EpisodeVectorRows, MaintenanceOps, QueueRows, ScheduleRows
+from .fork_rows import ForkRows
 from .ledger_rows import LedgerRows
 
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
@@ -343,6 +344,7 @@ class Store(
     LedgerRows,
     MaintenanceOps,
     ChildRows,
+    ForkRows,
     Protocol,
 ):
     """The domain operations the engine, the client, workers and every layer above use — the

@@ -1,0 +1,259 @@
+"""Fork a run at a step or a seq without repeating its effects (issue 45 item 2):
+``Client.fork`` and ``torpor fork``. Every effect goes to an outside ledger (a file written by
+the effect itself, read back by the test), so "performed once" is checked in the world, not in
+torpor's records. Both backends."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import runtime_kit as kit
+import torpor
+from torpor.agents.models import ScriptedModel, say, use
+from torpor.cli import app
+from torpor.errors import BadInputError
+
+
+def push(sha: str, idempotency_key: str) -> dict[str, Any]:
+    kit.ledger("push", key=idempotency_key, sha=sha)
+    return {"pushed": sha}
+
+
+def find_push(call: torpor.EffectCall) -> torpor.Applied | torpor.Absent:
+    hits = kit.ledger_entries("push", key=call.idempotency_key)
+    return torpor.Applied({"pushed": hits[-1]["sha"]}) if hits else torpor.Absent()
+
+
+def notify(text: str, idempotency_key: str) -> str:
+    kit.ledger("notify", key=idempotency_key, text=text)
+    return "sent"
+
+
+def find_notify(call: torpor.EffectCall) -> torpor.Applied | torpor.Absent:
+    hits = kit.ledger_entries("notify", key=call.idempotency_key)
+    return torpor.Applied("sent") if hits else torpor.Absent()
+
+
+@torpor.workflow(name="fork.ship", version="1")
+def ship(run: torpor.Run, cfg: dict[str, Any]) -> Any:
+    text = run.step("read", lambda: cfg["content"])
+    run.effect("notify", notify, f"about to ship {len(text)} bytes", reconcile=find_notify)
+    ref = run.artifact("patch", text)
+    ok = run.approval("ship", [ref], summary="push the patch")
+    return run.effect("push", push, ref.sha256, approval=ok, artifacts=[ref], reconcile=find_push)
+
+
+@torpor.workflow(name="fork.ship.fixed", version="2")
+def ship_fixed(run: torpor.Run, cfg: dict[str, Any]) -> Any:
+    """The fixed code: the same path up to the patch, then another patch and another push."""
+    text = run.step("read", lambda: cfg["content"])
+    run.effect("notify", notify, f"about to ship {len(text)} bytes", reconcile=find_notify)
+    ref = run.artifact("patch", text.replace("v1", "v2 (fixed)"))
+    ok = run.approval("ship", [ref], summary="push the fixed patch")
+    return run.effect(
+        "push-fixed", push, ref.sha256, approval=ok, artifacts=[ref], reconcile=find_push
+    )
+
+
+@pytest.fixture(autouse=True)
+def _ledger(tmp_path: Path) -> None:
+    kit.use_ledger(tmp_path / "ledger.jsonl")
+
+
+def _shipped(url: str, run_id: str = "o1") -> tuple[torpor.Runtime, torpor.Client]:
+    rt = torpor.Runtime(url)
+    client = torpor.Client(rt.store)
+    assert rt.run(ship, {"content": "patch v1\n"}, run_id=run_id).wait_kind == "approval"
+    client.decide(run_id, None, "approve", "alice", comment="fine")
+    assert rt.resume(run_id).outcome == "succeeded"
+    assert [e["kind"] for e in kit.ledger_entries()] == ["notify", "push"]
+    return rt, client
+
+
+def _first(events: list[torpor.Event], etype: str, **match: Any) -> torpor.Event:
+    return next(
+        e
+        for e in events
+        if e.type == etype and all(getattr(e.payload, k) == v for k, v in match.items())
+    )
+
+
+def test_a_fork_after_the_effects_performs_none_of_them_again(store_url: str) -> None:
+    rt, client = _shipped(store_url)
+    try:
+        origin = client.events("o1")
+        at = _first(origin, "step_completed", step_id="push").seq  # both effects settled
+        fork = client.fork("o1", at, fork_id="f1", by="alice", reason="replay the end")
+        assert (fork.run_id, fork.origin, fork.at_seq, fork.created) == ("f1", "o1", at, True)
+        assert fork.renewed == []  # the one approval was consumed: settled history
+        copied = client.events("f1")
+        assert [(e.seq, e.type, e.payload, e.at_ms) for e in copied[:at]] == [
+            (e.seq, e.type, e.payload, e.at_ms) for e in origin[:at]
+        ]
+        head = copied[at]
+        assert head.type == "run_forked" and head.payload.origin == "o1"  # type: ignore[attr-defined]
+        assert (client.fork_origin("f1"), [r.run_id for r in client.forks("o1")]) == (
+            ("o1", at),
+            ["f1"],
+        )
+        assert client.fork("o1", at, fork_id="f1").created is False  # idempotent by run id
+
+        res = rt.resume("f1")
+        assert res.outcome == "succeeded", res.reason
+        assert [e["kind"] for e in kit.ledger_entries()] == ["notify", "push"]  # nothing twice
+        after = [e.type for e in client.events("f1")[at + 1 :]]
+        assert "effect_intended" not in after and after[-1] == "run_finished"
+        assert client.state("f1").fork.origin == "o1"  # type: ignore[union-attr]
+    finally:
+        rt.close()
+
+
+def test_an_effect_the_origin_performed_is_refused_unless_redo_effects(store_url: str) -> None:
+    rt, client = _shipped(store_url)
+    try:
+        origin = client.events("o1")
+        signed = _first(origin, "approval_decided").payload
+        client.fork("o1", "push", fork_id="f-no")
+        res = rt.resume("f-no")
+        # Refused before anything is asked of a person: the origin pushed after this point.
+        assert res.outcome == "blocked" and "'o1/push'" in res.reason, res
+        assert "--redo-effects" in res.reason
+        assert client.pending_approvals("f-no") == {}
+        assert [e["kind"] for e in kit.ledger_entries()] == ["notify", "push"]
+
+        fork = client.fork("o1", "push", fork_id="f-redo", redo_effects=True)
+        assert [x.key for x in fork.performed] == ["o1/push"]
+        # The approval of the copied history is raised again: the fork waits for its own.
+        assert rt.resume("f-redo").wait_kind == "approval"
+        (aid,) = client.pending_approvals("f-redo")
+        assert aid == signed.approval_id  # type: ignore[attr-defined]
+        nonce = client.state("f-redo").approvals[aid].nonce
+        assert nonce and nonce != client.state("o1").approvals[aid].nonce
+        # The origin's signed decision, delivered to the fork, is refused there (G6, G16).
+        body = signed.model_dump(exclude={"arrived_at_ms"})  # type: ignore[attr-defined]
+        client.store.post_inbox("f-redo", "decision", body, message_id="replayed")
+        assert rt.resume("f-redo").wait_kind == "approval"
+        refused = _first(client.events("f-redo"), "approval_refused")
+        assert refused.payload.approver == "alice", refused  # type: ignore[attr-defined]
+        assert [e["kind"] for e in kit.ledger_entries()] == ["notify", "push"]
+        client.decide("f-redo", aid, "approve", "bob")
+        assert rt.resume("f-redo").outcome == "succeeded"
+        pushes = kit.ledger_entries("push")
+        assert [p["key"] for p in pushes] == ["o1/push", "f-redo/push"]
+        intent = _first(client.events("f-redo"), "effect_intended", step_id="push")
+        assert intent.payload.redoes == "o1/push"  # type: ignore[attr-defined]
+        head = _first(client.events("f-redo"), "run_forked")
+        assert head.payload.redo_effects is True  # type: ignore[attr-defined]
+        assert [e["kind"] for e in kit.ledger_entries("notify")] == ["notify"]
+    finally:
+        rt.close()
+
+
+def test_a_fork_with_new_code_asks_again_for_changed_content(store_url: str) -> None:
+    rt, client = _shipped(store_url)
+    try:
+        origin = client.events("o1")
+        at = _first(origin, "step_started", step_id="artifact:patch").seq - 1
+        fork = client.fork("o1", "artifact:patch", fork_id="f2", workflow=ship_fixed)
+        assert rt.resume("f2").wait_kind == "approval"
+        pending = client.pending_approvals("f2")
+        old = client.state("o1").artifacts["patch"].sha256
+        (aid,) = pending
+        assert aid not in client.state("o1").approvals and old not in pending[aid]
+        new = client.state("f2").artifacts["patch"].sha256
+        assert pending[aid] == [new]
+        client.decide("f2", aid, "approve", "alice")
+        assert rt.resume("f2").outcome == "succeeded"
+        assert [(p["key"], p["sha"]) for p in kit.ledger_entries("push")] == [
+            ("o1/push", old),
+            ("f2/push-fixed", new),
+        ]
+        assert len(kit.ledger_entries("notify")) == 1  # before the fork point: never again
+        st = client.state("f2")
+        assert (st.workflow, st.version, fork.at_seq) == ("fork.ship.fixed", "2", at)
+    finally:
+        rt.close()
+
+
+def test_a_fork_with_another_model_pays_only_for_the_calls_after_its_point(
+    store_url: str,
+) -> None:
+    tools = torpor.Tools()
+
+    @tools.tool
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    def agent(model: ScriptedModel) -> torpor.Agent:
+        return torpor.Agent(
+            "fork.agent", goal="add 1 and 2", tools=tools, planner=torpor.ReActPlanner(model)
+        )
+
+    first = ScriptedModel([use(("add", {"a": 1, "b": 2})), say("3")], model_id="model-a")
+    rt = torpor.Runtime(store_url)
+    client = torpor.Client(rt.store)
+    try:
+        assert rt.run(agent(first), None, run_id="a1").outcome == "succeeded"
+        calls = [e for e in client.events("a1") if e.type == "model_called"]
+        assert [c.payload.model for c in calls] == ["model-a", "model-a"]  # type: ignore[attr-defined]
+        second_step = calls[1].payload.step_id  # type: ignore[attr-defined]
+        other = ScriptedModel([use(("add", {"a": 1, "b": 2})), say("three")], model_id="model-b")
+        agent(other)  # the new code: same agent, another model
+        client.fork("a1", second_step, fork_id="a1-b", workflow="fork.agent")
+        res = rt.resume("a1-b")
+        assert res.outcome == "succeeded", res.reason
+        forked = client.events("a1-b")
+        models = [e.payload.model for e in forked if e.type == "model_called"]  # type: ignore[attr-defined]
+        assert models == ["model-a", "model-b"]  # the first call is settled, not paid twice
+        assert len(other.calls) == 1 and len(first.calls) == 2
+    finally:
+        rt.close()
+
+
+def test_fork_points_that_are_not_at_rest_are_refused(store_url: str) -> None:
+    rt, client = _shipped(store_url)
+    try:
+        events = client.events("o1")
+        last = events[-1].seq
+        intended = _first(events, "effect_intended", step_id="push").seq
+        with pytest.raises(BadInputError) as err:
+            client.fork("o1", intended)
+        msg = str(err.value)
+        assert msg.startswith(f"run 'o1' cannot be forked at seq {intended}:"), msg
+        assert "may be happening" in msg and "nearest points" in msg
+        with pytest.raises(BadInputError, match="had its outcome"):
+            client.fork("o1", last)
+        with pytest.raises(BadInputError, match=r"has no event at seq 0"):
+            client.fork("o1", 0)
+        with pytest.raises(BadInputError, match=r"has no step 'nope' \(its steps: read, notify"):
+            client.fork("o1", "nope")
+        client.fork("o1", "push", fork_id="o1-other")
+        with pytest.raises(torpor.errors.ConfigError, match="exists already"):
+            client.fork("o1", "read", fork_id="o1-other")
+        assert client.forks("o1")[0].run_id == "o1-other"
+    finally:
+        rt.close()
+
+
+def test_the_cli_forks_runs_and_show_names_the_origin(db_url: str) -> None:
+    rt, _ = _shipped(db_url)
+    rt.close()
+    runner = CliRunner()
+    out = runner.invoke(
+        app, ["--db", db_url, "fork", "o1", "--at", "push", "--run-id", "c1", "--json"]
+    )
+    assert out.exit_code == 0, out.output
+    got = json.loads(out.output)
+    assert (got["fork"]["run_id"], got["fork"]["origin"]) == ("c1", "o1")
+    assert got["result"]["wait_kind"] == "approval"
+    shown = runner.invoke(app, ["--db", db_url, "show", "c1"]).output
+    assert "forked from" in shown and "o1 at seq" in shown, shown
+    origin = runner.invoke(app, ["--db", db_url, "show", "o1"]).output
+    assert "Forks" in origin and "c1" in origin, origin
+    bad = runner.invoke(app, ["--db", db_url, "fork", "o1", "--at", "999"])
+    assert bad.exit_code == 2
