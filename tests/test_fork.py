@@ -244,16 +244,18 @@ def test_the_cli_forks_runs_and_show_names_the_origin(db_url: str) -> None:
     rt, _ = _shipped(db_url)
     rt.close()
     runner = CliRunner()
-    out = runner.invoke(
-        app, ["--db", db_url, "fork", "o1", "--at", "push", "--run-id", "c1", "--json"]
-    )
+    argv = ["--db", db_url, "fork", "o1", "--at", "push", "--run-id"]
+    refused = runner.invoke(app, [*argv, "c0"])
+    assert refused.exit_code == 3 and "would repeat effect 'o1/push'" in refused.output
+    out = runner.invoke(app, [*argv, "c1", "--redo-effects", "--as", "bob", "--json"])
     assert out.exit_code == 0, out.output
     got = json.loads(out.output)
     assert (got["fork"]["run_id"], got["fork"]["origin"]) == ("c1", "o1")
-    assert got["result"]["wait_kind"] == "approval"
+    assert got["result"]["wait_kind"] == "approval" and got["fork"]["renewed"] != []
     shown = runner.invoke(app, ["--db", db_url, "show", "c1"]).output
     assert "forked from" in shown and "o1 at seq" in shown, shown
     origin = runner.invoke(app, ["--db", db_url, "show", "o1"]).output
-    assert "Forks" in origin and "c1" in origin, origin
+    assert "Forks" in origin and "c0" in origin and "c1" in origin, origin
     bad = runner.invoke(app, ["--db", db_url, "fork", "o1", "--at", "999"])
-    assert bad.exit_code == 2
+    assert bad.exit_code != 0
+    assert "run 'o1' has no event at seq 999: its history is seq 1.." in str(bad.exception)

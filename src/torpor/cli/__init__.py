@@ -95,6 +95,7 @@ def _load_app() -> typer.Typer:
             episodes,
             execute,
             explore,
+            fork,
             keys,
             marks,
             memory,
@@ -111,6 +112,7 @@ def _load_app() -> typer.Typer:
         for module in (
             execute,
             read,
+            fork,
             memory,
             episodes,
             steer,

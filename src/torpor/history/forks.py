@@ -58,8 +58,8 @@ def open_approvals(s: RunState) -> list[str]:
 
 @rule(RunForked)
 def _run_forked(s: RunState, p: RunForked, e: Event, refuse: Refuse) -> None:
-    if p.at_seq != s.seq:
-        raise refuse(f"run_forked follows the events copied up to seq {p.at_seq}, not {s.seq}")
+    if p.at_seq > s.seq:
+        raise refuse(f"run_forked at seq {e.seq} cannot follow events copied up to {p.at_seq}")
     why = fork_point_problem(s)
     if why is not None:
         raise refuse(why)

@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from ..history import Event, RunStarted, RunState
 from ..urls import display_url
 from .domain import EpisodeRows, EpisodeVectorRows, MaintenanceOps, QueueRows, ScheduleRows
-from .fork_rows import ForkRows
 from .ledger_rows import LedgerRows
 
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
@@ -281,6 +280,27 @@ class ChildRows(Protocol):
     def await_children(self, parent: str, children: list[str], need: int) -> int:
         """Keep on ``parent``'s row how many more final outcomes of ``children`` its open
         wait needs before a child's outcome wakes it; return that (0 or less: enough now)."""
+        ...
+
+
+class ForkRows(Protocol):
+    """A fork's row and copied history (:mod:`.forks`; :mod:`torpor.forks` makes forks)."""
+
+    def create_fork(
+        self, run_id: str, origin: str, at_seq: int, events: Sequence[Event], state: RunState
+    ) -> bool:
+        """Create run ``run_id`` as a fork of ``origin`` at its seq ``at_seq`` with the history
+        ``events`` (the origin's 1..``at_seq``, then its ``run_forked``), folded by the caller
+        into ``state`` (its checkpoint), in one transaction; False when ``run_id`` exists
+        (nothing written); RunNotFoundError for an unknown ``origin``."""
+        ...
+
+    def fork_origin(self, run_id: str) -> tuple[str, int] | None:
+        """``(origin, seq copied up to)`` of a fork; None for a run that is not one."""
+        ...
+
+    def run_forks(self, origin: str, *, limit: int = 1000) -> list[RunRecord]:
+        """The forks of ``origin``, oldest first (at most ``limit``)."""
         ...
 
 
@@ -538,6 +558,7 @@ __all__ = [
     "Completion",
     "Dispatch",
     "Driver",
+    "ForkRows",
     "InboxMessage",
     "Lease",
     "RunRecord",

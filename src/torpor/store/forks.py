@@ -1,6 +1,6 @@
 """Fork rows (issue 45): a run made as a copy of another's history up to a seq, and the
 columns that name its origin (``runs.fork_of``/``fork_seq``, migration 0028). A mixin of
-:class:`~torpor.store.sqlstore.SQLStore` (the :class:`~.fork_rows.ForkRows` part of its
+:class:`~torpor.store.sqlstore.SQLStore` (the :class:`~.base.ForkRows` part of its
 protocol); the SQL is in ``sql/forks/<dialect>.sql``. What a fork means — which points may be
 forked, what it changes, how its effects are keyed — is :mod:`torpor.forks`.
 
@@ -35,7 +35,7 @@ def _queries(dialect: str) -> dict[str, str]:
 
 
 class ForkStore:
-    """See :class:`~.fork_rows.ForkRows` for each method's rows."""
+    """See :class:`~.base.ForkRows` for each method's rows."""
 
     driver: Driver
     q: dict[str, str]
