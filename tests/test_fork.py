@@ -259,3 +259,50 @@ def test_the_cli_forks_runs_and_show_names_the_origin(db_url: str) -> None:
     bad = runner.invoke(app, ["--db", db_url, "fork", "o1", "--at", "999"])
     assert bad.exit_code != 0
     assert "run 'o1' has no event at seq 999: its history is seq 1.." in str(bad.exception)
+
+
+def test_a_fork_keeps_the_fact_ledger_of_its_copied_compactions(store_url: str) -> None:
+    """The ledger rows of a compaction are written with its event (issue 30): the fork's
+    copied compactions come with theirs, so its agent recalls what the origin had learnt."""
+    from torpor.history import (
+        ContextCompacted,
+        Event,
+        Policy,
+        RunStarted,
+        StepCompleted,
+        StepStarted,
+        fold,
+        type_of,
+    )
+
+    with torpor.Client(store_url) as client:
+        store = client.store
+        store.create_run("m1", RunStarted(workflow="fork.mem", version="1"))
+        lease = store.acquire_lease("m1", "tester", 30)
+        record = {"key": "k1", "kind": "identifier", "text": "release rel-7", "ids": ["rel-7"]}
+        payloads = [
+            StepStarted(step_id="model", policy=Policy.READ),
+            ContextCompacted(
+                step_id="model",
+                number=1,
+                summary_hash="0" * 64,
+                summary_tokens=3,
+                buffer_tokens_before=9,
+                buffer_tokens_after=3,
+                ledger=[record],
+            ),
+            StepCompleted(step_id="model", result="ok"),
+        ]
+        first = store.read_events("m1")
+        events = [
+            Event(run_id="m1", seq=i, type=t, payload=p, at_ms=store.now_ms(), epoch=lease.epoch)
+            for i, p in enumerate(payloads, start=2)
+            for t in [type_of(p)]
+        ]
+        store.append(lease, events, fold([*first, *events]))
+        store.release_lease(lease)
+        client.fork("m1", 4, fork_id="m1-f")
+        assert [(e.key, e.text, e.seq) for e in client.ledger("m1-f")] == [
+            ("k1", "release rel-7", 3)
+        ]
+        assert client.ledger("m1-f")[0].ids == client.ledger("m1")[0].ids

@@ -4,8 +4,9 @@ columns that name its origin (``runs.fork_of``/``fork_seq``, migration 0028). A 
 protocol); the SQL is in ``sql/forks/<dialect>.sql``. What a fork means — which points may be
 forked, what it changes, how its effects are keyed — is :mod:`torpor.forks`.
 
-The fork's row, its copied events, its ``run_forked`` event, its checkpoint and its references
-to the chunks and artifacts the copied events name are written in one transaction: a process
+The fork's row, its copied events, its ``run_forked`` event, its checkpoint, its references to
+the chunks and artifacts the copied events name and the fact-ledger rows of its copied
+compactions are written in one transaction: a process
 killed while forking leaves the whole fork or nothing. The copied events keep their seq, time
 and lease epoch; the row's epoch is the highest of them, so the fork's first lease fences off
 every one (epochs only grow, as :meth:`~.maintenance.MaintenanceStore.restore_run` does).
@@ -23,6 +24,7 @@ from ..urls import display_url
 from . import codec
 from .base import Driver, RunRecord, load_queries, read_retried, run_record
 from .chunkio import ChunkIO
+from .ledger import write_ledger
 
 if TYPE_CHECKING:
     from ..history import Event, RunState
@@ -46,6 +48,8 @@ class ForkStore:
     def create_fork(
         self, run_id: str, origin: str, at_seq: int, events: Sequence[Event], state: RunState
     ) -> bool:
+        from ..history import ContextCompacted
+
         q = _queries(self.driver.dialect)
         sink: dict[str, str] = {}
         rows = [codec.encode(e, sink) for e in events]
@@ -72,6 +76,10 @@ class ForkStore:
             self.chunkio.write(cur, run_id, sink, arts)
             for r in rows:
                 self.driver.execute(cur, self.q["insert_event"], r)
+            for e in events:  # the fact-ledger rows of copied compactions (issue 30)
+                p = e.payload
+                if isinstance(p, ContextCompacted) and p.ledger:
+                    write_ledger(self.driver, cur, run_id, e.seq, e.at_ms, p.ledger)
             self.driver.fetchone(cur, self.q["notify_wake"], {"run_id": run_id})
         self.chunkio.wrote(run_id, sink, arts)
         return True
