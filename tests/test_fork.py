@@ -306,3 +306,38 @@ def test_a_fork_keeps_the_fact_ledger_of_its_copied_compactions(store_url: str) 
             ("k1", "release rel-7", 3)
         ]
         assert client.ledger("m1-f")[0].ids == client.ledger("m1")[0].ids
+
+
+def test_the_cli_docs_section_runs_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db_url: str
+) -> None:
+    """docs/cli.md, "Fork a run without repeating its effects": the script, then its commands
+    (in this process: the script by runpy, the commands by the CLI app), against one store; the
+    outside world (pushes.txt) has the origin's push and the redone one, nothing else."""
+    import runpy
+    import shlex
+
+    from conftest import ROOT
+
+    text = (ROOT / "docs" / "cli.md").read_text()
+    text = text.split("## Fork a run without repeating its effects", 1)[1]
+    script = text.split("```python\n# forked.py\n", 1)[1].split("```")[0]
+    (tmp_path / "forked.py").write_text(script)
+    block = text.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(ln.split("#", 1)[0]) for ln in block.strip().splitlines()]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert commands[0] == ["python", "forked.py"]
+    runpy.run_path("forked.py", run_name="__main__")
+    outs = []
+    for argv in commands[1:]:
+        if argv[0] == "cat":
+            outs.append((tmp_path / argv[1]).read_text())
+            continue
+        assert argv[0] == "torpor"
+        res = CliRunner().invoke(app, ["--db", db_url, *argv[1:]])
+        outs.append(res.output)
+        assert res.exit_code == (3 if "ship-2" in argv else 0), res.output
+    assert "would repeat effect 'ship-1/push'" in outs[0]
+    assert [ln.split()[0] for ln in outs[2].splitlines()] == ["ship-1/push", "ship-3/push"]
+    assert "forked from" in outs[3] and "ship-1 at seq 6" in outs[3], outs[3]
