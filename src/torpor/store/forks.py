@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import RunNotFoundError
 from ..urls import display_url
 from . import codec
-from .base import Driver, RunRecord, load_queries, read_retried, run_record
+from .base import Driver, RunRecord, load_queries, read_retried
 from .chunkio import ChunkIO
 from .ledger import write_ledger
 
@@ -44,6 +44,7 @@ class ForkStore:
     url: str
     chunkio: ChunkIO
     now_ms: Callable[[], int]
+    get_run: Callable[[str], RunRecord]
 
     def create_fork(
         self, run_id: str, origin: str, at_seq: int, events: Sequence[Event], state: RunState
@@ -96,7 +97,13 @@ class ForkStore:
         q = _queries(self.driver.dialect)
         with self.driver.read() as cur:
             rows = self.driver.fetchall(cur, q["fork_runs"], {"origin": origin, "limit": limit})
-        return [run_record(r) for r in rows]
+        out = []
+        for (fid,) in rows:
+            try:
+                out.append(self.get_run(str(fid)))
+            except RunNotFoundError:
+                continue  # deleted (retention) since it was listed: not a fork any more
+        return out
 
 
 __all__ = ["ForkStore"]

@@ -16,12 +16,6 @@ ON CONFLICT (run_id) DO NOTHING;
 SELECT fork_of, fork_seq FROM runs WHERE run_id = :run_id;
 
 -- name: fork_runs
-SELECT run_id, workflow, version, status, outcome, created_at_ms,
-       max(updated_at_ms, (SELECT at_ms FROM events e WHERE e.run_id = runs.run_id
-                           ORDER BY seq DESC LIMIT 1)),
-       wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
-       (SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id),
-       checkpoint_seq, attention, infra_retries,
-       NULL
-FROM runs WHERE fork_of = :origin
+-- The forks of :origin, oldest first (their rows are read by get_run).
+SELECT run_id FROM runs WHERE fork_of = :origin
 ORDER BY created_at_ms, rowid LIMIT :limit;
