@@ -341,3 +341,49 @@ def test_the_cli_docs_section_runs_as_written(
     assert "would repeat effect 'ship-1/push'" in outs[0]
     assert [ln.split()[0] for ln in outs[2].splitlines()] == ["ship-1/push", "ship-3/push"]
     assert "forked from" in outs[3] and "ship-1 at seq 6" in outs[3], outs[3]
+
+
+def test_an_origin_that_goes_on_after_the_fork_is_still_not_repeated(store_url: str) -> None:
+    """Forked while the origin waited for its approval; the origin is approved and pushes
+    after the fork was made: the fork's push is refused all the same (the origin's history is
+    asked at the intent, not only the record made at the fork)."""
+    rt = torpor.Runtime(store_url)
+    client = torpor.Client(rt.store)
+    try:
+        assert rt.run(ship, {"content": "patch v1\n"}, run_id="w1").wait_kind == "approval"
+        fork = client.fork("w1", client.get("w1").last_seq, fork_id="w1-f")
+        assert fork.performed == [] and len(fork.renewed) == 1
+        assert client.get("w1-f").status == "waiting"
+        client.decide("w1", None, "approve", "alice")
+        assert rt.resume("w1").outcome == "succeeded"
+        client.decide("w1-f", None, "approve", "bob")
+        res = rt.resume("w1-f")
+        assert res.outcome == "blocked" and "'w1/push'" in res.reason, res
+        assert [p["key"] for p in kit.ledger_entries("push")] == ["w1/push"]
+        assert len(kit.ledger_entries("notify")) == 1
+    finally:
+        rt.close()
+
+
+def test_keys_in_a_fork_are_its_own() -> None:
+    """Pure: outside a fork a key is as asked; in one, the default key is the fork's and an
+    explicit one is derived from the fork; an effect of the origin's operation identity (the
+    same operation at the same step, or under the same explicit key) is refused, or — with
+    redo_effects — performed under the fork's key, naming the origin's."""
+    from torpor.engine.forked import fork_key
+    from torpor.history import ForkedEffect, ForkInfo, RunState
+
+    plain = RunState(run_id="r")
+    assert fork_key(plain, "s", "op", None) == ("r/s", None)
+    assert fork_key(plain, "s", "op", "K") == ("K", None)
+    done = [ForkedEffect(step_id="pay", operation="charge", key="inv-7", seq=9)]
+    st = RunState(run_id="f", fork=ForkInfo(origin="r", at_seq=5, seq=6, performed=done))
+    assert fork_key(st, "s", "op", None) == ("f/s", None)
+    assert fork_key(st, "s", "op", "K") == ("f/fork:K", None)
+    assert fork_key(st, "pay", "refund", None) == ("f/pay", None)  # another operation
+    for sid, key in (("pay", None), ("pay#2", "inv-7")):
+        with pytest.raises(torpor.errors.RunStopped) as stop:
+            fork_key(st, sid, "charge", key)
+        assert stop.value.outcome == "blocked" and "'inv-7'" in stop.value.reason
+    redo = st.model_copy(update={"fork": st.fork.model_copy(update={"redo_effects": True})})  # type: ignore[union-attr]
+    assert fork_key(redo, "pay#2", "charge", "inv-7") == ("f/fork:inv-7", "inv-7")
