@@ -228,8 +228,9 @@ def test_fork_points_that_are_not_at_rest_are_refused(store_url: str) -> None:
         assert "may be happening" in msg and "nearest points" in msg
         with pytest.raises(BadInputError, match="had its outcome"):
             client.fork("o1", last)
-        with pytest.raises(BadInputError, match=r"has no event at seq 0"):
-            client.fork("o1", 0)
+        for bad in (0, "-2"):
+            with pytest.raises(BadInputError, match=rf"has no event at seq {bad}: its history"):
+                client.fork("o1", bad)
         with pytest.raises(BadInputError, match=r"has no step 'nope' \(its steps: read, notify"):
             client.fork("o1", "nope")
         client.fork("o1", "push", fork_id="o1-other")
@@ -387,3 +388,27 @@ def test_keys_in_a_fork_are_its_own() -> None:
         assert stop.value.outcome == "blocked" and "'inv-7'" in stop.value.reason
     redo = st.model_copy(update={"fork": st.fork.model_copy(update={"redo_effects": True})})  # type: ignore[union-attr]
     assert fork_key(redo, "pay#2", "charge", "inv-7") == ("f/fork:inv-7", "inv-7")
+
+
+@torpor.workflow(name="fork.leaf", version="1")
+def leaf(run: torpor.Run, n: int) -> int:
+    return n + 1
+
+
+@torpor.workflow(name="fork.tree", version="1")
+def tree(run: torpor.Run, _: Any) -> Any:
+    run.step("before", lambda: 1)
+    child = run.spawn(leaf, 1)
+    return [r.result for r in run.wait_children([child])]
+
+
+def test_a_run_that_started_children_is_not_forked_after_that(runtime: torpor.Runtime) -> None:
+    client = torpor.Client(runtime.store)
+    assert runtime.run(tree, None, run_id="t1").outcome == "succeeded"
+    events = client.events("t1")
+    spawn = next(e for e in events if (e.step_id or "").startswith("child:"))
+    with pytest.raises(BadInputError, match="a tree of runs is not forked") as err:
+        client.fork("t1", spawn.seq)
+    assert f"fork at seq {spawn.seq - 1} or before" in str(err.value)
+    before = next(e.seq for e in events if e.step_id == "before") - 1
+    assert client.fork("t1", "before", fork_id="t1-f").at_seq == before  # before the spawn

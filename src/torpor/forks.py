@@ -71,7 +71,7 @@ def resolve_point(run_id: str, events: list[Event], at: int | str) -> int:
     from .history import starts_step
 
     last = events[-1].seq
-    if isinstance(at, int) or at.isdigit():
+    if isinstance(at, int) or at.lstrip("-").isdigit():
         seq = int(at)
         if not 1 <= seq <= last:
             raise BadInputError(
