@@ -257,6 +257,12 @@ def test_the_cli_forks_runs_and_show_names_the_origin(db_url: str) -> None:
     assert "forked from" in shown and "o1 at seq" in shown, shown
     origin = runner.invoke(app, ["--db", db_url, "show", "o1"]).output
     assert "Forks" in origin and "c0" in origin and "c1" in origin, origin
+    with torpor.Client(db_url) as client:  # a workflow defined in a script run as __main__
+        client.store.create_run("m0", torpor.history.RunStarted(workflow="x", version="1"))
+    nowhere = runner.invoke(app, ["--db", db_url, "fork", "m0", "--at", "1", "--run-id", "m0f"])
+    assert isinstance(nowhere.exception, torpor.errors.UnknownWorkflowError)
+    with torpor.Client(db_url) as client:
+        assert client.forks("m0") == []  # refused before the fork was made
     bad = runner.invoke(app, ["--db", db_url, "fork", "o1", "--at", "999"])
     assert bad.exit_code != 0
     assert "run 'o1' has no event at seq 999: its history is seq 1.." in str(bad.exception)

@@ -76,6 +76,11 @@ def fork(
     data = KEEP if input_json is None else parse_json("--input", input_json)
     with open_runtime(ctx, imports) as rt:
         client = Client(rt.store, settings=rt.settings)
+        if not no_execute:  # the code it runs on is found before the fork is made
+            from ..workflows import get_workflow
+
+            origin = client.state(run_id)
+            get_workflow(workflow or origin.workflow, "" if imports else origin.module)
         made = client.fork(
             run_id,
             at,
