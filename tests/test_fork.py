@@ -102,6 +102,8 @@ def test_a_fork_after_the_effects_performs_none_of_them_again(store_url: str) ->
             ["f1"],
         )
         assert client.fork("o1", at, fork_id="f1").created is False  # idempotent by run id
+        # The fork refers to the artifacts its copied events name (retention keeps them for it).
+        assert client.storage("f1").artifact_bytes == client.storage("o1").artifact_bytes > 0
 
         res = rt.resume("f1")
         assert res.outcome == "succeeded", res.reason
