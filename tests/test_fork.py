@@ -48,16 +48,18 @@ def ship(run: torpor.Run, cfg: dict[str, Any]) -> Any:
     return run.effect("push", push, ref.sha256, approval=ok, artifacts=[ref], reconcile=find_push)
 
 
-@torpor.workflow(name="fork.ship.fixed", version="2")
+@torpor.workflow(name="fork.ship.fixed", version="2", criteria=["pushed"])
 def ship_fixed(run: torpor.Run, cfg: dict[str, Any]) -> Any:
     """The fixed code: the same path up to the patch, then another patch and another push."""
     text = run.step("read", lambda: cfg["content"])
     run.effect("notify", notify, f"about to ship {len(text)} bytes", reconcile=find_notify)
     ref = run.artifact("patch", text.replace("v1", "v2 (fixed)"))
     ok = run.approval("ship", [ref], summary="push the fixed patch")
-    return run.effect(
+    out = run.effect(
         "push-fixed", push, ref.sha256, approval=ok, artifacts=[ref], reconcile=find_push
     )
+    run.verify("pushed", bool(out))
+    return out
 
 
 @pytest.fixture(autouse=True)
@@ -178,6 +180,7 @@ def test_a_fork_with_new_code_asks_again_for_changed_content(store_url: str) -> 
         assert len(kit.ledger_entries("notify")) == 1  # before the fork point: never again
         st = client.state("f2")
         assert (st.workflow, st.version, fork.at_seq) == ("fork.ship.fixed", "2", at)
+        assert st.criteria == ["pushed"] and st.verifications["pushed"].passed
     finally:
         rt.close()
 

@@ -198,11 +198,12 @@ def fork_run(
         raise ConfigError(f"a fork of run {run_id!r} needs a run id of its own")
 
     name = version = mod = ""
+    criteria: list[str] | None = None
     if module is not None:
         import_modules([module])
     if workflow is not None or module is not None:
         wf = get_workflow(workflow if workflow is not None else prefix_state.workflow)
-        name, version = wf.name, wf.version
+        name, version, criteria = wf.name, wf.version, list(wf.criteria)
         mod = module or getattr(wf.fn, "__module__", "") or ""
     new_input = input is not KEEP
     try:
@@ -221,6 +222,7 @@ def fork_run(
         workflow=name,
         version=version,
         module=mod,
+        criteria=criteria,
         input=data,
         new_input=new_input,
         redo_effects=redo_effects,

@@ -440,12 +440,13 @@ class RunForked(Payload):
     """This run is a fork of run ``origin`` at its seq ``at_seq`` (issue 45): its events
     1..``at_seq`` are the origin's, copied as they were (settled facts, never performed
     again); this event follows them and says what changed. ``workflow``/``version``/``module``
-    (""), ``input`` (when ``new_input``): the code and input the fork runs on (unchanged
-    otherwise). ``performed``: the origin's effects after the fork point, by operation
-    identity: the fork refuses to perform one of them again unless ``redo_effects``; any other
-    effect of the fork runs under a key derived from the fork. ``renewed``: approvals of the
-    copied prefix that were open or approved and not consumed, each raised again with a new
-    nonce (approval id -> nonce), so that no decision on the origin authorizes the fork."""
+    (""), ``criteria`` (None), ``input`` (when ``new_input``): the code, its completion
+    criteria and the input the fork runs on (the origin's otherwise). ``performed``: the
+    origin's effects after the fork point, by operation identity: the fork refuses to perform
+    one of them again unless ``redo_effects``; any other effect of the fork runs under a key
+    derived from the fork. ``renewed``: approvals of the copied prefix that were open or
+    approved and not consumed, each raised again with a new nonce (approval id -> nonce), so
+    that no decision on the origin authorizes the fork."""
 
     origin: str
     at_seq: int = Field(ge=1)
@@ -454,6 +455,8 @@ class RunForked(Payload):
     workflow: str = ""
     version: str = ""
     module: str = ""
+    #: The completion criteria of the fork's code (None: the origin's, unchanged).
+    criteria: list[str] | None = None
     input: Any = None
     new_input: bool = False
     redo_effects: bool = False

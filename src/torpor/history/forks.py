@@ -80,6 +80,8 @@ def _run_forked(s: RunState, p: RunForked, e: Event, refuse: Refuse) -> None:
         s.version = p.version
     if p.module:
         s.module = p.module
+    if p.criteria is not None:
+        s.criteria = list(p.criteria)
     if p.new_input:
         s.input = p.input
     s.cancel_requested, s.cancel_reason = False, ""
