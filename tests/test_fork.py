@@ -423,3 +423,37 @@ def test_a_run_that_started_children_is_not_forked_after_that(runtime: torpor.Ru
     assert f"fork at seq {spawn.seq - 1} or before" in str(err.value)
     before = next(e.seq for e in events if e.step_id == "before") - 1
     assert client.fork("t1", "before", fork_id="t1-f").at_seq == before  # before the spawn
+
+
+def test_every_seq_is_forked_or_refused_in_one_line(store_url: str) -> None:
+    """Every seq of a run with a step, an effect, an artifact, an approval wait and a push:
+    forked when it is at rest — the fork's history is the origin's up to it, its state the
+    origin's state then, but for what a fork changes — or refused in one line naming the seq
+    and the nearest seqs that can be forked."""
+    from torpor.history import fork_point_problem
+
+    rt, client = _shipped(store_url)
+    try:
+        last = client.get("o1").last_seq
+        forked, refused = [], []
+        for seq in range(1, last + 1):
+            then = client.state_at("o1", seq)
+            if fork_point_problem(then) is not None:
+                with pytest.raises(BadInputError) as err:
+                    client.fork("o1", seq)
+                (line,) = str(err.value).splitlines()
+                assert line.startswith(f"run 'o1' cannot be forked at seq {seq}: at seq {seq}")
+                refused.append(seq)
+                continue
+            fid = client.fork("o1", seq, fork_id=f"o1-at-{seq}").run_id
+            st = client.state(fid)
+            assert (st.seq, st.fork.at_seq) == (seq + 1, seq)  # type: ignore[union-attr]
+            changed = {"run_id", "seq", "approvals", "owner", "status", "fork"}
+            mine, theirs = st.model_dump(exclude=changed), then.model_dump(exclude=changed)
+            assert mine == theirs, {k: (mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]}
+            assert set(st.approvals) == set(then.approvals)
+            forked.append(seq)
+        assert forked and refused and last in refused  # (the outcome is never forked)
+        assert [r.run_id for r in client.forks("o1")] == [f"o1-at-{s}" for s in forked]
+    finally:
+        rt.close()
