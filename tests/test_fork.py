@@ -154,6 +154,11 @@ def test_an_effect_the_origin_performed_is_refused_unless_redo_effects(store_url
         head = _first(client.events("f-redo"), "run_forked")
         assert head.payload.redo_effects is True  # type: ignore[attr-defined]
         assert [e["kind"] for e in kit.ledger_entries("notify")] == ["notify"]
+        # A fork of the fork knows both pushes: its origin's and the one before that.
+        again = client.fork("f-redo", "push", fork_id="f-again")
+        assert [x.key for x in again.performed] == ["o1/push", "f-redo/push"]
+        assert rt.resume("f-again").outcome == "blocked"
+        assert len(kit.ledger_entries("push")) == 2
     finally:
         rt.close()
 
