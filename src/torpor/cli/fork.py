@@ -13,7 +13,7 @@ from ..runtime import RunResult
 from .context import open_runtime, parse_json
 from .exits import EXIT_OUTCOME
 from .render import console, emit_json, fields, plain, short
-from .root import Follow, Imports, JsonFlag, Person, RunId
+from .root import Follow, JsonFlag, Person, RunId
 
 
 def fork(
@@ -38,7 +38,15 @@ def fork(
             "--input", "-i", metavar="JSON", help="The fork's input (default: the origin's)."
         ),
     ] = None,
-    imports: Imports = None,
+    imports: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--import",
+            metavar="MODULE",
+            help="The code the fork runs on: import MODULE (repeatable; the last one is recorded "
+            "as the fork's module, imported when it resumes).",
+        ),
+    ] = None,
     workflow: Annotated[
         str | None,
         typer.Option(
