@@ -462,3 +462,50 @@ def test_every_seq_is_forked_or_refused_in_one_line(store_url: str) -> None:
         assert [r.run_id for r in client.forks("o1")] == [f"o1-at-{s}" for s in forked]
     finally:
         rt.close()
+
+
+def test_an_agents_fork_that_makes_the_same_tool_call_again_is_refused(store_url: str) -> None:
+    """A fork of an agent on another model that calls the same effect tool with the same
+    arguments under another call id: the same operation, refused (the world has one email);
+    the same tool with other arguments is another operation, performed under the fork's key."""
+    from torpor.agents.models import ToolCall
+
+    tools = torpor.Tools()
+
+    @tools.tool
+    def look() -> str:
+        return "ops is on call"
+
+    @tools.tool(policy="effect")
+    def email(to: str, idempotency_key: str) -> str:
+        kit.ledger("email", key=idempotency_key, to=to)
+        return "sent"
+
+    def agent(model: ScriptedModel) -> torpor.Agent:
+        return torpor.Agent(
+            "fork.mailer", goal="tell ops", tools=tools, planner=torpor.ReActPlanner(model)
+        )
+
+    def call(call_id: str, to: str) -> Any:
+        return use(ToolCall(id=call_id, name="email", arguments={"to": to}))
+
+    looked = use(("look", {}))
+
+    rt = torpor.Runtime(store_url)
+    client = torpor.Client(rt.store)
+    try:
+        first = ScriptedModel([looked, call("c1", "ops"), say("done")], model_id="a")
+        assert rt.run(agent(first), None, run_id="e1").outcome == "succeeded"
+        calls = [e for e in client.events("e1") if e.type == "model_called"]
+        point = calls[1].payload.step_id  # type: ignore[attr-defined]
+        agent(ScriptedModel([looked, call("other", "ops"), say("done")], model_id="b"))
+        client.fork("e1", point, fork_id="e1-same", workflow="fork.mailer")
+        res = rt.resume("e1-same")
+        assert res.outcome == "blocked" and "'e1/tool:c1@v" in res.reason, res
+        agent(ScriptedModel([looked, call("c1", "dev"), say("done")], model_id="b"))
+        client.fork("e1", point, fork_id="e1-dev", workflow="fork.mailer")
+        assert rt.resume("e1-dev").outcome == "succeeded"
+        sent = [(e["key"].split("/")[0], e["to"]) for e in kit.ledger_entries("email")]
+        assert sent == [("e1", "ops"), ("e1-dev", "dev")]
+    finally:
+        rt.close()

@@ -137,6 +137,7 @@ def performed_after(events: list[Event], seq: int, end: RunState) -> list[Forked
     reconciled applied) or may have been (in doubt at the end, state ``end``), by operation
     identity, in the order intended."""
     from .history import EffectIntended, EffectObserved, EffectReconciled, ForkedEffect, Verdict
+    from .history.state import call_identity
 
     intents: dict[str, ForkedEffect] = {}
     done: set[str] = set(end.effects_in_doubt())
@@ -144,7 +145,11 @@ def performed_after(events: list[Event], seq: int, end: RunState) -> list[Forked
         p = e.payload
         if isinstance(p, EffectIntended):
             intents[p.key] = ForkedEffect(
-                step_id=p.step_id, operation=p.operation, key=p.key, seq=e.seq
+                step_id=p.step_id,
+                operation=p.operation,
+                key=p.key,
+                seq=e.seq,
+                identity=call_identity(end.plan, p.step_id, p.operation),
             )
         elif isinstance(p, EffectObserved) or (
             isinstance(p, EffectReconciled) and p.verdict is Verdict.APPLIED

@@ -9,7 +9,8 @@ performed again. An effect the fork reaches after that point is new to the fork:
   id>`` already is; an explicit key ``K`` becomes ``<fork run id>/fork:K`` — so an outside
   service that deduplicates by key takes it for a new operation, never for the origin's;
 - if its operation identity equals an effect the origin performed after the fork point (the
-  same operation, at the same step or under the same explicit key; recorded in the fork's
+  same operation, at the same step, under the same explicit key, or — an agent's planned tool
+  call — the same tool with the same arguments under another call id; recorded in the fork's
   ``run_forked``), it is refused — the run ends ``blocked``, saying which effect of the origin
   it repeats — unless the fork was made with ``redo_effects``: then it runs, its intent naming
   the origin's key it performs again (``effect_intended.redoes``). The origin may go on after
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from ..errors import RunStopped
 from ..history import EffectIntended, ForkedEffect, ForkInfo, Outcome, RunState, StepFailed
+from ..history.state import call_identity
 from ..store.base import Store
 
 
@@ -53,8 +55,9 @@ def fork_key(
     if fork is None:
         return explicit or default, None
     key = default if explicit is None else f"{state.run_id}/fork:{explicit}"
-    same = fork.repeats(sid, operation, explicit)
-    if same is None and store is not None:
+    same = fork.repeats(sid, operation, explicit, call_identity(state.plan, sid, operation))
+    known = any(x.step_id == sid for x in fork.performed)  # judged by the record already
+    if same is None and store is not None and not known:
         same = origin_repeat(store, fork, sid, operation)
     if same is None:
         return key, None

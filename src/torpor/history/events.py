@@ -428,12 +428,16 @@ class ContextBuilt(Payload):
 class ForkedEffect(Payload):
     """An effect the origin run performed (or may have: in doubt when the fork was made)
     after the fork point, by its operation identity: the step, the operation, the key it was
-    performed under and the seq of its intent in the origin's history."""
+    performed under, the seq of its intent in the origin's history and, for a planned tool
+    call, its ``identity``."""
 
     step_id: str
     operation: str
     key: str
     seq: int
+    #: For an agent's planned tool call: ``<tool>:<args hash>`` (the plan's hash of the exact
+    #: arguments), so the same call under another call id is the same operation ("": none).
+    identity: str = ""
 
 
 class RunForked(Payload):

@@ -211,18 +211,35 @@ class ForkInfo(BaseModel):
     redo_effects: bool = False
     performed: list[ForkedEffect] = Field(default_factory=list)
 
-    def repeats(self, step_id: str, operation: str, key: str | None) -> ForkedEffect | None:
+    def repeats(
+        self, step_id: str, operation: str, key: str | None, identity: str = ""
+    ) -> ForkedEffect | None:
         """The origin's effect that an effect of step ``step_id`` performing ``operation``
-        (asked under the explicit idempotency ``key``, None for the default one) would
-        perform again: the same operation, at the same step or under the same key."""
-        return next(
-            (
-                x
-                for x in self.performed
-                if x.operation == operation and (x.step_id == step_id or x.key == key)
-            ),
-            None,
-        )
+        (asked under the explicit idempotency ``key``, None for the default one; ``identity``:
+        a planned tool call's, see :func:`call_identity`) would perform again: the same
+        operation, and — when both are planned tool calls — the same arguments (whatever the
+        call ids), else the same step or the same explicit key."""
+
+        def same(x: ForkedEffect) -> bool:
+            if x.operation != operation:
+                return False
+            if identity and x.identity:
+                return x.identity == identity
+            return x.step_id == step_id or x.key == key
+
+        return next((x for x in self.performed if same(x)), None)
+
+
+def call_identity(plan: dict[str, PlanStepInfo], step_id: str, operation: str) -> str:
+    """The operation identity of the planned tool call that step ``step_id`` executes
+    (``tool:<call id>@v<version>``, :mod:`torpor.agents.calls`): ``<tool>:<args hash>`` when
+    ``plan`` lists that call with the tool ``operation`` and a hash of its arguments; else ""."""
+    if not step_id.startswith("tool:"):
+        return ""
+    call = plan.get(step_id[5:].rpartition("@v")[0])
+    if call is None or call.tool != operation or not call.args_hash:
+        return ""
+    return f"{operation}:{call.args_hash}"
 
 
 class RunState(BaseModel):
