@@ -50,7 +50,6 @@ if TYPE_CHECKING:
         EffectObserved,
         EffectReconciled,
         Event,
-        ForkedEffect,
         LeaseAcquired,
         MessageRefused,
         ModelCalled,
@@ -60,7 +59,6 @@ if TYPE_CHECKING:
         PlanRecorded,
         Policy,
         RunFinished,
-        RunForked,
         RunReopened,
         RunStarted,
         RunStatus,
@@ -80,6 +78,7 @@ if TYPE_CHECKING:
     )
     from .fold import RULES as RULES
     from .fold import apply, crashed_attempts, fold
+    from .fork_events import ForkedEffect, RunForked
     from .forks import fork_point_problem
     from .plans import plan_problem
     from .state import (
@@ -188,7 +187,9 @@ __all__ = [
 ]
 
 
-_MODULES = ("events", "state", "fold", "decisions", "waits", "plans", "forks", "views")
+_MODULES = (
+    "events", "fork_events", "state", "fold", "decisions", "waits", "plans", "forks", "views",
+)  # fmt: skip
 
 
 def _load() -> None:

@@ -92,8 +92,7 @@ class EffectIntended(Payload):
     operation: str
     attempt: int = 1
     approval_id: str | None = None
-    #: In a fork started with ``redo_effects`` (issue 45): the key of the origin's effect this
-    #: one performs again (same operation identity, a new key derived from the fork).
+    #: In a fork with ``redo_effects`` (issue 45): the origin's key this effect performs again.
     redoes: str | None = None
 
 
@@ -422,52 +421,6 @@ class ContextBuilt(Payload):
     cut: list[str] = Field(default_factory=list)
 
 
-# --- forks (issue 45): a run whose history begins as another's, copied up to a seq
-
-
-class ForkedEffect(Payload):
-    """An effect the origin run performed (or may have: in doubt when the fork was made)
-    after the fork point, by its operation identity: the step, the operation, the key it was
-    performed under, the seq of its intent in the origin's history and, for a planned tool
-    call, its ``identity``."""
-
-    step_id: str
-    operation: str
-    key: str
-    seq: int
-    #: For an agent's planned tool call: ``<tool>:<args hash>`` (the plan's hash of the exact
-    #: arguments), so the same call under another call id is the same operation ("": none).
-    identity: str = ""
-
-
-class RunForked(Payload):
-    """This run is a fork of run ``origin`` at its seq ``at_seq`` (issue 45): its events
-    1..``at_seq`` are the origin's, copied as they were (settled facts, never performed
-    again); this event follows them and says what changed. ``workflow``/``version``/``module``
-    (""), ``criteria`` (None), ``input`` (when ``new_input``): the code, its completion
-    criteria and the input the fork runs on (the origin's otherwise). ``performed``: the
-    origin's effects after the fork point, by operation identity: the fork refuses to perform
-    one of them again unless ``redo_effects``; any other effect of the fork runs under a key
-    derived from the fork. ``renewed``: approvals of the copied prefix that were open or
-    approved and not consumed, each raised again with a new nonce (approval id -> nonce), so
-    that no decision on the origin authorizes the fork."""
-
-    origin: str
-    at_seq: int = Field(ge=1)
-    by: str = ""
-    reason: str = ""
-    workflow: str = ""
-    version: str = ""
-    module: str = ""
-    #: The completion criteria of the fork's code (None: the origin's, unchanged).
-    criteria: list[str] | None = None
-    input: Any = None
-    new_input: bool = False
-    redo_effects: bool = False
-    performed: list[ForkedEffect] = Field(default_factory=list)
-    renewed: dict[str, str] = Field(default_factory=dict)
-
-
 EVENT_TYPES: dict[str, type[Payload]] = {
     "run_started": RunStarted,
     "lease_acquired": LeaseAcquired,
@@ -503,9 +456,15 @@ EVENT_TYPES: dict[str, type[Payload]] = {
     "budget_set": BudgetSet,
     "context_compacted": ContextCompacted,
     "context_built": ContextBuilt,
-    "run_forked": RunForked,
 }
 _TYPE_OF: dict[type[Payload], str] = {v: k for k, v in EVENT_TYPES.items()}
+
+
+def register(name: str, payload: type[Payload]) -> None:
+    """Add event type ``name`` defined in another module of this package (a family of events
+    kept apart: :mod:`.fork_events`), imported with the rest (:func:`torpor.history._load`)."""
+    EVENT_TYPES[name] = payload
+    _TYPE_OF[payload] = name
 
 
 def type_of(payload: Payload) -> str:
@@ -563,7 +522,6 @@ __all__ = [
     "EffectObserved",
     "EffectReconciled",
     "Event",
-    "ForkedEffect",
     "LeaseAcquired",
     "MessageRefused",
     "ModelCalled",
@@ -573,7 +531,6 @@ __all__ = [
     "PlannedStep",
     "Policy",
     "RunFinished",
-    "RunForked",
     "RunReopened",
     "RunStarted",
     "RunStatus",
@@ -588,6 +545,7 @@ __all__ = [
     "WaitCompleted",
     "WaitStarted",
     "WarningRecorded",
+    "register",
     "starts_step",
     "type_of",
 ]

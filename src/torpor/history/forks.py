@@ -22,8 +22,9 @@ changes when it begins:
 
 from __future__ import annotations
 
-from .events import Event, RunForked, RunStatus
+from .events import Event, RunStatus
 from .fold import Refuse, rule
+from .fork_events import RunForked
 from .state import ForkInfo, RunState
 
 

@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .events import ForkedEffect, Outcome, Policy, RunStatus, VerificationRecorded
+from .events import Outcome, Policy, RunStatus, VerificationRecorded
+from .fork_events import ForkedEffect
 
 
 class StepInfo(BaseModel):
