@@ -79,6 +79,7 @@ COMMANDS = [
     "ls",
     "show",
     "events",
+    "fork",
     "doctor",
     "init",
     "context",

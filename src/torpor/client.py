@@ -10,11 +10,12 @@ requested, revoking one already consumed).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import blobs, serde
+from . import blobs, forks, serde
 from .client_reads import ClientReads
 from .config import Settings
 from .errors import (
@@ -405,6 +406,36 @@ class Client(ClientReads):
             message_id=f"revoke:{run_id}:{approval_id}",
         )
         return list(info.hashes)
+
+    def fork(
+        self,
+        run_id: str,
+        at: int | str,
+        *,
+        fork_id: str | None = None,
+        input: Any = forks.KEEP,
+        workflow: str | Callable[..., Any] | None = None,
+        module: str | None = None,
+        redo_effects: bool = False,
+        by: str = "user",
+        reason: str = "",
+    ) -> forks.Fork:
+        """Fork run ``run_id`` at ``at`` — a seq, or a step id (just before it first started)
+        — into a new run whose history is the origin's up to there, settled, then runs on
+        (not executed here: resume it, or let a worker take it) without repeating the
+        origin's effects: see :func:`torpor.forks.fork_run` for the arguments and errors."""
+        return forks.fork_run(
+            self.store,
+            run_id,
+            at,
+            fork_id=fork_id,
+            input=input,
+            workflow=workflow,
+            module=module,
+            redo_effects=redo_effects,
+            by=by,
+            reason=reason,
+        )
 
     def cancel(self, run_id: str, by: str = "user", reason: str = "") -> None:
         """Ask the run to stop; it ends ``cancelled`` at its next boundary."""

@@ -95,6 +95,7 @@ def _load_app() -> typer.Typer:
             episodes,
             execute,
             explore,
+            fork,
             keys,
             marks,
             memory,
@@ -112,6 +113,7 @@ def _load_app() -> typer.Typer:
         for module in (
             execute,
             read,
+            fork,
             memory,
             episodes,
             steer,
