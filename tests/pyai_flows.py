@@ -1,0 +1,71 @@
+"""A Pydantic AI agent with two tools — a read (a price list) and an effect (a charge written to
+a local ledger) — made durable with TorporAgent; offline with Pydantic AI's FunctionModel.
+Imported by tests/test_pydantic_ai*.py and by the explorer's subprocesses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic_ai import Agent, DeferredToolRequests
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+import torpor
+from torpor.integrations.pydantic_ai import TorporAgent, idempotency_key
+from torpor.testing import FileLedger
+
+PRICES = {"tea": 3, "coffee": 4}
+
+
+def shopkeeper(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """The scripted model: look the price up, charge it, then say what was done. Each request
+    it answers is counted in the world's ledger (``model:<n>``): paid once, or not."""
+    FileLedger.here().record(f"model:{len(messages)}", messages=len(messages))
+    returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+    done = {p.tool_name: p.content for p in returns}
+    if "lookup_price" not in done:
+        return ModelResponse(parts=[ToolCallPart("lookup_price", {"item": "tea"}, "c-price")])
+    if "charge" not in done:
+        amount = done["lookup_price"]
+        return ModelResponse(parts=[ToolCallPart("charge", {"item": "tea", "amount": amount}, "c-charge")])
+    return ModelResponse(parts=[TextPart(f"charged: {done['charge']}")])
+
+
+def make_agent(approval: bool = False) -> Agent[None, Any]:
+    agent: Agent[None, Any] = Agent(
+        FunctionModel(shopkeeper), output_type=[str, DeferredToolRequests], name="shop"
+    )
+
+    @agent.tool_plain
+    def lookup_price(item: str) -> int:
+        """The price of an item (read: safe to ask again)."""
+        return PRICES[item]
+
+    @agent.tool_plain(requires_approval=approval)
+    def charge(item: str, amount: int) -> str:
+        """Charge the customer (an effect, keyed)."""
+        key = idempotency_key()
+        FileLedger.here().record(key, item=item, amount=amount)
+        return f"{item} for {amount} ({key.rsplit('/', 1)[-1]})"
+
+    return agent
+
+
+def find_charge(call: torpor.EffectCall) -> torpor.Applied | torpor.Absent:
+    """Reconcile: ask the ledger by the idempotency key."""
+    ledger = FileLedger.here()
+    if not ledger.has(call.idempotency_key):
+        return torpor.Absent()
+    return torpor.Applied(f"tea for 3 ({call.step_id})")
+
+
+shop = TorporAgent(make_agent(), reads=["lookup_price"], effects={"charge": find_charge})
+flow = shop.workflow
+
+#: The same agent with the charge needing a person's approval (Pydantic AI's requires_approval).
+guarded = TorporAgent(
+    make_agent(approval=True),
+    name="shop-guarded",
+    reads=["lookup_price"],
+    effects={"charge": find_charge},
+)
