@@ -4,6 +4,7 @@ Imported by tests/test_pydantic_ai*.py and by the explorer's subprocesses."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests
@@ -69,3 +70,11 @@ guarded = TorporAgent(
     reads=["lookup_price"],
     effects={"charge": find_charge},
 )
+
+
+def effect_ledger(world: Any, run_id: str) -> dict[str, int]:
+    """The explorer's ledger adapter: the charges only (the model's requests, counted in the
+    same file as ``model:<n>``, are checked by the test itself: a read may be paid again when
+    the kill fell between the response and its record)."""
+    counts = FileLedger(Path(world) / FileLedger.NAME).counts()
+    return {k: n for k, n in counts.items() if not k.startswith("model:")}

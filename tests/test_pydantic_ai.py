@@ -1,0 +1,130 @@
+"""Issue 42: a Pydantic AI agent run durably by TorporAgent — offline with FunctionModel, two
+tools (a read and an effect against a local ledger): its run recorded step by step, killed at
+the fault points and resumed (the explorer), an approval through Pydantic AI's own
+``requires_approval`` signed by a person, usage under a torpor budget, and ``import torpor``
+that never imports Pydantic AI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import torpor
+from torpor.history import Budget
+from torpor.testing import FileLedger, Target, explore
+
+pytest.importorskip("pydantic_ai")
+
+import pyai_flows  # noqa: E402  (after the skip: it imports pydantic_ai)
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture(autouse=True)
+def _world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TORPOR_EXPLORE_WORLD", str(tmp_path))
+    return tmp_path
+
+
+def _paid(world: Path) -> Counter[str]:
+    return Counter(FileLedger(world / FileLedger.NAME).counts())
+
+
+def test_the_agents_run_is_a_torpor_run_with_each_request_and_call_a_step(
+    store_url: str, _world: Path
+) -> None:
+    rt = torpor.Runtime(store_url)
+    res = rt.run(pyai_flows.flow, "buy tea", run_id="shop-1")
+    assert (res.outcome, res.result) == ("succeeded", "charged: tea for 3 (tool:charge:c-charge)")
+    events = torpor.Client(rt.store).events("shop-1")
+    done = [e.payload.step_id for e in events if e.type == "step_completed"]  # type: ignore[attr-defined]
+    assert done == ["model", "tool:lookup_price:c-price", "model#2", "tool:charge:c-charge", "model#3"]
+    called = [e.payload for e in events if e.type == "model_called"]
+    assert [c.model for c in called] == ["function:shopkeeper:"] * 3  # type: ignore[attr-defined]
+    assert all(c.input_tokens > 0 for c in called)  # type: ignore[attr-defined]
+    intent = next(e.payload for e in events if e.type == "effect_intended")
+    assert intent.operation == "pydantic-ai:shop.charge"  # type: ignore[attr-defined]
+    assert _paid(_world) == {"model:1": 1, "model:3": 1, "model:5": 1, "shop-1/tool:charge:c-charge": 1}
+    # Running the finished run again replays nothing and pays for nothing.
+    again = rt.run(pyai_flows.flow, "buy tea", run_id="shop-1")
+    assert again.result == res.result and _paid(_world)["model:1"] == 1
+    rt.close()
+
+
+def test_an_approval_asked_by_pydantic_ai_is_signed_by_a_person(
+    store_url: str, _world: Path
+) -> None:
+    rt = torpor.Runtime(store_url)
+    client = torpor.Client(rt.store)
+    res = rt.run(pyai_flows.guarded.workflow, "buy tea", run_id="g-1")
+    assert (res.status, res.wait_kind) == ("waiting", "approval")
+    assert "g-1/tool:charge:c-charge" not in _paid(_world)  # nothing charged before the decision
+    ((aid, hashes),) = client.pending_approvals("g-1").items()
+    assert aid.startswith("tool:charge@")
+    content = torpor.ArtifactStore(rt.settings.artifacts_url).get(hashes[0])
+    assert b'"amount":3' in content and b'"tool":"charge"' in content
+    client.decide("g-1", None, "approve", "alice", comment="tea is fine")
+    res = rt.resume("g-1")
+    assert (res.outcome, res.result) == ("succeeded", "charged: tea for 3 (tool:charge:c-charge)")
+    events = client.events("g-1")
+    intent = next(e.payload for e in events if e.type == "effect_intended")
+    assert intent.approval_id == aid  # type: ignore[attr-defined]  (consumed by the effect)
+    decided = [e.payload for e in events if e.type == "approval_decided"]
+    assert [d.approver for d in decided] == ["alice"]  # type: ignore[attr-defined]
+    assert _paid(_world)["g-1/tool:charge:c-charge"] == 1
+    # A denial goes back to the model as Pydantic AI's ToolDenied; nothing is charged.
+    rt.run(pyai_flows.guarded.workflow, "buy tea", run_id="g-2")
+    client.decide("g-2", None, "deny", "bob", comment="no")
+    res = rt.resume("g-2")
+    assert res.outcome == "succeeded" and "denied" in res.result, res
+    assert "g-2/tool:charge:c-charge" not in _paid(_world)
+    rt.close()
+
+
+def test_usage_is_counted_against_a_torpor_budget(db_url: str, _world: Path) -> None:
+    tight = pyai_flows.TorporAgent(
+        pyai_flows.make_agent(), name="shop-tight", reads=["lookup_price"],
+        budget=Budget(tokens=60),
+    )
+    res = torpor.Runtime(db_url).run(tight.workflow, "buy tea", run_id="b-1")
+    assert res.outcome == "blocked" and "budget exhausted (tokens" in res.reason, res
+    assert "b-1/tool:charge:c-charge" not in _paid(_world)
+
+
+@pytest.mark.proc
+def test_import_torpor_does_not_import_pydantic_ai() -> None:
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import torpor, torpor.cli"],
+        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ""},
+    )
+    assert "torpor.cli" in out.stderr  # (the import-time report is there)
+    assert "pydantic_ai" not in out.stderr
+
+
+@pytest.mark.slow
+def test_killed_at_the_fault_points_requests_paid_once_effect_once_output_equal(
+    tmp_path: Path,
+) -> None:
+    t = Target(
+        module="pyai_flows", workflow="pydantic-ai.shop", input="buy tea", paths=[str(TESTS)],
+        ledger="pyai_flows:effect_ledger",
+    )
+    report = explore(t, seed=42, kinds=["crash"], sample=int(os.environ.get("PYAI_SAMPLE", "10")),
+                     recovery_crashes=0, workdir=tmp_path / "worlds", jobs=2)
+    print(report.summary())
+    # The effect once (or the run unresolved), the outcome and output of the crash-free run.
+    assert report.ok, report.summary()
+    assert report.baseline["ledger"] == {"explored/tool:charge:c-charge": 1}
+    for case in report.cases:
+        paid = {k: n for k, n in _paid(tmp_path / "worlds" / f"case{case.index:04d}").items()
+                if k.startswith("model:")}
+        assert set(paid) == {"model:1", "model:3", "model:5"}, (case.plan, paid)
+        # A recorded request is never paid again; only the one in flight at the kill may be.
+        assert sum(paid.values()) <= 4, (case.plan, paid)
+        if case.plan.startswith("crash:model.recorded"):
+            assert sum(paid.values()) == 3, (case.plan, paid)
