@@ -28,13 +28,15 @@ def shopkeeper(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         return ModelResponse(parts=[ToolCallPart("lookup_price", {"item": "tea"}, "c-price")])
     if "charge" not in done:
         amount = done["lookup_price"]
-        return ModelResponse(parts=[ToolCallPart("charge", {"item": "tea", "amount": amount}, "c-charge")])
+        return ModelResponse(
+            parts=[ToolCallPart("charge", {"item": "tea", "amount": amount}, "c-charge")]
+        )
     return ModelResponse(parts=[TextPart(f"charged: {done['charge']}")])
 
 
 def make_agent(approval: bool = False) -> Agent[None, Any]:
     agent: Agent[None, Any] = Agent(
-        FunctionModel(shopkeeper), output_type=[str, DeferredToolRequests], name="shop"
+        FunctionModel(shopkeeper), output_type=[str, DeferredToolRequests], name="teashop"
     )
 
     @agent.tool_plain
@@ -77,4 +79,10 @@ def effect_ledger(world: Any, run_id: str) -> dict[str, int]:
     same file as ``model:<n>``, are checked by the test itself: a read may be paid again when
     the kill fell between the response and its record)."""
     counts = FileLedger(Path(world) / FileLedger.NAME).counts()
+    MODEL_PAID[Path(world).name] = {k: n for k, n in counts.items() if k.startswith("model:")}
     return {k: n for k, n in counts.items() if not k.startswith("model:")}
+
+
+#: World name (``baseline``, ``case0003``) -> times each model request was paid for, noted by
+#: :func:`effect_ledger` when the explorer checks the world (in the test's process).
+MODEL_PAID: dict[str, dict[str, int]] = {}

@@ -31,7 +31,7 @@ from ...engine import budgets
 from ...engine.approvals import Approval
 from ...engine.effects import Reconcile
 from ...errors import ApprovalDeniedError, ConfigError, RunInterrupt
-from ...history import ArtifactRef, Budget
+from ...history import Budget
 from ...run import Run
 from ...workflows import workflow
 from .model import TorporModel
@@ -96,12 +96,10 @@ class TorporAgent:
 
         flow.__module__ = caller  # a resume imports the module that built this agent
         flow.__qualname__ = f"TorporAgent[{wname}]"
-        reconcilers = {
-            f"pydantic-ai:{wname}.{tool}": fn for tool, fn in self.effects.items() if fn
-        }
-        self.workflow = workflow(
-            f"pydantic-ai.{wname}", version=version, reconcilers=reconcilers
-        )(flow)
+        reconcilers = {f"pydantic-ai:{wname}.{tool}": fn for tool, fn in self.effects.items() if fn}
+        self.workflow = workflow(f"pydantic-ai.{wname}", version=version, reconcilers=reconcilers)(
+            flow
+        )
 
     async def run(self, run: Run, prompt: Any) -> Any:
         """Run the agent on ``prompt`` inside ``run`` (an async workflow's handle) and return its
@@ -187,8 +185,6 @@ class TorporAgent:
         for part in asked.calls:
             res.calls[part.tool_call_id] = run.wait_for(f"pydantic-ai:{part.tool_call_id}")
         return res
-
-
 
 
 def _interrupt(group: BaseExceptionGroup[Any]) -> BaseException:

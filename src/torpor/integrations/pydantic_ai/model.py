@@ -113,9 +113,7 @@ class TorporModel(WrapperModel):
         return _response(j.value(sid, data)["response"])  # what a replay hands back
 
     @asynccontextmanager
-    async def request_stream(
-        self, *args: Any, **kwargs: Any
-    ) -> AsyncIterator[StreamedResponse]:
+    async def request_stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[StreamedResponse]:
         raise TorporError(
             "a durable Pydantic AI agent does not stream yet: resumable streams are torpor's "
             "streaming issue (40); call run() instead of run_stream()"
