@@ -86,3 +86,6 @@ def effect_ledger(world: Any, run_id: str) -> dict[str, int]:
 #: World name (``baseline``, ``case0003``) -> times each model request was paid for, noted by
 #: :func:`effect_ledger` when the explorer checks the world (in the test's process).
 MODEL_PAID: dict[str, dict[str, int]] = {}
+
+#: The same agent with no reconcile for the charge: a kill during it leaves the run unresolved.
+bare = TorporAgent(make_agent(), name="shop-bare", reads=["lookup_price"])

@@ -18,6 +18,7 @@ import pytest
 
 import pyai_flows
 import torpor
+from conftest import run_python
 from torpor.history import Budget
 from torpor.testing import FileLedger, Target, explore
 
@@ -169,4 +170,25 @@ def test_the_docs_agents_run_as_written(
     assert (outcome, durable) == ("succeeded", plain) and '"charge":"charged 0 for a"' in plain
     rows = [json.loads(x) for x in (tmp_path / "payments.jsonl").read_text().splitlines()]
     assert rows[0] == {"item": "a", "amount": 0}  # the plain run's charge: no key
+    line = 'shop = TorporAgent(agent, reads=["lookup_price"], effects={"charge": find_charge})'
+    assert line in (DOCS / "pydantic_ai_durable.py").read_text()
+    assert line in (DOCS.parent / "README.md").read_text()  # the README's sketch is this line
     assert rows[1]["key"].endswith("/tool:charge:pyd_ai_tool_call_id__charge") and len(rows) == 2
+
+
+@pytest.mark.proc
+def test_an_effect_tool_without_reconcile_killed_mid_call_leaves_the_run_unresolved(
+    db_url: str, _world: Path, tmp_path: Path
+) -> None:
+    code = (
+        "import pyai_flows, torpor\n"
+        f"torpor.Runtime({db_url!r}).run(pyai_flows.bare.workflow, 'buy tea', run_id='u-1')\n"
+    )
+    env = {"TORPOR_CRASH_AT": "effect.called@1", "TORPOR_EXPLORE_WORLD": str(_world)}
+    cp = run_python(code, cwd=TESTS, env=env)
+    assert cp.returncode == -9, cp.stderr  # SIGKILLed after the charge, before its record
+    assert _paid(_world)["u-1/tool:charge:c-charge"] == 1
+    res = torpor.Runtime(db_url).resume("u-1")
+    assert res.outcome == "unresolved" and "tool:charge:c-charge" in res.reason, res
+    assert _paid(_world)["u-1/tool:charge:c-charge"] == 1  # never called again blindly
+    assert _paid(_world)["model:5"] == 0  # the agent stopped there

@@ -30,7 +30,7 @@ from ... import serde
 from ...engine import budgets
 from ...engine.approvals import Approval
 from ...engine.effects import Reconcile
-from ...errors import ApprovalDeniedError, ConfigError, RunInterrupt
+from ...errors import ApprovalDeniedError, ConfigError, RunInterrupt, TorporError
 from ...history import Budget
 from ...run import Run
 from ...workflows import workflow
@@ -89,7 +89,9 @@ class TorporAgent:
         self.approvers = tuple(approvers)
         self.required = required
         self.deps = deps
-        caller = inspect.stack()[1].frame.f_globals.get("__name__", __name__)
+        frame = inspect.currentframe()
+        back = frame.f_back if frame is not None else None
+        caller = back.f_globals.get("__name__", __name__) if back is not None else __name__
 
         async def flow(run: Run, prompt: Any) -> Any:
             return await self.run(run, prompt)
@@ -149,7 +151,7 @@ class TorporAgent:
                 return out.output
             history = out.all_messages()
             results = self._answer(run, out.output, toolsets)
-        raise ConfigError(
+        raise TorporError(
             f"run {run.run_id!r}: the agent {self.name!r} asked for deferred tool calls "
             f"{MAX_ROUNDS} times in a row; stopping"
         )
