@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic_ai import Agent, DeferredToolRequests
+from pydantic_ai import Agent, CallDeferred, DeferredToolRequests
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -89,3 +89,24 @@ MODEL_PAID: dict[str, dict[str, int]] = {}
 
 #: The same agent with no reconcile for the charge: a kill during it leaves the run unresolved.
 bare = TorporAgent(make_agent(), name="shop-bare", reads=["lookup_price"])
+
+
+def make_external_agent() -> Agent[None, Any]:
+    """The charge done outside the agent (Pydantic AI's ``CallDeferred``): a person or another
+    system answers it later."""
+    agent: Agent[None, Any] = Agent(
+        FunctionModel(shopkeeper), output_type=[str, DeferredToolRequests], name="shop-external"
+    )
+
+    @agent.tool_plain
+    def lookup_price(item: str) -> int:
+        return PRICES[item]
+
+    @agent.tool_plain
+    def charge(item: str, amount: int) -> str:
+        raise CallDeferred(metadata={"item": item, "amount": amount})
+
+    return agent
+
+
+external = TorporAgent(make_external_agent(), reads=["lookup_price"], effects={"charge": None})

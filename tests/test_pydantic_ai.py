@@ -192,3 +192,15 @@ def test_an_effect_tool_without_reconcile_killed_mid_call_leaves_the_run_unresol
     assert res.outcome == "unresolved" and "tool:charge:c-charge" in res.reason, res
     assert _paid(_world)["u-1/tool:charge:c-charge"] == 1  # never called again blindly
     assert _paid(_world)["model:5"] == 0  # the agent stopped there
+
+
+def test_an_external_call_waits_durably_for_its_answer(db_url: str, _world: Path) -> None:
+    """Pydantic AI's ``CallDeferred``: the run waits for the signal ``pydantic-ai:<call id>``;
+    its payload is the call's result, which the model then sees."""
+    rt = torpor.Runtime(db_url)
+    res = rt.run(pyai_flows.external.workflow, "buy tea", run_id="x-1")
+    assert (res.status, res.wait_kind) == ("waiting", "signal"), res
+    torpor.Client(rt.store).signal("x-1", "pydantic-ai:c-charge", "paid at the till")
+    res = rt.resume("x-1")
+    assert (res.outcome, res.result) == ("succeeded", "charged: paid at the till"), res
+    assert _paid(_world) == {"model:1": 1, "model:3": 1, "model:5": 1}
