@@ -7,8 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic_ai import Agent, CallDeferred, DeferredToolRequests
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai import Agent, CallDeferred, DeferredToolRequests, ModelRetry
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 import torpor
@@ -23,7 +29,7 @@ def shopkeeper(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     it answers is counted in the world's ledger (``model:<n>``): paid once, or not."""
     FileLedger.here().record(f"model:{len(messages)}", messages=len(messages))
     returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
-    done = {p.tool_name: p.content for p in returns}
+    done = {p.tool_name: p.content for p in returns if p.outcome != "retried"}
     if "lookup_price" not in done:
         return ModelResponse(parts=[ToolCallPart("lookup_price", {"item": "tea"}, "c-price")])
     if "charge" not in done:
@@ -34,14 +40,29 @@ def shopkeeper(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     return ModelResponse(parts=[TextPart(f"charged: {done['charge']}")])
 
 
-def make_agent(approval: bool = False) -> Agent[None, Any]:
+def careless(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """The shopkeeper, asking first for an item the price list does not spell that way (the
+    tool answers with Pydantic AI's ModelRetry, and the model asks again — under the same tool
+    call id, as Pydantic AI's TestModel does for every call of a tool)."""
+    parts = [p for m in messages for p in m.parts]
+    if not any(isinstance(p, ToolReturnPart) and p.outcome == "retried" for p in parts):
+        FileLedger.here().record(f"model:{len(messages)}", messages=len(messages))
+        return ModelResponse(parts=[ToolCallPart("lookup_price", {"item": "Tea"}, "c-price")])
+    return shopkeeper(messages, info)
+
+
+def make_agent(approval: bool = False, retry: bool = False) -> Agent[None, Any]:
     agent: Agent[None, Any] = Agent(
-        FunctionModel(shopkeeper), output_type=[str, DeferredToolRequests], name="teashop"
+        FunctionModel(careless if retry else shopkeeper),
+        output_type=[str, DeferredToolRequests],
+        name="teashop",
     )
 
     @agent.tool_plain
     def lookup_price(item: str) -> int:
         """The price of an item (read: safe to ask again)."""
+        if item not in PRICES:
+            raise ModelRetry(f"no item {item!r}; the items are {sorted(PRICES)}")
         return PRICES[item]
 
     @agent.tool_plain(requires_approval=approval)
@@ -86,6 +107,14 @@ def effect_ledger(world: Any, run_id: str) -> dict[str, int]:
 #: World name (``baseline``, ``case0003``) -> times each model request was paid for, noted by
 #: :func:`effect_ledger` when the explorer checks the world (in the test's process).
 MODEL_PAID: dict[str, dict[str, int]] = {}
+
+#: The guarded agent whose model first asks for an item that is not on the list (ModelRetry).
+retrying = TorporAgent(
+    make_agent(approval=True, retry=True),
+    name="shop-retrying",
+    reads=["lookup_price"],
+    effects={"charge": find_charge},
+)
 
 #: The same agent with no reconcile for the charge: a kill during it leaves the run unresolved.
 bare = TorporAgent(make_agent(), name="shop-bare", reads=["lookup_price"])

@@ -204,3 +204,25 @@ def test_an_external_call_waits_durably_for_its_answer(db_url: str, _world: Path
     res = rt.resume("x-1")
     assert (res.outcome, res.result) == ("succeeded", "charged: paid at the till"), res
     assert _paid(_world) == {"model:1": 1, "model:3": 1, "model:5": 1}
+
+
+def test_a_tools_model_retry_is_recorded_and_replayed(db_url: str, _world: Path) -> None:
+    """A tool's ModelRetry is the step's recorded result: resuming after the approval replays
+    it (raised again, the same retry prompt: the recorded requests match), paying nothing."""
+    rt = torpor.Runtime(db_url)
+    client = torpor.Client(rt.store)
+    res = rt.run(pyai_flows.retrying.workflow, "buy tea", run_id="r-1")
+    assert res.wait_kind == "approval", res
+    done = {
+        e.payload.step_id: e.payload.result  # type: ignore[attr-defined]
+        for e in client.events("r-1") if e.type == "step_completed"
+    }  # fmt: skip
+    # One tool call id called twice: two steps, the first recorded as the ModelRetry it raised.
+    assert done["tool:lookup_price:c-price"]["$pydantic_ai"] == "ModelRetry"
+    assert done["tool:lookup_price:c-price~2"] == 3
+    client.decide("r-1", None, "approve", "carol")
+    res = rt.resume("r-1")
+    assert (res.outcome, res.result) == ("succeeded", "charged: tea for 3 (tool:charge:c-charge)")
+    assert _paid(_world) == {
+        "model:1": 1, "model:3": 1, "model:5": 1, "model:7": 1, "r-1/tool:charge:c-charge": 1
+    }  # fmt: skip

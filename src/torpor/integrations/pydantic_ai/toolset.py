@@ -12,7 +12,8 @@ MCP server's) and routes :meth:`call_tool` through the run:
   tool reads its key with :func:`idempotency_key` (Pydantic AI hands the model's arguments to
   the function; the key is not one of them).
 
-Tool call ids are stable across executions: they come from the model's recorded response.
+Tool call ids are stable across executions: they come from the model's recorded response (a
+second call of one id, as Pydantic AI makes after a ``ModelRetry``, is ``…~2``).
 Pydantic AI's control exceptions raised by a tool — ``ModelRetry``, ``ToolFailed``,
 ``CallDeferred``, ``ApprovalRequired`` — are recorded as the step's result and raised again,
 on the first execution and on every replay, so the agent takes the same path both times.
@@ -123,6 +124,7 @@ class TorporToolset(WrapperToolset[Any]):
     effects: Mapping[str, Reconcile | None] = field(default_factory=dict)
     approved: dict[str, tuple[Approval, ArtifactRef]] = field(default_factory=dict)
     before_call: Callable[[], None] | None = None
+    calls: dict[str, int] = field(default_factory=dict)
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
@@ -130,7 +132,13 @@ class TorporToolset(WrapperToolset[Any]):
         run = self.run
         assert run is not None
         pol = policy_of(name, tool, self.reads, self.effects)
-        sid = f"tool:{name}:{ctx.tool_call_id}"
+        # One step id per call of this tool call id: Pydantic AI may call one id again (after
+        # a ModelRetry, say) from another task, and torpor's own numbering of repeated ids is
+        # refused across tasks. The calls of one id come one after another: the count is the
+        # same on every replay.
+        base = f"tool:{name}:{ctx.tool_call_id}"
+        n = self.calls[base] = self.calls.get(base, 0) + 1
+        sid = base if n == 1 else f"{base}~{n}"
         wrapped = self.wrapped
 
         async def call(idempotency_key: str | None = None) -> Any:
