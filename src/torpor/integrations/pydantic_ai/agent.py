@@ -35,7 +35,7 @@ from ...history import Budget
 from ...run import Run
 from ...workflows import workflow
 from .model import TorporModel
-from .toolset import TorporToolset
+from .toolset import TorporToolset, approved_content
 
 #: Most rounds of deferred calls one run goes through (each a person's or a system's answer).
 MAX_ROUNDS = 50
@@ -163,17 +163,17 @@ class TorporAgent:
         for a person), each external call as a durable wait for its signal."""
         res = DeferredToolResults()
         for part in asked.approvals:
-            content = {"tool": part.tool_name, "args": part.args_as_dict(), "id": part.tool_call_id}
+            args = part.args_as_dict()
             ref = run.artifact(
                 f"pydantic-ai-call:{part.tool_call_id}",
-                serde.dumps(content),
+                approved_content(part.tool_name, args, part.tool_call_id),
                 media_type="application/json",
             )
             try:
                 granted: Approval = run.approval(
                     f"tool:{part.tool_name}",
                     [ref],
-                    summary=f"{part.tool_name}({serde.dumps(content['args'])})",
+                    summary=f"{part.tool_name}({serde.dumps(args)})",
                     approvers=self.approvers,
                     required=self.required,
                 )

@@ -35,6 +35,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.toolsets.wrapper import WrapperToolset
 
+from ... import serde
 from ...engine.approvals import Approval
 from ...engine.effects import Reconcile
 from ...errors import TorporError
@@ -82,6 +83,12 @@ def policy_of(
     fn = getattr(getattr(tool, "toolset", None), "tools", {}).get(name)
     spec = getattr(getattr(fn, "function", None), "__torpor_effect__", None)
     return ToolPolicy(Policy.EFFECT, spec.reconcile if spec is not None else None)
+
+
+def approved_content(tool: str, args: dict[str, Any], tool_call_id: str | None) -> bytes:
+    """The bytes a person approves for one deferred tool call (stored as its artifact): the
+    canonical JSON of the tool's name, its arguments and the call id."""
+    return serde.dumps({"tool": tool, "args": args, "id": tool_call_id}).encode()
 
 
 def _control(exc: Exception) -> dict[str, Any]:
@@ -154,7 +161,9 @@ class TorporToolset(WrapperToolset[Any]):
             self.before_call()  # (the budget: a no-op while the run replays)
         if pol.policy is Policy.READ:
             return _raise(await run.astep(sid, call, purpose=f"pydantic-ai tool {name} (read)"))
-        approval, ref = self.approved.get(ctx.tool_call_id or "", (None, None))
+        approval, ref = self.approved.pop(ctx.tool_call_id or "", (None, None))
+        # (Used once: Pydantic AI runs exactly the approved call — that tool call id, its
+        # arguments from the recorded response — and a later call reusing the id is asked anew.)
         return _raise(
             await run.aeffect(
                 sid,
