@@ -112,20 +112,24 @@ def load_postgres(url: str, wl: Workload, start: int, stop: int) -> None:
             "lesson text, conditions text, refs text, claims text, tags text, at_seq bigint, "
             "created_at_ms bigint)"
         )
-        conn.execute("TRUNCATE stage")
+        # The per-scope word counters (migration 0021) are kept by the table's own trigger,
+        # one aggregated upsert per INSERT statement: one statement per 50,000 rows.
+        conn.execute("SET work_mem = '256MB'")
         batch = 50_000
         for lo in range(start, stop, batch):
+            conn.execute("TRUNCATE stage")
             with conn.cursor().copy(f"COPY stage ({COLUMNS}) FROM STDIN") as cp:
                 for r in wl.episodes(lo, min(stop, lo + batch)):
                     cp.write_row(_values(r))
-        conn.execute(
-            f"INSERT INTO episodes ({COLUMNS}, tsv) SELECT {COLUMNS}, "
-            "setweight(to_tsvector('english', lesson), 'A') "
-            "|| setweight(to_tsvector('english', summary), 'B') "
-            "|| array_to_tsvector(string_to_array(tags, ' ')) FROM stage"
-        )
+            conn.execute(
+                f"INSERT INTO episodes ({COLUMNS}, tsv) SELECT {COLUMNS}, "
+                "setweight(to_tsvector('english', lesson), 'A') "
+                "|| setweight(to_tsvector('english', summary), 'B') "
+                "|| array_to_tsvector(string_to_array(tags, ' ')) FROM stage"
+            )
         conn.execute("CREATE INDEX episodes_tsv ON episodes USING gin (tsv)")
         conn.execute("VACUUM (ANALYZE) episodes")
+        conn.execute("VACUUM (ANALYZE) episode_terms")
 
 
 # ------------------------------------------------------------------ the baseline

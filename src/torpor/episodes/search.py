@@ -37,7 +37,7 @@ from typing import Any
 from ..store.domain import EpisodeFilter, EpisodeIndex
 from ..store.episode_index import EPISODE_COLUMNS
 from ..store.episode_index import fts5_expr as _fts5_expr
-from .model import pair_tag, tag
+from .model import STOP_WORDS, pair_tag, tag
 
 #: A word in at least this many episodes of the filter (or a fifth of them, if more) is not
 #: scored (see the module docstring).
@@ -108,9 +108,17 @@ class Searcher:
         """``(N, {informative word: idf}, [common words])`` for the filter, counted in the
         index on every backend (capped: see the module docstring)."""
         ix = self.index
-        n = ix.count(f, [], N_CAP)
-        cap = max(CAP_MIN, min(n // 5, CAP_MAX))
-        dfs = {w: ix.count(f, [w], cap) for w in words} if n else {}
+        within = EpisodeFilter(scope=f.scope, tags=(tag("scope", f.scope),))
+        counted = ix.counted(f.scope, words)
+        if counted is None:
+            n = ix.count(within, [], N_CAP)
+            cap = max(CAP_MIN, min(n // 5, CAP_MAX))
+            dfs = {w: ix.count(within, [w], cap) for w in words} if n else {}
+        else:  # the store's per-scope counters, uncapped: capped here as counting would
+            n = min(counted[0], N_CAP)
+            cap = max(CAP_MIN, min(n // 5, CAP_MAX))
+            dfs = {w: min(counted[1][w], cap) for w in words if w in counted[1]}
+            dfs.update({w: ix.count(within, [w], cap) for w in words if w not in dfs and n})
         idf: dict[str, float] = {}
         common: list[str] = []
         for w in words:
@@ -126,6 +134,10 @@ class Searcher:
     ) -> list[tuple[tuple[Any, ...], float]]:
         """The ``limit`` best rows (episode columns) with their scores."""
         f, ix = filters.for_index(), self.index
+        content = [w for w in words if w not in STOP_WORDS]
+        if words and not content:
+            return []  # only stop words: nothing to match (as PostgreSQL's index has none)
+        words = content
         n, idf, common = self._weigh(f, words)
         if n == 0:
             return []

@@ -292,6 +292,12 @@ class EpisodeIndex(Protocol):
         ``cap``."""
         ...
 
+    def counted(self, scope: str, words: Sequence[str]) -> tuple[int, dict[str, int]] | None:
+        """``(episodes of scope, {word: episodes of scope holding it})``, uncapped, from
+        counters the store keeps per scope (a word it cannot answer is left out); None for a
+        store that keeps none (:meth:`count` counts in the index instead)."""
+        ...
+
     def scored(self, f: EpisodeFilter, idf: Mapping[str, float], over: int) -> list[Row]:
         """``(id, score)`` of up to ``over`` episodes of ``f``, a word's weight in ``idf``
         added for each one it holds, best first (ties: newest)."""
