@@ -24,6 +24,7 @@ Terms (DESIGN.md §1, issue 18):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -106,10 +107,12 @@ def terms(text: str) -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=8192)
 def tag(field_name: str, value: str) -> str:
     """The index token standing for ``field_name = value``: a letter and 20 hex digits of its
     sha256 (a token every tokenizer keeps whole). A collision could only widen what the index
-    returns; the exact column is compared as well."""
+    returns; the exact column is compared as well. (Cached: a writer's scopes, agents and task
+    types repeat.)"""
     digest = hashlib.sha256(f"{field_name}\0{value}".encode()).hexdigest()[:20]
     return f"x{field_name[0]}{digest}"
 
