@@ -7,9 +7,10 @@
 **Retrieval.** The workload of :mod:`episodes_workload` (Zipf vocabulary, 2-4 word queries,
 scope and task type narrowing to 1 %) is bulk-loaded into a fresh store made by torpor's own
 migrations — SQLite under ``/var/tmp`` (``executemany``, then one ``INSERT … SELECT`` into the
-FTS5 index) or a fresh PostgreSQL schema (``COPY`` into a staging table, one ``INSERT …
-SELECT`` computing the ``tsvector``, the GIN index rebuilt after each load) — grown 10k → 100k
-→ 1M. At each size every query runs through :meth:`torpor.episodes.EpisodeStore.search` (top
+FTS5 index) or a fresh PostgreSQL schema (``COPY`` into a staging table 50,000 rows at a time,
+one ``INSERT … SELECT`` each computing the ``tsvector`` — the table's trigger keeping the
+per-scope word counters of migration 0021 fires once per statement — the GIN index rebuilt
+after each load, ``VACUUM ANALYZE``) — grown 10k → 100k → 1M. At each size every query runs through :meth:`torpor.episodes.EpisodeStore.search` (top
 10, scope and task type filters; 20 warm-up queries first) and its wall time is recorded:
 p50/p95 over ``--queries``.
 

@@ -4,16 +4,20 @@ Both backends index each episode's words *and* one token per filter (scope, agen
 outcome; :func:`~.model.tag`), so "these words within this scope and task type" is an
 intersection of posting lists the index answers without looking at any other scope. Ranking
 is BM25 with term presence (``k1 = 0``: each query word an episode contains adds its inverse
-document frequency), the IDF computed *within the filter* — how rare the word is among the
-episodes the caller may see:
+document frequency), the IDF computed *within the caller's scope* — how rare the word is among
+the scope's episodes (agent, task type, outcome and time narrow what is returned, not the
+weights); English stop words (:data:`~.model.STOP_WORDS`) are left out of the query first:
 
-1. ``N`` — how many episodes the filter holds (counted in the index, capped);
-2. for each query word, ``df`` — how many of those contain it, counted up to
-   ``cap = max(CAP_MIN, min(N / 5, CAP_MAX))``: a word found in a fifth of the filter or more
-   (or in ``CAP_MAX`` of its episodes, in a filter of more than 5 x ``CAP_MAX``) is as
-   uninformative as a stop word and is not scored — so counting and scoring a word never reads
-   more than ``CAP_MAX`` postings, whatever the filter's size (PostgreSQL visits a row for
-   each);
+1. ``N`` — how many episodes the scope holds (capped at :data:`N_CAP`);
+2. for each query word, ``df`` — how many of those contain it, up to
+   ``cap = max(CAP_MIN, min(N / 5, CAP_MAX))``: a word found in a fifth of the scope or more
+   (or in ``CAP_MAX`` of its episodes, in a scope of more than 5 x ``CAP_MAX``) is as
+   uninformative as a stop word and is not scored — so scoring a word never reads more than
+   ``CAP_MAX`` postings, whatever the scope's size. SQLite counts in FTS5 (which stops at the
+   cap); PostgreSQL reads its per-scope counters
+   (:meth:`~torpor.store.domain.EpisodeIndex.counted`, one statement for all the words), where a
+   GIN count would visit a row per match and intersect the scope with the word's store-wide
+   posting list;
 3. the episodes containing the informative words are scored, ``idf = ln(1 + (N - df + .5) /
    (df + .5))`` summed, best first (ties: the most recently written);
 4. the slots left are filled with the most recent episodes containing any of the common words.

@@ -3,11 +3,11 @@ queries each step of a search runs, within one read snapshot (an
 :class:`~torpor.store.domain.EpisodeIndex`). Both backends index each episode's words and one
 token per filter (scope, agent, task type, outcome), so a filter and the query's words are one
 intersection of posting lists: SQLite FTS5 (``episodes_fts``, an external-content index) and
-PostgreSQL full text (a ``tsvector`` with a GIN index). Both count a filter's episodes and a
-word's within it in the index itself, so a search weighs words the same way on both and a
-writer touches no row but its own (no shared counters: concurrent writers never wait on each
-other). Rows are then read by id with the exact columns compared, so a token collision could
-never leak an episode of another scope.
+PostgreSQL full text (a ``tsvector`` with a GIN index). SQLite counts a scope's episodes and a
+word's within it in FTS5; PostgreSQL reads them from ``episode_terms`` (per-scope counters kept
+by a trigger, migration 0021: writers in different scopes share no row), so a search weighs
+words the same way on both. Rows are then read by id with the exact columns compared, so a
+token collision could never leak an episode of another scope.
 """
 
 from __future__ import annotations
