@@ -153,3 +153,32 @@ def test_stop_words_weigh_nothing_on_either_backend(store_url: str) -> None:
 
         assert top("the mirror of deploys") == top("mirror deploys") != []
         assert top("the of") == [] and top("THE") == []
+
+
+def test_postgres_writers_of_one_scope_never_deadlock(pg_url: str) -> None:
+    """Writers of one scope share its counters' rows: the trigger takes them in (scope, word)
+    order, so concurrent batches with overlapping words queue and all commit (a deadlock
+    would abort one with an error), and the counters add up."""
+    import threading
+
+    texts = _texts(160)
+    errors: list[BaseException] = []
+    with torpor.Runtime(pg_url) as r:
+        es = EpisodeStore(r.store, embedder=None)
+
+        def write(k: int) -> None:
+            try:
+                for lo in range(k * 40, k * 40 + 40, 8):
+                    batch = [_ep(i, "shared", texts[i]) for i in range(lo, lo + 8)]
+                    es.write(list(reversed(batch)) if k % 2 else batch)
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=write, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        kept, again = _counters(r.store)
+        assert kept == again and kept[("shared", "")] == 160
