@@ -10,9 +10,9 @@ migrations — SQLite under ``/var/tmp`` (``executemany``, then one ``INSERT …
 FTS5 index) or a fresh PostgreSQL schema (``COPY`` into a staging table 50,000 rows at a time,
 one ``INSERT … SELECT`` each computing the ``tsvector`` — the table's trigger keeping the
 per-scope word counters of migration 0021 fires once per statement — the GIN index rebuilt
-after each load, ``VACUUM ANALYZE``) — grown 10k → 100k → 1M. At each size every query runs through :meth:`torpor.episodes.EpisodeStore.search` (top
-10, scope and task type filters; 20 warm-up queries first) and its wall time is recorded:
-p50/p95 over ``--queries``.
+after each load, ``VACUUM ANALYZE``) — grown 10k → 100k → 1M. At each size every query runs
+through :meth:`torpor.episodes.EpisodeStore.search` (top 10, scope and task type filters; 20
+warm-up queries first) and its wall time is recorded: p50/p95 over ``--queries``.
 
 Two references, measured in the same run on the same data: the index's own ranking with the
 filters in the index (FTS5 ``bm25()`` / ``ts_rank``, "native rank": what torpor's search

@@ -100,7 +100,7 @@ def test_postgres_counters_rank_as_counting_in_the_index(
 ) -> None:
     """The counters are a faster way to the same numbers: every query and filter gives the
     same top 10 with the same scores whether the search reads them or counts in the GIN
-    index (:meth:`SQLEpisodeIndex.counted` disabled)."""
+    index, one statement per word (:meth:`SQLEpisodeIndex.counted` disabled)."""
     texts = _texts(300)
     queries = _texts(25)
     with torpor.Runtime(pg_url) as r:

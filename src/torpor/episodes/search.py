@@ -13,11 +13,10 @@ weights); English stop words (:data:`~.model.STOP_WORDS`) are left out of the qu
    ``cap = max(CAP_MIN, min(N / 5, CAP_MAX))``: a word found in a fifth of the scope or more
    (or in ``CAP_MAX`` of its episodes, in a scope of more than 5 x ``CAP_MAX``) is as
    uninformative as a stop word and is not scored — so scoring a word never reads more than
-   ``CAP_MAX`` postings, whatever the scope's size. SQLite counts in FTS5 (which stops at the
-   cap); PostgreSQL reads its per-scope counters
-   (:meth:`~torpor.store.domain.EpisodeIndex.counted`, one statement for all the words), where a
-   GIN count would visit a row per match and intersect the scope with the word's store-wide
-   posting list;
+   ``CAP_MAX`` postings, whatever the scope's size. Both are one statement for all the words
+   (:meth:`~torpor.store.domain.EpisodeIndex.counted`): SQLite counts in FTS5 (each count
+   stopping at ``CAP_MAX``); PostgreSQL reads its per-scope counters, where a GIN count would
+   visit a row per match and intersect the scope with the word's store-wide posting list;
 3. the episodes containing the informative words are scored, ``idf = ln(1 + (N - df + .5) /
    (df + .5))`` summed, best first (ties: the most recently written);
 4. the slots left are filled with the most recent episodes containing any of the common words.
@@ -113,12 +112,12 @@ class Searcher:
         index on every backend (capped: see the module docstring)."""
         ix = self.index
         within = EpisodeFilter(scope=f.scope, tags=(tag("scope", f.scope),))
-        counted = ix.counted(f.scope, words)
-        if counted is None:
+        counted = ix.counted(within, words, N_CAP, CAP_MAX)
+        if counted is None:  # (not reached: within is a scope-only filter)
             n = ix.count(within, [], N_CAP)
             cap = max(CAP_MIN, min(n // 5, CAP_MAX))
             dfs = {w: ix.count(within, [w], cap) for w in words} if n else {}
-        else:  # the store's per-scope counters, uncapped: capped here as counting would
+        else:  # one statement; each count exact or at least its cap, capped here
             n = min(counted[0], N_CAP)
             cap = max(CAP_MIN, min(n // 5, CAP_MAX))
             dfs = {w: min(counted[1][w], cap) for w in words if w in counted[1]}

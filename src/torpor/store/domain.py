@@ -292,10 +292,12 @@ class EpisodeIndex(Protocol):
         ``cap``."""
         ...
 
-    def counted(self, scope: str, words: Sequence[str]) -> tuple[int, dict[str, int]] | None:
-        """``(episodes of scope, {word: episodes of scope holding it})``, uncapped, from
-        counters the store keeps per scope (a word it cannot answer is left out); None for a
-        store that keeps none (:meth:`count` counts in the index instead)."""
+    def counted(
+        self, f: EpisodeFilter, words: Sequence[str], n_cap: int, cap: int
+    ) -> tuple[int, dict[str, int]] | None:
+        """``(episodes of f, {word: episodes of f holding it})`` in one step for a scope-only
+        filter — each count exact or at least its cap (``n_cap``, ``cap``); a word it cannot
+        answer is left out — or None (another filter: :meth:`count` counts instead)."""
         ...
 
     def scored(self, f: EpisodeFilter, idf: Mapping[str, float], over: int) -> list[Row]:

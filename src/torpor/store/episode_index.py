@@ -120,13 +120,30 @@ class SQLEpisodeIndex:
         row = self.driver.fetchone(self.cur, sql, params)
         return int(row[0]) if row else 0
 
-    def counted(self, scope: str, words: Sequence[str]) -> tuple[int, dict[str, int]] | None:
-        """``(episodes of scope, {word: episodes of scope holding it})`` from PostgreSQL's
-        per-scope counters (``episode_terms``, migration 0021), in one statement — uncapped;
-        a word that is not exactly one lexeme (none: a stop word; two or more) is left out,
-        for :meth:`count`. None on SQLite, which keeps no counters (FTS5 counts cheaply)."""
-        if self.sqlite:
+    def counted(
+        self, f: EpisodeFilter, words: Sequence[str], n_cap: int, cap: int
+    ) -> tuple[int, dict[str, int]] | None:
+        """``(episodes of f up to n_cap, {word: episodes of f holding it, up to cap})`` in one
+        statement, for a scope-only ``f`` (None for any other filter: :meth:`count` counts
+        it). PostgreSQL reads its per-scope counters (``episode_terms``, migration 0021; exact
+        counts, never fewer than the caps ask for), leaving out a word that is not exactly one
+        lexeme (:meth:`count` counts it in the index); SQLite counts each in FTS5, one scalar
+        subquery apiece (no statement per word)."""
+        if f.agent is not None or f.task_type is not None or f.outcome is not None:
             return None
+        if self.sqlite:
+            params: dict[str, Any] = {"n_cap": n_cap, "cap": cap, "m": fts5_expr(f, [])}
+            cols = ["(SELECT count(*) FROM (SELECT 1 FROM episodes_fts "
+                    "WHERE episodes_fts MATCH :m LIMIT :n_cap))"]  # fmt: skip
+            for i, w in enumerate(words):
+                params[f"m{i}"] = fts5_expr(f, [w])
+                cols.append(
+                    "(SELECT count(*) FROM (SELECT 1 FROM episodes_fts "
+                    f"WHERE episodes_fts MATCH :m{i} LIMIT :cap))"
+                )
+            row = self.driver.fetchone(self.cur, "SELECT " + ", ".join(cols), params)
+            got = [int(x) for x in row] if row else [0] * (len(words) + 1)
+            return got[0], dict(zip(words, got[1:], strict=True))
         sql = (
             "SELECT q.w, cardinality(q.a), (SELECT t.docs FROM episode_terms t "
             "WHERE t.scope = :scope AND t.lexeme = q.a[1]) FROM (SELECT w, "
@@ -135,7 +152,7 @@ class SQLEpisodeIndex:
             "UNION ALL SELECT NULL, 1, (SELECT docs FROM episode_terms "
             "WHERE scope = :scope AND lexeme = '')"
         )
-        rows = self.driver.fetchall(self.cur, sql, {"scope": scope, "words": list(words)})
+        rows = self.driver.fetchall(self.cur, sql, {"scope": f.scope, "words": list(words)})
         n, dfs = 0, {}
         for w, lexemes, docs in rows:
             if w is None:
