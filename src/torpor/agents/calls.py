@@ -18,6 +18,7 @@ from ..engine.calls import resolve
 from ..engine.effects import Applied, EffectCall, Unknown
 from ..errors import (
     ApprovalDeniedError,
+    ApprovalRespondedError,
     AttemptTimeoutError,
     EffectNotApplied,
     StepError,
@@ -134,16 +135,28 @@ def execute_call(ctx: Context, c: PlannedCall) -> str:
                 hashes,
                 summary=clip(f"{tool.name}({json.dumps(c.args, sort_keys=True)})", 300),
             )
+        except ApprovalRespondedError as exc:
+            # A reply instead of a decision (issue 39): nothing runs; the model reads it.
+            ctx.settle(c, "responded", {"reply": exc.reply, "replied_by": exc.by}, None)
+            return c.status
         except ApprovalDeniedError as exc:
             ctx.settle(c, "denied", {"error": str(exc)}, None)
             if ctx.agent.on_denied == "block":
                 raise
             return c.status
+        if approval.edited:
+            edit = edited_args(ctx, tool, c, approval)
+            if isinstance(edit, str):
+                ctx.settle(c, "invalid", {"error": edit}, None)
+                return c.status
+            validated = edit
     sid = f"tool:{base}"
     provided = tool.provided_secrets()
     for value in provided.values():
         ctx.vault.add(value)  # scrubbed from whatever the call returns or raises
-    canonical = ctx.vault.scrub(serde.to_jsonable(c.args))
+    # (an approved edit is the call that runs: its arguments are the step's input)
+    edited = approval is not None and approval.edited
+    canonical = ctx.vault.scrub(serde.to_jsonable(validated if edited else c.args))
     try:
         if tool.policy is Policy.EFFECT:
             result = _effect(ctx, sid, tool, validated, provided, approval, hashes)
@@ -164,6 +177,29 @@ def execute_call(ctx: Context, c: PlannedCall) -> str:
         return c.status
     ctx.settle(c, "succeeded", result, sid)
     return c.status
+
+
+def edited_args(ctx: Context, tool: Tool, c: PlannedCall, approval: Approval) -> Any:
+    """The validated arguments of an approval with an edit (issue 39): exactly the edited
+    bytes the decision signed — checked again against the signed sha256 — parsed as the
+    ``{"tool": …, "args": …}`` document that was proposed (or a bare arguments object); a
+    string saying why when they are not valid arguments of this tool (nothing runs)."""
+    if serde.sha256_hex(approval.edited_content) != approval.edited:
+        return "the edited arguments do not match the sha256 the approver signed"
+    try:
+        doc = json.loads(approval.edited_content)
+    except ValueError as exc:
+        return f"the edited arguments are not JSON: {exc}"
+    if isinstance(doc, dict) and set(doc) == {"tool", "args"}:
+        if doc["tool"] != tool.name:
+            return f"the edit names tool {doc['tool']!r}, not {tool.name!r}"
+        doc = doc["args"]
+    if not isinstance(doc, dict):
+        return "the edited arguments are not a JSON object"
+    try:
+        return tool.validate(doc)
+    except ToolArgsError as exc:
+        return f"the edited arguments are refused: {exc}"
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ from .models.base import Message, Model, ModelResponse, ToolCall, ToolSpec
 from .models.record import call_model_step
 from .planners import Planner
 from .proposals import PlanView, Proposal, StepView
+from .steering import retracted, take
 from .tools import Tools, Vault
 from .verifiers import ModelJudge, Verifier
 
@@ -239,6 +240,14 @@ class AgentContext:
             messages = retry
             resp, sid = self._model_step(model, messages, tools, name)
         self.memory.after_call(messages, tools, resp, sid)
+        pending = self.memory.pending
+        if pending is not None and list(messages) == list(pending.messages):
+            # An interrupting steering message arrived during the call: its reply is
+            # retracted (its tokens count) and the model is asked again (.steering, issue 39).
+            while retracted(self, sid):
+                messages = self.conversation(self.memory.instructions)
+                resp, sid = self._model_step(model, messages, tools, name)
+                self.memory.after_call(messages, tools, resp, sid)
         self._last_response = resp
         return resp
 
@@ -270,7 +279,9 @@ class AgentContext:
         """The messages for the next model turn: the context built from the working memory
         within the agent's token budget (:func:`torpor.memory.working.next_context`) — system
         text with the summary, plan and checkpoint, the lessons of earlier runs (the episodes
-        section, :meth:`episodes`), the goal and input, the recent turns."""
+        section, :meth:`episodes`), the goal and input, the recent turns — after taking the
+        operators' steering messages that arrived since the last one (:mod:`.steering`)."""
+        take(self)
         return self.memory.conversation(instructions)
 
     def note(self, text: str, *, operator: bool = False) -> None:

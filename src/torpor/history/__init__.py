@@ -88,10 +88,12 @@ if TYPE_CHECKING:
         PendingSignal,
         PlanStepInfo,
         RunState,
+        SteerInfo,
         StepInfo,
         Usage,
         WaitInfo,
     )
+    from .steer_events import ReplyRetracted, SteerReceived, SteerTaken, WaitEscalated
     from .views import (
         EffectView,
         MessageView,
@@ -145,12 +147,16 @@ __all__ = [
     "PlanStepInfo",
     "PlannedStep",
     "Policy",
+    "ReplyRetracted",
     "RunFinished",
     "RunReopened",
     "RunStarted",
     "RunState",
     "RunStatus",
     "SignalReceived",
+    "SteerInfo",
+    "SteerReceived",
+    "SteerTaken",
     "StepCompleted",
     "StepFailed",
     "StepInfo",
@@ -162,6 +168,7 @@ __all__ = [
     "VerificationRecorded",
     "VersionAccepted",
     "WaitCompleted",
+    "WaitEscalated",
     "WaitInfo",
     "WaitStarted",
     "WarningRecorded",
@@ -180,7 +187,17 @@ __all__ = [
 ]
 
 
-_MODULES = ("events", "state", "fold", "decisions", "waits", "plans", "views")
+_MODULES = (
+    "events",
+    "state",
+    "fold",
+    "decisions",
+    "waits",
+    "plans",
+    "views",
+    "steer_events",
+    "steering",
+)
 
 
 def _load() -> None:

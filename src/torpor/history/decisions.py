@@ -1,9 +1,10 @@
 """The transition rules of approvals (G4, G6): a request binds content and, optionally, the
 people who may decide and how many must approve (N-of-M); decisions count once per person;
-any deny denies; a refused decision is recorded and, when it had been counted, withdrawn; a
-revocation stops an approved approval; a consumption is bound to the step that runs the effect.
-Registered into :data:`torpor.history.fold.RULES` like every other rule; signatures are checked
-outside this pure layer (:mod:`torpor.engine.approvals`).
+any deny (or reply, ``respond``) denies; approvers of an edit approve the same edited content;
+a refused decision is recorded and, when it had been counted, withdrawn; a revocation stops
+an approved approval; a consumption is bound to the step that runs the effect. Registered
+into :data:`torpor.history.fold.RULES` like every other rule; signatures are checked outside
+this pure layer (:mod:`torpor.engine.approvals`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ def _approval_requested(s: RunState, p: ApprovalRequested, e: Event, refuse: Ref
         raise refuse(f"approval {p.approval_id!r} must require at least one approver")
     if len(set(p.approvers)) != len(p.approvers):
         raise refuse(f"approval {p.approval_id!r} names an approver twice")
+    if p.escalate_at_ms != sorted(set(p.escalate_at_ms)):
+        raise refuse(f"approval {p.approval_id!r}: escalation stages must be due in order")
     if p.approvers and p.required > len(p.approvers):
         raise refuse(
             f"approval {p.approval_id!r} requires {p.required} of {len(p.approvers)} approvers"
@@ -74,6 +77,7 @@ def _approval_requested(s: RunState, p: ApprovalRequested, e: Event, refuse: Ref
         required=p.required,
         step_id=p.step_id,
         nonce=p.nonce,
+        escalate_at_ms=list(p.escalate_at_ms),
     )
 
 
@@ -93,6 +97,14 @@ def _approval_decided(s: RunState, p: ApprovalDecided, e: Event, refuse: Refuse)
         )
     if any(d.approver == p.approver for d in cur.decisions):
         raise refuse(f"{p.approver!r} already decided on approval {p.approval_id!r}")
+    if p.edited and p.decision != "approve":
+        raise refuse("only an approval carries edited content")
+    other = next((d for d in cur.decisions if d.decision == "approve"), None)
+    if p.decision == "approve" and other is not None and other.edited != p.edited:
+        raise refuse(
+            f"{p.approver!r} approved other content than {other.approver!r} on approval "
+            f"{p.approval_id!r} (approvers of an edit must approve the same edited content)"
+        )
     cur.decisions.append(
         DecisionInfo(
             approver=p.approver,
@@ -107,6 +119,8 @@ def _approval_decided(s: RunState, p: ApprovalDecided, e: Event, refuse: Refuse)
             store=p.store,
             request=p.request,
             arrived_at_ms=p.arrived_at_ms,
+            edited=p.edited,
+            edited_content=p.edited_content,
         )
     )
     cur.signature, cur.decided_at_ms, cur.comment = p.signature, p.decided_at_ms, p.comment
@@ -118,7 +132,7 @@ def _settle(cur: ApprovalInfo) -> None:
     approvals (or a policy decision) approve; else it is still requested. A consumed approval
     that still holds stays consumed; one that no longer does is requested again."""
     approves = [d for d in cur.decisions if d.decision == "approve"]
-    denies = [d for d in cur.decisions if d.decision == "deny"]
+    denies = [d for d in cur.decisions if d.decision in ("deny", "respond")]
     if denies:
         cur.status, cur.approver = "denied", denies[0].approver
         cur.arrived_at_ms = denies[0].arrived_at_ms

@@ -61,6 +61,7 @@ from .state import (
     RunState,
     StepInfo,
 )
+from .steer_events import SteerReceived
 
 #: ``refuse(rule)``: the TransitionError naming the run, the seq, the event type and ``rule``.
 Refuse = Callable[[str], TransitionError]
@@ -79,6 +80,7 @@ _NOT_PROGRESS: frozenset[type[Payload]] = frozenset(
         ChildEnded,
         MessageRefused,
         WarningRecorded,
+        SteerReceived,
     }
 )
 Rule = Callable[[RunState, Any, Event, Refuse], None]
