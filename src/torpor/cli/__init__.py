@@ -102,6 +102,7 @@ def _load_app() -> typer.Typer:
             schedule,
             steer,
             storage,
+            talk,
         )
         from .root import app, reflow_help
 
@@ -114,6 +115,7 @@ def _load_app() -> typer.Typer:
             memory,
             episodes,
             steer,
+            talk,
             schedule,
             keys,
             artifacts,
