@@ -118,16 +118,16 @@ def ship(run: torpor.Run, content: str) -> Any:
     return run.effect("push", _push, body, approval=appr, artifacts=[ref])
 
 
-PUSHED: list[str] = []
+pushed: list[str] = []
 
 
 def _push(body: str) -> dict[str, str]:
-    PUSHED.append(body)
+    pushed.append(body)
     return {"pushed": sha256_hex(body)}
 
 
 def test_a_database_writer_cannot_swap_the_edited_bytes(store_url: str) -> None:
-    PUSHED.clear()
+    pushed.clear()
     with Runtime(store_url) as rt:
         client = Client(rt.store)
         assert rt.run(ship, "patch v1\n", run_id="w1").wait_kind == "approval"
@@ -152,7 +152,7 @@ def test_a_database_writer_cannot_swap_the_edited_bytes(store_url: str) -> None:
         assert len(reasons) == 2, reasons
         assert "edited content does not match" in reasons[0]
         assert "signature does not verify" in reasons[1]
-        assert PUSHED == []
+        assert pushed == []
 
         # 3. In the history, after a valid edit was recorded: the bytes swapped in the event
         #    (and in the engine's checkpoint, so the forgery is self-consistent).
@@ -167,7 +167,7 @@ def test_a_database_writer_cannot_swap_the_edited_bytes(store_url: str) -> None:
         res = rt.resume("w1")
         assert (res.status, res.wait_kind) == ("waiting", "approval"), res
         assert "edited content does not match" in res.reason
-        assert PUSHED == []  # no effect ran, with either bytes
+        assert pushed == []  # no effect ran, with either bytes
         last = [e.payload for e in client.events("w1") if e.type == "approval_refused"][-1]
         assert last.withdrawn and last.approver == "carol"  # type: ignore[attr-defined]
 
@@ -175,7 +175,7 @@ def test_a_database_writer_cannot_swap_the_edited_bytes(store_url: str) -> None:
         client.approve_edited("w1", None, good, "alice")
         res = rt.resume("w1")
         assert res.outcome == "succeeded", res
-        assert PUSHED == [good]
+        assert pushed == [good]
 
 
 # ---------------------------------------------------------------- respond
