@@ -53,7 +53,7 @@ from ..history import (
     type_of,
 )
 from ..store.base import Completion
-from .escalation import Escalation, Perform, check_chain, due_times, escalate
+from .escalation import Escalation, Perform, check_chain, due_times, escalate, replayed
 from .journal import Journal
 from .waits import expire
 
@@ -217,6 +217,7 @@ def _decide(
         if j.host.auto_approve:
             payloads.append(policy_decision(j, aid, hashes))
         j.append(*payloads, wake_at_ms=deadline)
+    replayed(j, aid, wid, stages)
     check(j, aid)
     info = j.state.approvals[aid]
     if info.status == "requested" and j.host.auto_approve:

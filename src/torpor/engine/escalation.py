@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..errors import ConfigError
-from ..history import ApprovalInfo, CancelRequested, WaitEscalated
+from ..history import ApprovalInfo, CancelRequested, Policy, WaitEscalated
 from .journal import Journal
 
 #: ``perform(step_id, fn, info)``: run ``fn(info)`` as an effect step of the run (the Run
@@ -103,6 +103,15 @@ def check_chain(stages: Sequence[Escalation]) -> list[Escalation]:
 def due_times(start_ms: int, stages: Sequence[Escalation]) -> list[int]:
     """When each stage is due, for a request recorded at ``start_ms`` (epoch ms)."""
     return [start_ms + s.after_ms for s in stages]
+
+
+def replayed(j: Journal, aid: str, wid: str, stages: Sequence[Escalation]) -> None:
+    """Read back the effects of the notify stages already recorded (a resumed execution asks
+    for every recorded step before it writes anything new; none runs again)."""
+    info = j.state.approvals.get(aid)
+    for n, stage in enumerate(stages[: info.escalations if info else 0]):
+        if stage.notify is not None:
+            j.recorded(f"{wid}/escalate-{n + 1}", Policy.EFFECT)
 
 
 def escalate(
