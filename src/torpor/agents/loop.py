@@ -281,7 +281,8 @@ class AgentContext:
         text with the summary, plan and checkpoint, the lessons of earlier runs (the episodes
         section, :meth:`episodes`), the goal and input, the recent turns — after taking the
         operators' steering messages that arrived since the last one (:mod:`.steering`)."""
-        take(self)
+        for m in take(self):
+            self.note(str(m["text"]), operator=True)
         return self.memory.conversation(instructions)
 
     def note(self, text: str, *, operator: bool = False) -> None:

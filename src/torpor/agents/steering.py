@@ -20,18 +20,16 @@ budget), none of its tool calls run, and the model is asked again with the messa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..history import Policy, ReplyRetracted, SteerTaken
-
-if TYPE_CHECKING:
-    from .loop import AgentContext as Context
+from .context import Context
 
 
 def take(ctx: Context) -> list[dict[str, Any]]:
     """At the boundary before a model call: the steering messages this boundary takes (each
-    ``{"message_id", "text", "by"}``, oldest first), added to the working buffer as operator
-    messages. Recorded when there are any (see the module docstring)."""
+    ``{"message_id", "text", "by"}``, oldest first), for the caller to add to the working
+    buffer as operator messages. Recorded when there are any (see the module docstring)."""
     j = ctx.run.journal
     sid = j.next_id("steer")
     j.boundary()
@@ -49,8 +47,6 @@ def take(ctx: Context) -> list[dict[str, Any]]:
         fact = SteerTaken(step_id=sid, message_ids=[x["message_id"] for x in taken])
         purpose = f"took {len(taken)} steering message(s)"
         j.append(*j.step_events(sid, Policy.READ, taken, [fact], purpose))
-    for m in taken:
-        ctx.note(str(m["text"]), operator=True)
     return taken
 
 
