@@ -88,6 +88,8 @@ COMMANDS = [
     "signal",
     "cancel",
     "resolve",
+    "steer",
+    "respond",
     "artifacts",
     "worker",
     "budget",
