@@ -172,6 +172,23 @@ def test_a_chain_nobody_answers_ends_denied_with_every_stage_in_order(
     assert done.via == "deadline"  # type: ignore[attr-defined]
 
 
+@torpor.workflow(name="test.escalation.cancel", version="1")
+def cancel_after(run: torpor.Run, content: str) -> Any:
+    ref = run.artifact("patch", content)
+    run.approval("ship", [ref], escalate=[after(minutes=30, then="cancel")])
+    return "never"
+
+
+def test_a_chain_may_end_by_cancelling_the_run(world: World) -> None:
+    assert world.rt.run(cancel_after, "x\n", run_id="e3").wait_kind == "approval"
+    assert world.resume_at(0.25, "e3").wait_kind == "approval"
+    res = world.resume_at(0.5, "e3")
+    assert res.outcome == "cancelled", res
+    assert world.stages("e3") == [(1, "cancel")]
+    [cancel] = [e.payload for e in world.client.events("e3") if e.type == "cancel_requested"]
+    assert cancel.by == "escalation"  # type: ignore[attr-defined]
+
+
 def test_a_stage_does_one_thing() -> None:
     with pytest.raises(ConfigError, match="exactly one thing"):
         after(hours=1)

@@ -35,7 +35,11 @@ def decision_line(
     run_id: str, aid: str, info: ApprovalInfo, d: DecisionInfo, trust: Trust | None
 ) -> Line:
     """One decision: who, how it is authenticated, and whether it verifies here."""
-    verb = "approved" if d.decision == "approve" else "denied"
+    verb = {"approve": "approved", "respond": "replied to"}.get(d.decision, "denied")
+    if d.edited:  # approve with edit (issue 39): the bytes that run are the edit's
+        verb = f"approved an edit (sha256:{d.edited[:12]}, {len(d.edited_content)} chars)"
+    if d.decision == "respond":
+        verb = f"replied ({d.comment[:60]!r}; nothing runs)"
     at = when(d.decided_at_ms)
     if d.scheme == "policy":
         flag = d.comment or f"the start flag (--auto-approve) of run {run_id}"
