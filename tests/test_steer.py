@@ -147,3 +147,47 @@ def test_a_message_no_boundary_took_is_refused_when_the_run_ends(runtime: Runtim
         client.steer("s3", "hello?")
     with pytest.raises(InboxError, match="needs its text"):
         torpor.Client(runtime.store).steer("s3", "  ")
+
+
+def test_a_steering_message_is_kept_as_an_instruction_in_the_fact_ledger(
+    runtime: Runtime,
+) -> None:
+    """The latest operator message stays in the buffer; once a later one arrives, compaction
+    folds the earlier and the ledger keeps it as an operator's instruction (with provenance);
+    every later context holds both (G13)."""
+    from torpor.memory import Memory
+
+    client = Client(runtime.store)
+    tools = Tools()
+
+    @tools.tool
+    def read_notes(page: int) -> str:
+        """Read a page of notes."""
+        return f"page {page}: " + "lorem ipsum dolor sit amet " * 40
+
+    def turn(n: int) -> Any:
+        def respond(messages: Sequence[Message], specs: Sequence[ToolSpec]) -> Message:
+            if n == 0:
+                client.steer("s4", "always answer in French from now on", by="alice")
+            if n == 2:
+                client.steer("s4", "and give every length in metres", by="bob")
+            return use(("read_notes", {"page": n})) if n < 12 else say("fini")
+
+        return respond
+
+    model = ScriptedModel([turn(n) for n in range(13)])
+    agent = Agent(
+        fresh("ledger"),
+        goal="read the notes",
+        tools=tools,
+        planner=ReActPlanner(model),
+        memory=Memory(budget_tokens=1500),
+    )
+    assert runtime.run(agent, {}, run_id="s4").outcome == "succeeded"
+    assert any(e.type == "context_compacted" for e in client.events("s4"))
+    kept = [r for r in client.ledger("s4") if r.kind == "instruction"]
+    assert [(r.source, "answer in French" in r.text) for r in kept] == [("operator", True)]
+    for msgs in model.calls[1:]:  # pinned in every later context, folded or not
+        assert "always answer in French" in texts(msgs)
+    for msgs in model.calls[3:]:
+        assert "every length in metres" in texts(msgs)
