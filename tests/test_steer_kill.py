@@ -4,7 +4,7 @@ model call after them is not made again (its prompt, rebuilt on replay with the 
 read back from the record, matches the recorded one).
 
 The agent runs in a real process; its scripted model's first call blocks until the test has
-sent two messages with the real CLI (``torpor steer``, two more processes); the agent process
+sent two messages (one with the real CLI, ``torpor steer``, in another process); the agent process
 kills itself (SIGKILL) right after the next model call is recorded — after the boundary took
 the messages. A new process resumes it to the end."""
 
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import torpor
 from conftest import HANG_S, ROOT
 
 pytestmark = pytest.mark.slow
@@ -133,14 +134,16 @@ def test_messages_sent_during_a_model_call_survive_sigkill_seen_once_in_order(
             assert agent.poll() is None, agent.communicate()
             assert time.monotonic() < deadline, "the model call never began"
             time.sleep(0.05)
-        for who, text in (("alice", "use the staging database"), ("bob", "keep it under 10 lines")):
-            cp = subprocess.run(
-                [sys.executable, "-m", "torpor.cli", "--db", store_url, "steer", "k1", text,
-                 "--as", who],
-                env=_env(tmp_path), capture_output=True, text=True, timeout=HANG_S,
-            )  # fmt: skip
-            assert cp.returncode == 0, cp.stderr
-            assert "queued" in cp.stdout, cp.stdout
+        # One operator with the real CLI (another process), one through a Client.
+        cp = subprocess.run(
+            [sys.executable, "-m", "torpor.cli", "--db", store_url, "steer", "k1",
+             "use the staging database", "--as", "alice"],
+            env=_env(tmp_path), capture_output=True, text=True, timeout=HANG_S,
+        )  # fmt: skip
+        assert cp.returncode == 0, cp.stderr
+        assert "queued" in cp.stdout, cp.stdout
+        with torpor.Client(store_url) as client:
+            client.steer("k1", "keep it under 10 lines", by="bob")
         (tmp_path / "go").touch()
         _, err = agent.communicate(timeout=HANG_S)
     finally:
@@ -163,8 +166,6 @@ def test_messages_sent_during_a_model_call_survive_sigkill_seen_once_in_order(
     assert model[1]["seen"] == [1, 1, True]  # seen at the next boundary, once, in order
     assert model[2]["seen"] == [1, 1, True]  # and after the resume: still once, in order
     assert [c["word"] for c in _calls(tmp_path, "tool")] == ["alpha", "beta"]
-
-    import torpor
 
     with torpor.Client(store_url) as client:
         events = client.events("k1")
