@@ -125,7 +125,7 @@ def world(store_url: str, tmp_path: Path) -> Iterator[World]:
 
 
 def test_a_chain_notifies_once_then_hands_over_across_restarts(
-    world: World, webhook: list[dict[str, Any]]
+    world: World, webhook: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     PUSHED.clear()
     assert world.rt.run(ship, "patch v1\n", run_id="e1").wait_kind == "approval"
@@ -140,6 +140,11 @@ def test_a_chain_notifies_once_then_hands_over_across_restarts(
     assert world.wake_at_h("e1") == 24.0
     world.resume_at(2.0, "e1")  # another restart before the next stage: nothing again
     assert len(webhook) == 1 and world.stages("e1") == [(1, "notify")]
+    from torpor.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--db", world.url, "show", "e1"])
+    assert "escalation: 1 of 3 stages; next at" in capsys.readouterr().out
 
     world.resume_at(24.0, "e1")
     assert world.stages("e1") == [(1, "notify"), (2, "approvers")]

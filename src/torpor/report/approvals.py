@@ -71,6 +71,15 @@ def approval_lines(
     lines: list[Line] = [(head, "bold" if info.status == "requested" else "")]
     lines += [(f"  sha256:{h}", "") for h in info.hashes]
     lines += [decision_line(run_id, aid, info, d, trust) for d in info.counted()]
+    if info.escalate_at_ms:  # its escalation chain (issue 39): stages reached, the next one
+        nxt = info.escalate_at_ms[info.escalations :]
+        more = f"; next at {when(nxt[0])}" if nxt and info.status == "requested" else ""
+        lines.append(
+            (
+                f"  escalation: {info.escalations} of {len(info.escalate_at_ms)} stages{more}",
+                "yellow",
+            )
+        )
     if info.refused:
         lines.append((f"  refused: {info.refused} decision(s); latest:", "red"))
         lines += [(f"    {r}", "red") for r in info.refusals]
