@@ -194,6 +194,41 @@ def test_a_chain_may_end_by_cancelling_the_run(world: World) -> None:
     assert cancel.by == "escalation"  # type: ignore[attr-defined]
 
 
+def _deploy_plan(view: torpor.PlanView) -> Any:
+    if view.steps:
+        return None
+    return [torpor.ProposedStep(call_id="d1", tool="deploy", args={"env": "prod"})]
+
+
+agent_tools = torpor.Tools()
+
+
+@agent_tools.tool(policy="effect", requires_approval=lambda a: True)
+def deploy(env: str, idempotency_key: str) -> str:
+    """Deploy."""
+    PUSHED.append(env)
+    return env
+
+
+escalating_agent = torpor.Agent(
+    "test.escalation.agent",
+    goal="deploy",
+    tools=agent_tools,
+    planner=torpor.CodePlanner(_deploy_plan),
+    escalate=[after(hours=2, then="deny")],
+)
+
+
+def test_an_agents_tool_call_approval_escalates(world: World) -> None:
+    PUSHED.clear()
+    assert world.rt.run(escalating_agent, {}, run_id="e4").wait_kind == "approval"
+    res = world.resume_at(2.0, "e4")
+    assert res.outcome == "blocked" and "escalation chain" in res.reason, res
+    assert world.stages("e4") == [(1, "deny")] and PUSHED == []
+    [settled] = [e.payload for e in world.client.events("e4") if e.type == "tool_call_settled"]
+    assert settled.outcome == "denied"  # type: ignore[attr-defined]
+
+
 def test_a_stage_does_one_thing() -> None:
     with pytest.raises(ConfigError, match="exactly one thing"):
         after(hours=1)

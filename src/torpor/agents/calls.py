@@ -134,6 +134,7 @@ def execute_call(ctx: Context, c: PlannedCall) -> str:
                 f"tool:{base}",
                 hashes,
                 summary=clip(f"{tool.name}({json.dumps(c.args, sort_keys=True)})", 300),
+                escalate=getattr(ctx.agent, "escalate", ()),
             )
         except ApprovalRespondedError as exc:
             # A reply instead of a decision (issue 39): nothing runs; the model reads it.

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import faults, serde
+from ..engine.escalation import Escalation
 from ..engine.execution import ENGINE_ERRORS
 from ..errors import (
     ApprovalError,
@@ -95,6 +96,8 @@ class Agent:
     record's own lines.
     ``memory``: the working memory's budget, compaction and extra context sections
     (:class:`~torpor.memory.Memory`; the defaults when omitted).
+    ``escalate``: what happens when nobody answers one of its tool calls' approvals — stages
+    made with :func:`torpor.engine.escalation.after` (notify, hand over, deny or cancel).
     ``max_plan_versions``: the run fails (PlannerError) when the planner would make more plan
     versions than this — a ReAct planner makes one per model turn, so it caps the model turns
     too (``torpor context RUN`` shows it); the budget (tokens, steps) is the usual limit.
@@ -118,6 +121,7 @@ class Agent:
         task_type: str | None = None,
         lesson_model: Model | None = None,
         memory: Memory | None = None,
+        escalate: Sequence[Escalation] = (),
     ):
         if on_denied not in ("block", "replan"):
             raise TorporError("on_denied must be 'block' or 'replan'")
@@ -134,6 +138,7 @@ class Agent:
         self.task_type = task_type or name
         self.lesson_model = lesson_model
         self.memory = memory or Memory()
+        self.escalate = tuple(escalate)  # of its tool calls' approvals (issue 39)
 
         def agent_workflow(run: Run, input: Any) -> Any:
             return AgentContext(self, run, input).execute()
