@@ -170,11 +170,11 @@ def test_a_chain_nobody_answers_ends_denied_with_every_stage_in_order(
     assert world.rt.run(ship, "patch v2\n", run_id="e2").wait_kind == "approval"
     res = world.resume_at(72.0, "e2")  # down for three days: every stage is due at once
     assert res.outcome == "blocked", res
-    assert "denied by its escalation chain" in res.reason
+    assert "denied by escalation: no decision by stage 3 of its escalation chain" in res.reason
     assert world.stages("e2") == [(1, "notify"), (2, "approvers"), (3, "deny")]
     assert len(webhook) == 1 and PUSHED == []
     [done] = [e.payload for e in world.client.events("e2") if e.type == "wait_completed"]
-    assert done.via == "deadline"  # type: ignore[attr-defined]
+    assert done.via == "decision"  # type: ignore[attr-defined]  (the chain's)
 
 
 @torpor.workflow(name="test.escalation.cancel", version="1")
@@ -182,6 +182,33 @@ def cancel_after(run: torpor.Run, content: str) -> Any:
     ref = run.artifact("patch", content)
     run.approval("ship", [ref], escalate=[after(minutes=30, then="cancel")])
     return "never"
+
+
+def test_stages_and_decisions_are_ordered_by_when_they_came_due_and_arrived(
+    world: World, webhook: list[dict[str, Any]]
+) -> None:
+    """The run was down from the request on: alice's decision arrived at 26 h, after the
+    hand-over to carol (due at 24 h), so it is refused when the run resumes at 30 h — as if the
+    run had been up all along; carol's, arriving at 50 h after the chain's denial (due at
+    48 h), is refused too, and the chain ends the run."""
+    PUSHED.clear()
+    assert world.rt.run(ship, "patch v3\n", run_id="e5").wait_kind == "approval"
+    world.clock.advance(26 * HOUR)
+    world.client.decide("e5", None, "approve", "alice")  # the last state she saw allowed it
+    res = world.resume_at(30.0, "e5")
+    assert res.wait_kind == "approval", res
+    assert world.stages("e5") == [(1, "notify"), (2, "approvers")]
+    refused = [e.payload for e in world.client.events("e5") if e.type == "approval_refused"]
+    assert [r.approver for r in refused] == ["alice"]  # type: ignore[attr-defined]
+    assert "not one of the approvers" in refused[0].reason  # type: ignore[attr-defined]
+    world.clock.advance(20 * HOUR)
+    world.client.decide("e5", None, "approve", "carol")
+    res = world.resume_at(51.0, "e5")
+    assert res.outcome == "blocked", res
+    refused = [e.payload for e in world.client.events("e5") if e.type == "approval_refused"]
+    assert "arrived after its escalation chain ended it (deny)" in refused[-1].reason  # type: ignore[attr-defined]
+    assert world.stages("e5") == [(1, "notify"), (2, "approvers"), (3, "deny")]
+    assert PUSHED == []
 
 
 def test_a_chain_may_end_by_cancelling_the_run(world: World) -> None:

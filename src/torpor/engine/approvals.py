@@ -154,17 +154,16 @@ def request(
             required=required,
             nonce=uuid.uuid4().hex,
             escalate_at_ms=due_times(j.now_ms(), stages),
+            escalation=[
+                {"action": x.action, "approvers": list(x.approvers), "required": x.required}
+                for x in stages
+            ],
         )
         comp = _decide(j, ask, wid, timeout, stages, perform)
     res = comp.result or {}
     info = j.state.approvals.get(aid)
     if res.get("decision") == "timeout":
         raise ApprovalDeniedError(f"approval {aid!r} timed out without a decision")
-    if res.get("decision") == "escalation":
-        raise ApprovalDeniedError(
-            f"approval {aid!r} denied by its escalation chain: no decision by stage "
-            f"{info.escalations if info else '?'}"
-        )
     if res.get("decision") == "respond":
         reply = next((d for d in info.decisions if d.decision == "respond"), None) if info else None
         raise ApprovalRespondedError(
@@ -242,19 +241,11 @@ def _decide(
             ):
                 raise ApprovalDeniedError(f"approval {aid!r} timed out without a decision")
             return _decide(j, ask, wid, timeout, stages, perform)  # a message landed: look again
-        final = escalate(j, aid, wid, stages, perform) if stages and not late else None
-        if final == "cancel":
+        if stages and not late and escalate(j, aid, wid, stages, perform) == "cancel":
             j.boundary()  # (raises Cancelled: the chain's last stage cancelled the run)
-        if final == "deny":
-            result = {"decision": "escalation"}
-            if expire(
-                j,
-                WaitCompleted(wait_id=wid, via="deadline"),
-                StepCompleted(step_id=wid, policy=Policy.DECISION, result=result),
-            ):
-                return _completion(j, wid)
-            return _decide(j, ask, wid, timeout, stages, perform)
-        raise Suspended(_waiting_reason(j, aid))
+        info = j.state.approvals[aid]  # (a chain that ended in a denial denied it)
+        if info.status == "requested" or late:
+            raise Suspended(_waiting_reason(j, aid))
     responded = any(d.decision == "respond" for d in info.counted())
     decision = "respond" if responded else "deny" if info.status == "denied" else "approve"
     result = {"decision": decision, "approver": info.approver or ""}

@@ -121,8 +121,11 @@ def escalate(
     stages: Sequence[Escalation],
     perform: Perform | None,
 ) -> str | None:
-    """Record every stage of approval ``aid``'s chain that is due now (in order); returns the
-    final action reached (``"deny"``, ``"cancel"``) or None while the wait goes on."""
+    """Record every stage of approval ``aid``'s chain that is due now, in order; returns the
+    final action reached (``"deny"``: the approval is denied by the chain, ``"cancel"``: the
+    run's cancel is requested) or None while the wait goes on. (A decision that arrived after
+    a stage was due is judged against that stage even before it is recorded: the fold's
+    :func:`~torpor.history.decisions.by_arrival`.)"""
     while True:
         info: ApprovalInfo = j.state.approvals[aid]
         n = info.escalations

@@ -65,6 +65,8 @@ def _approval_requested(s: RunState, p: ApprovalRequested, e: Event, refuse: Ref
         raise refuse(f"approval {p.approval_id!r} names an approver twice")
     if p.escalate_at_ms != sorted(set(p.escalate_at_ms)):
         raise refuse(f"approval {p.approval_id!r}: escalation stages must be due in order")
+    if p.escalation and len(p.escalation) != len(p.escalate_at_ms):
+        raise refuse(f"approval {p.approval_id!r}: one due time per escalation stage")
     if p.approvers and p.required > len(p.approvers):
         raise refuse(
             f"approval {p.approval_id!r} requires {p.required} of {len(p.approvers)} approvers"
@@ -78,6 +80,7 @@ def _approval_requested(s: RunState, p: ApprovalRequested, e: Event, refuse: Ref
         step_id=p.step_id,
         nonce=p.nonce,
         escalate_at_ms=list(p.escalate_at_ms),
+        escalation=list(p.escalation),
     )
 
 
@@ -90,9 +93,12 @@ def _approval_decided(s: RunState, p: ApprovalDecided, e: Event, refuse: Refuse)
         raise refuse(f"approval {p.approval_id!r} is already {cur.status}")
     if sorted(p.hashes) != sorted(cur.hashes):
         raise refuse(f"decision on approval {p.approval_id!r} names different content hashes")
-    if p.scheme != "policy" and cur.approvers and p.approver not in cur.approvers:
+    approvers, ended = by_arrival(cur, p.arrived_at_ms)
+    if ended:
+        raise refuse(f"approval {p.approval_id!r}: it arrived after its escalation chain {ended}")
+    if p.scheme != "policy" and approvers and p.approver not in approvers:
         raise refuse(
-            f"approval {p.approval_id!r} is decided by {', '.join(cur.approvers)}, not "
+            f"approval {p.approval_id!r} is decided by {', '.join(approvers)}, not "
             f"{p.approver!r}: not one of the approvers"
         )
     if any(d.approver == p.approver for d in cur.decisions):
@@ -125,6 +131,24 @@ def _approval_decided(s: RunState, p: ApprovalDecided, e: Event, refuse: Refuse)
     )
     cur.signature, cur.decided_at_ms, cur.comment = p.signature, p.decided_at_ms, p.comment
     _settle(cur)
+
+
+def by_arrival(cur: ApprovalInfo, arrived_at_ms: int | None) -> tuple[list[str], str]:
+    """Who may decide ``cur`` by a decision that arrived at ``arrived_at_ms``, and how its
+    escalation chain ended before then ("" if it did not) — counting the stages due before it
+    arrived that are not recorded yet (the run was not executing): decided by arrival, not by
+    when a process looked (issue 39)."""
+    approvers = list(cur.approvers)
+    if arrived_at_ms is None or not cur.escalation:
+        return approvers, ""
+    for at, st in list(zip(cur.escalate_at_ms, cur.escalation, strict=False))[cur.escalations :]:
+        if at > arrived_at_ms:
+            break
+        if st.get("action") == "approvers":
+            approvers = list(st.get("approvers") or [])
+        elif st.get("action") in ("deny", "cancel"):
+            return approvers, f"ended it ({st['action']})"
+    return approvers, ""
 
 
 def _settle(cur: ApprovalInfo) -> None:

@@ -138,8 +138,11 @@ class ApprovalRequested(Payload):
     #: This request's nonce (random, made once when it is recorded): signed decisions name it,
     #: so a decision is valid for one request only ("": requested before issue 34).
     nonce: str = ""
-    #: When each stage of its escalation chain is due (epoch ms, increasing; issue 39).
+    #: When each stage of its escalation chain is due (epoch ms, increasing; issue 39), and
+    #: what each does (``{"action", "approvers", "required"}``): a decision is judged against
+    #: the stages due before it arrived, whether or not they were recorded yet.
     escalate_at_ms: list[int] = Field(default_factory=list)
+    escalation: list[dict[str, Any]] = Field(default_factory=list)
 
 
 #: How a decision is authenticated: ``ed25519`` — signed by the approver's own key (or a

@@ -112,6 +112,7 @@ class ApprovalInfo(BaseModel):
     #: When each stage of its escalation chain is due (epoch ms), and how many stages were
     #: recorded so far (``wait_escalated``, issue 39).
     escalate_at_ms: list[int] = Field(default_factory=list)
+    escalation: list[dict[str, Any]] = Field(default_factory=list)
     escalations: int = 0
 
     def counted(self) -> list[DecisionInfo]:

@@ -1,7 +1,8 @@
 """The transition rules of steering and escalation (issue 39, G4, G11): a steering message is
 taken once, in arrival order, by a boundary of a running run; a retraction names a model call
 that returned and a steering message that interrupts; an escalation stage comes after the one
-before it, on an approval still waiting, and a hand-over names the people who decide next."""
+before it, on an approval still waiting, a hand-over names the people who decide next, and a
+final ``deny`` denies the approval (a decision arriving after it is refused)."""
 
 from __future__ import annotations
 
@@ -78,4 +79,7 @@ def _wait_escalated(s: RunState, p: WaitEscalated, e: Event, refuse: Refuse) -> 
         if need > len(p.approvers):
             raise refuse(f"a hand-over requires {need} of {len(p.approvers)} approvers")
         info.approvers, info.required = list(p.approvers), need
+    if p.action == "deny":  # the chain's end: denied by it (a later decision is refused)
+        info.status, info.approver = "denied", "escalation"
+        info.comment = f"no decision by stage {p.stage} of its escalation chain"
     info.escalations = p.stage

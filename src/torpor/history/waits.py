@@ -93,9 +93,7 @@ def _wait_completed(s: RunState, p: WaitCompleted, e: Event, refuse: Refuse) -> 
     w = s.wait
     if p.via == "timer" and w.kind != "timer":
         raise refuse(f"a {w.kind} wait is not completed by a timer")
-    chain = s.approvals.get(w.name) if w.kind == "approval" else None
-    ended = chain is not None and 0 < len(chain.escalate_at_ms) == chain.escalations
-    if p.via == "deadline" and w.deadline_ms is None and not ended:  # (or its chain's end)
+    if p.via == "deadline" and w.deadline_ms is None:
         raise refuse(f"wait {p.wait_id!r} has no deadline")
     if p.via == "signal" and w.kind != "signal":
         raise refuse(f"a {w.kind} wait is not completed by a signal")
