@@ -185,6 +185,8 @@ def test_approval_flow_shows_and_checks_the_hash(flows: Path) -> None:
     assert f"sha256:{sha}" in shown  # the content to review, in full
     assert "requested" in shown and "waiting" in shown
     assert "establishing" in shown and "next" in shown
+    # Piped (not a terminal): no line padded with blanks to the 240 columns tables may use.
+    assert not [line for line in shown.splitlines() if line.endswith(" ")], shown
 
     wrong = cli(flows, "approve", "ship-1", "--as", "alice", "--hash", "0000beef")
     one_line_error(wrong, "0000beef", "review it again")

@@ -18,6 +18,7 @@ from . import blobs, serde
 from .client_reads import ClientReads
 from .client_steer import ClientSteering
 from .config import Settings
+from .engine import budgets
 from .errors import (
     DecisionRefusedError,
     InboxError,
@@ -468,8 +469,10 @@ class Client(ClientSteering, ClientReads):
     ) -> dict[str, Any]:
         """Reopen a ``blocked`` run — typically after raising a budget limit — so it resumes
         where it stopped. Given limits replace the recorded ones (a running run takes them at
-        its next boundary without reopening). Returns the run's usage and limits as they will
-        be (usage keys: tokens, cost_usd, steps, wall_clock_s)."""
+        its next boundary without reopening). A run's limits hold for its whole tree of runs
+        (:mod:`torpor.engine.budgets`): raising them also reopens the runs below it that they
+        blocked. Returns the run's usage and limits as they will be (usage keys: tokens,
+        cost_usd, steps, wall_clock_s) and ``reopened``: the runs below reopened."""
         limits = {
             k: v
             for k, v in {
@@ -495,6 +498,8 @@ class Client(ClientSteering, ClientReads):
         if limits:
             body["budget"] = limits
         self.store.post_inbox(run_id, "reopen", body, message_id=f"reopen:{uuid.uuid4().hex}")
+        # One budget for a tree (issue 38): the runs below that this run's limit blocked go on.
+        below = budgets.reopen_blocked(self.store, run_id, by) if limits else []
         u = st.usage
         now = self.store.now_ms()
         return {
@@ -505,6 +510,7 @@ class Client(ClientSteering, ClientReads):
                 "wall_clock_s": round((now - st.started_at_ms) / 1000, 1),
             },
             "limits": {**st.budget.model_dump(), **limits},
+            "reopened": below,
         }
 
     def retry(self, run_id: str, by: str, *, step: str | None = None, reason: str = "") -> None:

@@ -89,17 +89,19 @@ def show(
     from ..report.run import gather
     from .artifacts import offloaded_table
     from .storage import storage_text
-    from .tree import children_table
+    from .tree import children_table, tree_account, tree_budget_table
 
+    tree = None
     with open_client(ctx, read_only=True) as client:
         if at is None:
             report = gather(client, run_id)
+            tree = tree_account(client, run_id, report.children)
         else:
             from ..report.past import gather_at
 
             report = gather_at(client, run_id, at)
     if json_out:
-        emit_json(report.as_json())
+        emit_json({**report.as_json(), **({"tree_budget": tree} if tree is not None else {})})
         return
     live, rec, state = report.summary, report.rec, report.state
     now_view = report.as_of is None  # False: a past state (--at), shown without action hints
@@ -230,6 +232,7 @@ def show(
                 )
 
     children_table(out, report.children)
+    tree_budget_table(out, tree)
 
     if report.artifacts:
         table = new_table("NAME", "VERSION", "SHA256", "SIZE", "MEDIA TYPE", title="Artifacts")
