@@ -79,6 +79,7 @@ COMMANDS = [
     "ls",
     "show",
     "events",
+    "fork",
     "doctor",
     "init",
     "context",
@@ -105,10 +106,12 @@ COMMANDS = [
     "archive",
     "memory",
     "store",
+    "sandbox",
 ]
 KEYS_COMMANDS = ["init", "add", "remove", "list"]
 STORE_COMMANDS = ["mark", "accept-restore"]
 MEMORY_COMMANDS = ["search", "show", "sync", "prune"]
+SANDBOX_COMMANDS = ["doctor", "build"]
 
 
 @pytest.fixture
@@ -355,6 +358,7 @@ def test_help_for_every_command(flows: Path) -> None:
         *(["keys", c, "--help"] for c in KEYS_COMMANDS),
         *(["memory", c, "--help"] for c in MEMORY_COMMANDS),
         *(["store", c, "--help"] for c in STORE_COMMANDS),
+        *(["sandbox", c, "--help"] for c in SANDBOX_COMMANDS),
     ]
     proc = subprocess.run(
         [sys.executable, "-c", HELP_DRIVER, json.dumps(invocations)],

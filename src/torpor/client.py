@@ -10,15 +10,15 @@ requested, revoking one already consumed).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import blobs, serde
+from . import blobs, forks, serde
 from .client_reads import ClientReads
 from .client_steer import ClientSteering
 from .config import Settings
-from .engine import budgets
 from .errors import (
     DecisionRefusedError,
     InboxError,
@@ -421,6 +421,36 @@ class Client(ClientSteering, ClientReads):
         )
         return list(info.hashes)
 
+    def fork(
+        self,
+        run_id: str,
+        at: int | str,
+        *,
+        fork_id: str | None = None,
+        input: Any = forks.KEEP,
+        workflow: str | Callable[..., Any] | None = None,
+        module: str | None = None,
+        redo_effects: bool = False,
+        by: str = "user",
+        reason: str = "",
+    ) -> forks.Fork:
+        """Fork run ``run_id`` at ``at`` — a seq, or a step id (just before it first started)
+        — into a new run whose history is the origin's up to there, settled, then runs on
+        (not executed here: resume it, or let a worker take it) without repeating the
+        origin's effects: see :func:`torpor.forks.fork_run` for the arguments and errors."""
+        return forks.fork_run(
+            self.store,
+            run_id,
+            at,
+            fork_id=fork_id,
+            input=input,
+            workflow=workflow,
+            module=module,
+            redo_effects=redo_effects,
+            by=by,
+            reason=reason,
+        )
+
     def cancel(self, run_id: str, by: str = "user", reason: str = "") -> None:
         """Ask the run to stop; it ends ``cancelled`` at its next boundary."""
         self._open(run_id)
@@ -499,6 +529,8 @@ class Client(ClientSteering, ClientReads):
             body["budget"] = limits
         self.store.post_inbox(run_id, "reopen", body, message_id=f"reopen:{uuid.uuid4().hex}")
         # One budget for a tree (issue 38): the runs below that this run's limit blocked go on.
+        from .engine import budgets  # (here: `torpor ls` builds a Client and needs no engine)
+
         below = budgets.reopen_blocked(self.store, run_id, by) if limits else []
         u = st.usage
         now = self.store.now_ms()

@@ -416,6 +416,7 @@ class AgentContext:
     # ------------------------------------------------------------ the loop
 
     def execute(self) -> Any:
+        self.agent.tools.prepare(self.run)  # (before restore: its records are the run's first)
         need_plan = self.memory.restore()
         if need_plan is None:
             self._init_budget()

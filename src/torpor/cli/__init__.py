@@ -95,10 +95,12 @@ def _load_app() -> typer.Typer:
             episodes,
             execute,
             explore,
+            fork,
             keys,
             marks,
             memory,
             read,
+            sandbox,
             schedule,
             steer,
             storage,
@@ -112,6 +114,7 @@ def _load_app() -> typer.Typer:
         for module in (
             execute,
             read,
+            fork,
             memory,
             episodes,
             steer,
@@ -124,6 +127,7 @@ def _load_app() -> typer.Typer:
             explore,
             console,
             doctor,
+            sandbox,
         ):
             module.register(app)
         reflow_help(app)

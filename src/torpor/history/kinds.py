@@ -29,6 +29,8 @@ SHA256_RE = re.compile(r"[0-9a-f]{64}")
 #: stages of an approval's wait (``wait_escalated``), approve with edit
 #: (``approval_decided.edited``/``edited_content``), ``respond`` decisions and the ``responded``
 #: outcome of a tool call.
+#: 6 (issue 45): forks: ``run_forked`` (a run whose events up to it are another run's,
+#: copied), ``effect_intended.redoes`` (an effect a fork performs again, by ``--redo-effects``).
 EVENT_SCHEMA_VERSION = 6
 
 

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .events import Payload, register_events
+from .events import Payload, register
 
 
 class SteerReceived(Payload):
@@ -58,13 +58,12 @@ class WaitEscalated(Payload):
     due_at_ms: int = 0
 
 
-register_events(
-    {
-        "steer_received": SteerReceived,
-        "steer_taken": SteerTaken,
-        "reply_retracted": ReplyRetracted,
-        "wait_escalated": WaitEscalated,
-    }
-)
+for _name, _payload in (
+    ("steer_received", SteerReceived),
+    ("steer_taken", SteerTaken),
+    ("reply_retracted", ReplyRetracted),
+    ("wait_escalated", WaitEscalated),
+):
+    register(_name, _payload)
 
 __all__ = ["ReplyRetracted", "SteerReceived", "SteerTaken", "WaitEscalated"]
