@@ -89,6 +89,8 @@ COMMANDS = [
     "signal",
     "cancel",
     "resolve",
+    "steer",
+    "respond",
     "artifacts",
     "worker",
     "budget",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from . import blobs, forks, serde
 from .client_reads import ClientReads
+from .client_steer import ClientSteering
 from .config import Settings
 from .errors import (
     DecisionRefusedError,
@@ -59,7 +60,7 @@ class SignalDelivery:
         return self.status != "duplicate"
 
 
-class Client(ClientReads):
+class Client(ClientSteering, ClientReads):
     """Inspect and steer runs with only the store URL (and, to decide approvals, the
     approver's own key: :meth:`decide`)."""
 
@@ -202,9 +203,12 @@ class Client(ClientReads):
         delegate: str | None = None,
         key: str | Path | None = None,
         agent: bool = False,
+        edited: str | None = None,
     ) -> tuple[str, list[str]]:
         """Approve or deny, signed by ``approver``'s own key (G6). Returns ``(approval_id,
-        hashes)`` decided on.
+        hashes)`` decided on. ``decision`` ``respond`` answers with ``comment`` as a reply for
+        the model instead (:meth:`respond`); ``edited`` approves edited content instead of the
+        proposed one (:meth:`approve_edited`; the signature binds its sha256).
 
         ``approval_id`` may be omitted when exactly one approval is pending. ``expect_hash``
         (a prefix of one bound sha256) guards against deciding on content you did not review.
@@ -221,8 +225,12 @@ class Client(ClientReads):
         """
         from .history import candidate_refusal
 
-        if decision not in ("approve", "deny"):
-            raise InboxError(f"decision must be approve or deny, not {decision!r}")
+        if decision not in ("approve", "deny", "respond"):
+            raise InboxError(f"decision must be approve, deny or respond, not {decision!r}")
+        if edited is not None and decision != "approve":
+            raise InboxError("only an approval carries edited content")
+        if decision == "respond" and not comment.strip():
+            raise InboxError("a reply (respond) needs its text")
         st = self._open(run_id)
         pending = st.open_approvals()
         if approval_id is None:
@@ -252,8 +260,9 @@ class Client(ClientReads):
                     f"{expect_hash!r} you reviewed; review it again"
                 )
             body = self._signed(
-                run_id, approval_id, decision, approver, info.hashes, comment, delegate, key, agent
-            )
+                run_id, approval_id, decision, approver, info.hashes, comment, delegate, key, agent,
+                edited,
+            )  # fmt: skip
         except (InboxError, DecisionRefusedError) as exc:
             from .engine.inbox import post_refusal  # only when refusing: the client stays light
 
@@ -310,6 +319,7 @@ class Client(ClientReads):
         delegate: str | None,
         key: str | Path | None,
         agent: bool,
+        edited_content: str | None = None,
     ) -> dict[str, Any]:
         """The decision's message body, signed (and checked against the local keyring)."""
         from . import keys, signing
@@ -330,11 +340,14 @@ class Client(ClientReads):
             "store": store,
             "request": request,
         }
+        edited = serde.sha256_hex(edited_content) if edited_content is not None else ""
+        if edited:
+            body.update(edited=edited, edited_content=edited_content)
         hmac_key = self.settings.hmac_key()
         if hmac_key is not None and key is None and not agent and not delegate:
             data = signing.hmac_bytes(
                 run_id, approval_id, decision, approver, hashes, at,
-                store=store, request=request,
+                store=store, request=request, edited=edited,
             )  # fmt: skip
             return {**body, "scheme": "hmac", "signature": signing.hmac_sign(hmac_key, data)}
         ring_path = self.settings.keyring_path()
@@ -359,6 +372,7 @@ class Client(ClientReads):
             comment=comment,
             store=store,
             request=request,
+            edited=edited,
         )
         body.update(
             scheme="ed25519",

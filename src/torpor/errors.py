@@ -48,6 +48,7 @@ involved are attributes (after procrastinate's and httpx's exception modules).
     ├── WaitTimeout                   a wait reached its deadline
     ├── ApprovalError
     │   ├── ApprovalDeniedError
+    │   │   └── ApprovalRespondedError  answered with a reply for the model instead
     │   └── ApprovalInvalidError      revoked, changed content, bad signature
     │       └── DecisionRefusedError  a decision that fails verification where delivered
     ├── RunFinishedError              the run already has an outcome
@@ -303,6 +304,16 @@ class ApprovalError(TorporError):
 
 class ApprovalDeniedError(ApprovalError):
     """A person denied the approval."""
+
+
+class ApprovalRespondedError(ApprovalDeniedError):
+    """A person answered the approval with a reply instead of approving it (issue 39): nothing
+    runs; ``reply`` goes back to the model, ``by`` names who replied."""
+
+    def __init__(self, message: str, *, reply: str = "", by: str = ""):
+        super().__init__(message)
+        self.reply = reply
+        self.by = by
 
 
 class ApprovalInvalidError(ApprovalError):

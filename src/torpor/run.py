@@ -32,6 +32,7 @@ from .engine.approvals import Approval
 from .engine.attempts import Retry, Timeout
 from .engine.children import Child, ChildResult
 from .engine.effects import Reconcile
+from .engine.escalation import Escalation
 from .engine.journal import Journal
 from .errors import NonDeterminismError, RunStopped
 from .history import ArtifactRef, Outcome, Policy, RunState
@@ -257,6 +258,7 @@ class Run:
         timeout: timedelta | None = None,
         approvers: Sequence[str] = (),
         required: int = 1,
+        escalate: Sequence[Escalation] = (),
     ) -> Approval:
         """Ask a person to approve exactly this content; wait durably for the decision.
 
@@ -268,7 +270,16 @@ class Run:
         ``required`` distinct ones of them must approve (N-of-M; ConfigError unless
         ``1 <= required <= len(approvers)``); any one of them denying denies.
         Raises ApprovalDeniedError when denied (or when ``timeout`` passes first).
+        ``escalate``: what happens when nobody answers — stages made with
+        :func:`torpor.engine.escalation.after` (notify by an effect, hand to other approvers,
+        then deny or cancel), recorded as they are reached (``wait_escalated``).
         """
+
+        def perform(sid: str, fn: Callable[..., Any], info: dict[str, Any]) -> Any:
+            stage = next((x for x in escalate if x.notify is fn), None)
+            rec = stage.reconcile if stage is not None else None
+            return self.effect(sid, fn, info, reconcile=rec, purpose=f"escalation of {name}")
+
         return approvals.request(
             self.journal,
             name,
@@ -277,6 +288,8 @@ class Run:
             timeout=timeout,
             approvers=approvers,
             required=required,
+            escalate=escalate,
+            perform=perform,
         )
 
     def artifact(

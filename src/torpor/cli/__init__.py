@@ -104,6 +104,7 @@ def _load_app() -> typer.Typer:
             schedule,
             steer,
             storage,
+            talk,
         )
         from .root import app, reflow_help
 
@@ -117,6 +118,7 @@ def _load_app() -> typer.Typer:
             memory,
             episodes,
             steer,
+            talk,
             schedule,
             keys,
             artifacts,

@@ -301,6 +301,8 @@ def _messages(
         if m.status == "buffered":
             answers = f" (answers wait {m.wait_id})" if m.wait_id else ""
             status = f"buffered: no wait for it yet{answers}"
+            if m.kind == "steer":  # an operator's message (issue 39)
+                status = "pending: the agent takes it before its next model call"
         rows.append((m.message_id, m.kind, m.name, m.arrived_at_ms, status))
     for p in inbox:
         name = p.body.get("name") if p.kind == "signal" else None

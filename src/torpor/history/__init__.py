@@ -91,10 +91,12 @@ if TYPE_CHECKING:
         PendingSignal,
         PlanStepInfo,
         RunState,
+        SteerInfo,
         StepInfo,
         Usage,
         WaitInfo,
     )
+    from .steer_events import ReplyRetracted, SteerReceived, SteerTaken, WaitEscalated
     from .views import (
         EffectView,
         MessageView,
@@ -150,6 +152,7 @@ __all__ = [
     "PlanStepInfo",
     "PlannedStep",
     "Policy",
+    "ReplyRetracted",
     "RunFinished",
     "RunForked",
     "RunReopened",
@@ -157,6 +160,9 @@ __all__ = [
     "RunState",
     "RunStatus",
     "SignalReceived",
+    "SteerInfo",
+    "SteerReceived",
+    "SteerTaken",
     "StepCompleted",
     "StepFailed",
     "StepInfo",
@@ -168,6 +174,7 @@ __all__ = [
     "VerificationRecorded",
     "VersionAccepted",
     "WaitCompleted",
+    "WaitEscalated",
     "WaitInfo",
     "WaitStarted",
     "WarningRecorded",
@@ -189,6 +196,7 @@ __all__ = [
 
 _MODULES = (
     "events", "fork_events", "state", "fold", "decisions", "waits", "plans", "forks", "views",
+    "steer_events", "steering",
 )  # fmt: skip
 
 

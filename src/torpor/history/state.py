@@ -59,7 +59,7 @@ class DecisionInfo(BaseModel):
     :class:`~torpor.history.events.ApprovalDecided`); checked again before it is relied on."""
 
     approver: str
-    decision: Literal["approve", "deny"]
+    decision: Literal["approve", "deny", "respond"]
     scheme: str = "hmac"
     signature: str = ""
     key: str = ""
@@ -73,6 +73,10 @@ class DecisionInfo(BaseModel):
     #: When it arrived in the run's inbox (epoch ms; None: recorded by the lease holder, or
     #: before event schema 3).
     arrived_at_ms: int | None = None
+    #: Approve with edit (issue 39): the sha256 of the edited content the signature binds, and
+    #: that content (UTF-8 text) as delivered; "" for a decision on the content as proposed.
+    edited: str = ""
+    edited_content: str = ""
 
 
 class ApprovalInfo(BaseModel):
@@ -106,6 +110,11 @@ class ApprovalInfo(BaseModel):
     #: The request's nonce (``approval_requested.nonce``), which signed decisions name ("": a
     #: request made before issue 34).
     nonce: str = ""
+    #: When each stage of its escalation chain is due (epoch ms), and how many stages were
+    #: recorded so far (``wait_escalated``, issue 39).
+    escalate_at_ms: list[int] = Field(default_factory=list)
+    escalation: list[dict[str, Any]] = Field(default_factory=list)
+    escalations: int = 0
 
     def counted(self) -> list[DecisionInfo]:
         """The decisions that count: ``decisions``, or, in a state folded before decisions
@@ -158,13 +167,30 @@ class PendingSignal(BaseModel):
         return self.arrived_at_ms < wait.deadline_ms
 
 
+class SteerInfo(BaseModel):
+    """An operator's steering message (``steer_received``, issue 39), ``pending`` until the
+    agent takes it at its next boundary (``steer_taken`` names it: seen once), or ``refused``
+    (no boundary took it before the run ended)."""
+
+    message_id: str
+    text: str
+    by: str = ""
+    interrupt: bool = False
+    arrived_at_ms: int | None = None
+    status: Literal["pending", "taken", "refused"] = "pending"
+    #: The step that took it (the boundary before a model call).
+    taken_by: str | None = None
+
+
 class PlanStepInfo(BaseModel):
     """A step of the current plan (or one settled under an earlier version)."""
 
     tool: str
     args_hash: str = ""
     depends_on: list[str] = Field(default_factory=list)
-    status: Literal["pending", "succeeded", "failed", "invalid", "denied", "skipped", "superseded"]
+    status: Literal[
+        "pending", "succeeded", "failed", "invalid", "denied", "responded", "skipped", "superseded"
+    ]
     #: The plan version that last listed it.
     version: int
 
@@ -295,6 +321,8 @@ class RunState(BaseModel):
     #: Crashed attempts forgiven per step id by ``torpor retry`` (the crash limit counts the
     #: attempts after them).
     forgiven: dict[str, int] = Field(default_factory=dict)
+    #: Operators' steering messages, in arrival order (issue 39; :class:`SteerInfo`).
+    steering: list[SteerInfo] = Field(default_factory=list)
     #: Set in a fork (issue 45): its origin, fork point and the origin's effects after it.
     fork: ForkInfo | None = None
 
@@ -327,6 +355,19 @@ class RunState(BaseModel):
 
         return {k: v for k, v in self.approvals.items() if v.status == "requested" and open_(k, v)}
 
+    def wake_due(self) -> int | None:
+        """When the run's wait must be looked at again (epoch ms): its deadline, or sooner the
+        next stage of the escalation chain of the approval it waits for; None: only a message
+        wakes it."""
+        w = self.wait
+        if w is None:
+            return None
+        times = [w.deadline_ms] if w.deadline_ms is not None else []
+        a = self.approvals.get(w.name) if w.kind == "approval" else None
+        if a is not None and a.status == "requested" and a.escalations < len(a.escalate_at_ms):
+            times.append(a.escalate_at_ms[a.escalations])
+        return min(times) if times else None
+
     def effects_in_doubt(self) -> list[str]:
         """Keys of effects that may have happened without a recorded observation."""
         return [k for k, e in self.effects.items() if e.status in ("intended", "unknown")]
@@ -342,6 +383,7 @@ __all__ = [
     "PendingSignal",
     "PlanStepInfo",
     "RunState",
+    "SteerInfo",
     "StepInfo",
     "Usage",
     "WaitInfo",
