@@ -55,9 +55,7 @@ class StreamReader:
         if self.done:
             return []
         token = self.store.stream_token(self.run_id, self.name)
-        rows = self.store.stream_items(
-            self.run_id, self.name, after=self.offset, limit=self.batch
-        )
+        rows = self.store.stream_items(self.run_id, self.name, after=self.offset, limit=self.batch)
         if rows:
             self.offset = rows[-1].offset
             return [item_of(r) for r in rows]

@@ -13,9 +13,7 @@ from .writer import PartWriter, StreamWriter
 
 __all__ = ["RunStream", "open_part", "writer_for"]
 
-_WRITERS: weakref.WeakKeyDictionary[Journal, dict[str, StreamWriter]] = (
-    weakref.WeakKeyDictionary()
-)
+_WRITERS: weakref.WeakKeyDictionary[Journal, dict[str, StreamWriter]] = weakref.WeakKeyDictionary()
 
 
 def writer_for(journal: Journal, name: str) -> StreamWriter:
