@@ -95,7 +95,7 @@ def test_deltas_are_batched_by_time_and_by_size(store_url: str) -> None:
         assert shown(items) == "first " + "".join(f"w{i} " for i in range(200))
         small = _writer(store, lease, "other", interval_s=3600.0, max_bytes=256)
         with small.part("model@1") as p:
-            for i in range(40):
+            for _ in range(40):
                 p.write("x" * 50)
         assert small.writes >= 8  # a batch whenever 256 bytes were buffered
         assert (

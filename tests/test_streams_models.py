@@ -57,14 +57,16 @@ def ask(run: torpor.Run, spec: dict[str, Any]) -> dict[str, Any]:
 def test_a_streamed_call_fills_the_reply_stream_and_records_the_whole_reply(
     flavour: str, store_url: str
 ) -> None:
-    with loopback(flavour, lambda body: _reply(flavour, TEXT, tool=True)) as api:
-        with torpor.Runtime(store_url) as rt:
-            h = rt.run("streams.ask", {"flavour": flavour, "url": api.url}, run_id="ask-1")
-            assert h.outcome == "succeeded", h
-            assert h.result["text"] == TEXT
-            assert h.result["calls"] == ["lookup"]
-            assert h.result["out"] > 0
-            items = list(torpor.Client(rt.store).stream("ask-1"))
+    with (
+        loopback(flavour, lambda body: _reply(flavour, TEXT, tool=True)) as api,
+        torpor.Runtime(store_url) as rt,
+    ):
+        h = rt.run("streams.ask", {"flavour": flavour, "url": api.url}, run_id="ask-1")
+        assert h.outcome == "succeeded", h
+        assert h.result["text"] == TEXT
+        assert h.result["calls"] == ["lookup"]
+        assert h.result["out"] > 0
+        items = list(torpor.Client(rt.store).stream("ask-1"))
     assert api.requests[0].body["stream"] is True
     assert api.pieces_sent == len(pieces(TEXT))
     (part,) = fold(items)
@@ -119,10 +121,9 @@ def test_a_secret_split_across_two_deltas_is_never_stored(db_url: str) -> None:
         return call_model(run, model, [Message.user("hi")]).message.content
 
     torpor.scrub.remember(secret, "[secret:test]")
-    with loopback("openai", lambda body: openai_reply(text)) as api:
-        with torpor.Runtime(db_url) as rt:
-            h = rt.run("streams.secret", api.url, run_id="sec-1")
-            rows = rt.store.stream_items("sec-1", "reply")
+    with loopback("openai", lambda body: openai_reply(text)) as api, torpor.Runtime(db_url) as rt:
+        h = rt.run("streams.secret", api.url, run_id="sec-1")
+        rows = rt.store.stream_items("sec-1", "reply")
     assert h.outcome == "succeeded"
     stored = "".join(r.data for r in rows)
     # Its first half arrived alone in a delta: held back, then scrubbed with the second.

@@ -27,6 +27,7 @@ write raises the LeaseLostError.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -191,10 +192,8 @@ class StreamWriter:
 
     def flush_quietly(self) -> None:
         """:meth:`flush` from the flusher thread: an error is kept for the writer's next call."""
-        try:
+        with contextlib.suppress(BaseException):  # kept in _error, raised by the next write
             self.flush()
-        except BaseException:  # kept in _error, raised to the writer by its next write
-            pass
 
 
 class PartWriter:
@@ -252,10 +251,9 @@ class PartWriter:
         if exc is None:
             self.end()
             return
-        try:
+        # (The lease gone or the store failing: the next owner retracts it.)
+        with contextlib.suppress(TorporError):
             self.retract(f"{type(exc).__name__}: the call did not finish; it is retried")
-        except TorporError:
-            pass  # (the lease is gone or the store failed: the next owner retracts it)
 
 
 def _jsonable(run_id: str, name: str, data: Any) -> Any:
