@@ -5,9 +5,13 @@ with the run (:func:`delete_streams`). A mixin of :class:`~torpor.store.sqlstore
 
 Writing (:meth:`StreamTables.append_stream_items`): one transaction per batch, fenced by the
 writer's lease (the run row must still name its owner and epoch, else LeaseLostError and
-nothing is written); on PostgreSQL the same transaction sends ``NOTIFY torpor_stream`` with
+nothing is written); on PostgreSQL the same statement sends ``NOTIFY torpor_stream`` with
 ``run_id``, the stream and the batch's last offset, so a reader on another machine wakes when
-the batch commits.
+the batch commits. A batch commits without waiting for its own disk flush (as a lease
+change does: ``SQLStore._lease_transaction``): the stream is not the record — a finished
+call's text is in its recorded result, whose durable commit flushes every batch before it —
+so a database server or machine that crashes mid-reply can lose at most the last batches
+of a call that is retried anyway (the next writer retracts what remains of it).
 
 Waiting (:meth:`StreamTables.stream_token` then :meth:`StreamTables.wait_stream`): take a token
 *before* reading, read, and wait only if nothing new was there: a batch committed in between
@@ -23,7 +27,8 @@ import functools
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +41,19 @@ __all__ = ["StreamRow", "StreamRows", "StreamTables", "StreamTail", "delete_stre
 #: The NOTIFY channel of stream batches (PostgreSQL).
 CHANNEL = "torpor_stream"
 _SEP = "\x1f"
+#: A notification carries its batch's rows when they fit (PostgreSQL's limit is 8000 bytes).
+_PAYLOAD_MAX = 7000
+#: How a row is packed into a batch's JSON: ``(key, column)``.
+_PACKED = (
+    ("o", "stream_offset"),
+    ("p", "part"),
+    ("k", "kind"),
+    ("w", "wseq"),
+    ("d", "data"),
+    ("a", "at_ms"),
+)
+#: Rows of each stream a listener keeps from the notifications (the newest).
+_CACHED = 512
 
 
 @functools.cache
@@ -57,6 +75,7 @@ class _Listener:
     def __init__(self, driver: Any):
         self.cond = threading.Condition()
         self.counts: dict[tuple[str, str], int] = {}
+        self.cache: dict[tuple[str, str], list[StreamRow]] = {}
         self.generation = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(
@@ -71,13 +90,43 @@ class _Listener:
     def _notified(self, payload: str) -> None:
         with self.cond:
             if payload:
-                run_id, stream = payload.split(_SEP)[:2]
-                key = (run_id, stream)
+                fields = payload.split(_SEP, 3)
+                key = (fields[0], fields[1])
                 self.counts[key] = self.counts.get(key, 0) + 1
+                self._keep(key, fields[3] if len(fields) == 4 else None)
             else:  # (re)connected: anything may have been missed
                 self.generation += 1
+                self.cache.clear()
                 self.ready.set()
             self.cond.notify_all()
+
+    def _keep(self, key: tuple[str, str], packed: str | None) -> None:
+        """Keep the batch's rows when they continue the ones kept (else start afresh)."""
+        rows = (
+            []
+            if packed is None
+            else [
+                StreamRow(int(r["o"]), r["k"], r["p"], r["d"], int(r["a"]))
+                for r in json.loads(packed)
+            ]
+        )
+        kept = self.cache.get(key)
+        if not rows:
+            self.cache.pop(key, None)
+        elif kept and kept[-1].offset + 1 == rows[0].offset:
+            kept.extend(rows)
+            del kept[:-_CACHED]
+        else:
+            self.cache[key] = rows[-_CACHED:]
+
+    def cached(self, key: tuple[str, str], after: int, limit: int) -> list[StreamRow] | None:
+        """The rows after ``after`` when the notifications kept every one of them since, else
+        None (read the table)."""
+        with self.cond:
+            kept = self.cache.get(key)
+            if not kept or not kept[0].offset <= after + 1 <= kept[-1].offset + 1:
+                return None
+            return kept[after + 1 - kept[0].offset :][:limit]
 
     def token(self, key: tuple[str, str]) -> tuple[int, int]:
         with self.cond:
@@ -99,6 +148,7 @@ class StreamTables:
 
     driver: Driver
     now_ms: Any
+    _lease_transaction: Callable[[], AbstractContextManager[Any]]
 
     @property
     def _sq(self) -> dict[str, str]:
@@ -116,16 +166,31 @@ class StreamTables:
         if not rows:
             return
         q = self._sq
+        if "append_batch" in q:  # PostgreSQL: one statement, the rows in the notification
+            packed = json.dumps(
+                [{k: r[c] for k, c in _PACKED} for r in rows],
+                separators=(",", ":"),
+            )
+            head = _SEP.join((run_id, stream, str(rows[-1]["stream_offset"])))
+            payload = head + _SEP + packed if len(packed) + len(head) < _PAYLOAD_MAX else head
+            params = {
+                "run_id": run_id,
+                "stream": stream,
+                "owner": owner,
+                "epoch": epoch,
+                "payload": payload,
+                "rows": packed,
+            }
+            row = self.driver.fetch_one(q["append_batch"], params)
+            if not row or not row[0]:
+                raise LeaseLostError(run_id, epoch, f"stream {stream!r}: nothing written")
+            return
         fence = {"run_id": run_id, "owner": owner, "epoch": epoch}
         full = [{"run_id": run_id, "stream": stream, "epoch": epoch, **r} for r in rows]
-        with self.driver.transaction() as cur:
+        with self._lease_transaction() as cur:
             if self.driver.fetchone(cur, q["fence"], fence) is None:
                 raise LeaseLostError(run_id, epoch, f"stream {stream!r}: nothing written")
             self.driver.executemany(cur, q["insert_item"], full)
-            if "notify" in q:
-                last = rows[-1]["stream_offset"]
-                payload = _SEP.join((run_id, stream, str(last)))
-                self.driver.fetchone(cur, q["notify"], {"payload": payload})
 
     def stream_tail(self, run_id: str, stream: str) -> StreamTail:
         params = {"run_id": run_id, "stream": stream}
@@ -138,6 +203,11 @@ class StreamTables:
     def stream_items(
         self, run_id: str, stream: str, *, after: int = 0, limit: int = 1000
     ) -> list[StreamRow]:
+        listener = self.__dict__.get("_stream_listen")
+        if listener is not None:  # (PostgreSQL, once waited on: the notified rows)
+            found = listener.cached((run_id, stream), after, limit)
+            if found:
+                return found
         params = {"run_id": run_id, "stream": stream, "after": after, "limit": limit}
         with self.driver.read() as cur:
             rows = self.driver.fetchall(cur, self._sq["items"], params)

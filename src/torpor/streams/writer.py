@@ -15,7 +15,8 @@ Two ways to write:
 - a :class:`PartWriter` (:meth:`StreamWriter.part`) — the deltas of one step attempt (a model
   call's reply): buffered, consecutive text deltas joined, and written by the process's
   flusher thread at most once per ``interval_s`` (default 50 ms) — the first delta after a
-  quiet spell at once — or sooner when ``max_bytes`` are buffered; :meth:`PartWriter.end`
+  quiet spell (two intervals without a write) at once, by the writing thread — or sooner when
+  ``max_bytes`` are buffered; :meth:`PartWriter.end`
   writes the rest and the ``end`` item before it returns, :meth:`PartWriter.retract` the
   ``retract`` item. Text passes a :class:`~.holdback.HoldBack` first (G12: a secret split across
   two deltas is still found); other data passes the scrubber whole.
@@ -155,8 +156,9 @@ class StreamWriter:
             first = len(self._buf) == 1
             full = self._bytes >= self.max_bytes
             due = self._last + self.interval_s
-        if full:
-            self.flush()
+            quiet = time.monotonic() - self._last >= 2 * self.interval_s
+        if full or (first and quiet):
+            self.flush()  # (after a quiet spell: at once, in this thread — no hand-over)
         elif first:
             _FLUSHER.schedule(self, due)
 
@@ -165,9 +167,11 @@ class StreamWriter:
         with self._flushing:
             with self._lock:
                 batch, self._buf, self._bytes = self._buf, [], 0
+                if batch:
+                    self._last = time.monotonic()  # the next batch is due an interval on
+                    now = self.store.now_ms()
             if not batch:
                 return
-            now = self.store.now_ms()
             rows = []
             for r in batch:
                 data = r.pop("_text")
@@ -182,8 +186,6 @@ class StreamWriter:
             except BaseException as exc:
                 self._error = exc
                 raise
-            finally:
-                self._last = time.monotonic()
             self.writes += 1
 
     def _raise(self) -> None:
@@ -191,7 +193,13 @@ class StreamWriter:
             raise self._error
 
     def flush_quietly(self) -> None:
-        """:meth:`flush` from the flusher thread: an error is kept for the writer's next call."""
+        """:meth:`flush` from the flusher thread, when due (else later: a batch written since it
+        was scheduled moved its time); an error is kept for the writer's next call."""
+        with self._lock:
+            due = self._last + self.interval_s
+        if time.monotonic() < due:
+            _FLUSHER.schedule(self, due)
+            return
         with contextlib.suppress(BaseException):  # kept in _error, raised by the next write
             self.flush()
 
