@@ -43,3 +43,14 @@ def deltas(run: torpor.Run, n: int) -> int:
             p.write(f"delta {k} ")
         run.step("tick", lambda: None)
     return n
+
+
+@torpor.workflow(name="streams.kit.gated")
+def gated(run: torpor.Run, _: Any) -> str:
+    """A part, a wait for the signal ``more``, another part."""
+    with run.stream("reply").part("first") as p:
+        p.write("before the signal")
+    run.wait_for("more")
+    with run.stream("reply").part("second") as p:
+        p.write("after the signal")
+    return "done"

@@ -49,6 +49,9 @@ def test_a_replayed_write_is_not_written_again(store_url: str) -> None:
     @torpor.workflow(name="streams.replayed")
     def replayed(run: torpor.Run, _: Any) -> str:
         run.stream("progress").write("before")
+        with run.stream("progress").part("note") as p:
+            p.write("a part, ")
+            p.write("ended")
         run.wait_for("go")
         run.stream("progress").write("after")
         return "done"
@@ -58,7 +61,7 @@ def test_a_replayed_write_is_not_written_again(store_url: str) -> None:
         torpor.Client(rt.store).signal("w1", "go")
         assert rt.resume("w1").outcome == "succeeded"  # replays the first write
         items = list(torpor.Client(rt.store).stream("w1", "progress"))
-    assert [i.data for i in items] == ["before", "after"]
+    assert [i.data for i in items if i.kind == "data"] == ["before", "a part, ended", "after"]
 
 
 def test_a_write_inside_a_step_needs_a_part(db_url: str) -> None:

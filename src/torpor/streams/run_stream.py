@@ -62,6 +62,15 @@ class RunStream:
         n = self.journal.counters[base]
         return writer_for(self.journal, self.name).item(data, n)
 
-    def part(self, step_id: str) -> PartWriter:
-        """The deltas of one attempt of step ``step_id`` (see :func:`open_part`)."""
-        return open_part(self.journal, self.name, step_id)
+    def part(self, label: str) -> PartWriter:
+        """A part of the stream (a context manager: ended on a normal exit, retracted when an
+        exception leaves it), named ``<label>@<lease epoch>``. Inside a step's own work it is
+        that attempt's (see :func:`open_part`); in the workflow itself it is numbered like
+        :meth:`write`, so a replay of a part that ended writes nothing again, and one left
+        open by a dead process is retracted and written anew."""
+        if in_step_work():
+            return open_part(self.journal, self.name, label)
+        base = f"stream:{self.name}"
+        self.journal.next_id(base)
+        w = writer_for(self.journal, self.name)
+        return w.part(f"{label}@{self.journal.lease.epoch}", wseq=self.journal.counters[base])

@@ -110,11 +110,18 @@ class StreamWriter:
         self.flush()
         return offset
 
-    def part(self, part: str, scrubber: Scrubber | None = None) -> PartWriter:
+    def part(self, part: str, scrubber: Scrubber | None = None, wseq: int = 0) -> PartWriter:
         """A writer of the deltas of ``part`` (see :class:`PartWriter`); ``scrubber``: secrets
-        to take out besides those the process knows (an agent's vault)."""
+        to take out besides those the process knows (an agent's vault). ``wseq``: the
+        workflow's ordinal for a part it writes outside any step (as :meth:`item`): one that
+        ended before (a replay) gives a writer that writes nothing."""
         self._open()
-        return PartWriter(self, part, STREAMS.scrubber() + (scrubber or Scrubber()))
+        with self._lock:
+            muted = 0 < wseq <= self._wseq
+            if wseq and not muted:
+                self._wseq = wseq
+        scrub = STREAMS.scrubber() + (scrubber or Scrubber())
+        return PartWriter(self, part, scrub, wseq=wseq, muted=muted)
 
     def _put(self, kind: str, part: str, data: Any, wseq: int = 0) -> int:
         """Buffer one item (under ``_lock``); a text delta right after one of the same part
@@ -148,11 +155,11 @@ class StreamWriter:
         self._bytes += 64 + (len(data) if isinstance(data, str) else 64)
         return offset
 
-    def _delta(self, part: str, data: Any) -> None:
+    def _delta(self, part: str, data: Any, wseq: int = 0) -> None:
         """Buffer a delta of ``part`` and have it written within ``interval_s``."""
         self._raise()
         with self._lock:
-            self._put("data", part, data)
+            self._put("data", part, data, wseq)
             first = len(self._buf) == 1
             full = self._bytes >= self.max_bytes
             due = self._last + self.interval_s
@@ -208,24 +215,37 @@ class PartWriter:
     """The deltas of one step attempt (a context manager: :meth:`end` on a normal exit,
     :meth:`retract` when an exception leaves it)."""
 
-    def __init__(self, writer: StreamWriter, part: str, scrubber: Scrubber):
+    def __init__(
+        self,
+        writer: StreamWriter,
+        part: str,
+        scrubber: Scrubber,
+        *,
+        wseq: int = 0,
+        muted: bool = False,
+    ):
         self.writer, self.part = writer, part
         self.scrubber = scrubber
         self.hold = HoldBack(scrubber)
-        self.closed = False
+        self.wseq = wseq
+        #: True for a part a replay writes again: it was stored whole before, nothing is written.
+        self.muted = muted
+        self.closed = muted
 
     def write(self, data: Any) -> None:
         """One delta: text (held back and scrubbed, see :class:`~.holdback.HoldBack`) or JSON
         data (scrubbed whole)."""
+        if self.muted:
+            return
         if self.closed:
             raise StreamError(f"stream {self.writer.name!r}: part {self.part!r} is closed")
         if isinstance(data, str):
             text = self.hold.feed(data)
             if text:
-                self.writer._delta(self.part, text)
+                self.writer._delta(self.part, text, self.wseq)
             return
         w = self.writer
-        self.writer._delta(self.part, self.scrubber(_jsonable(w.run_id, w.name, data)))
+        w._delta(self.part, self.scrubber(_jsonable(w.run_id, w.name, data)), self.wseq)
 
     def end(self) -> None:
         """Write the held-back text, the ``end`` item and everything buffered, now."""
@@ -237,8 +257,8 @@ class PartWriter:
         w._raise()
         with w._lock:
             if rest:
-                w._put("data", self.part, rest)
-            w._put("end", self.part, None)
+                w._put("data", self.part, rest, self.wseq)
+            w._put("end", self.part, None, self.wseq)
         w.flush()
 
     def retract(self, reason: str) -> None:
@@ -249,7 +269,7 @@ class PartWriter:
         self.hold.discard()
         w = self.writer
         with w._lock:
-            w._put("retract", self.part, reason)
+            w._put("retract", self.part, reason, self.wseq)
         w.flush()
 
     def __enter__(self) -> PartWriter:

@@ -8,7 +8,10 @@ INSERT INTO stream_items (run_id, stream, stream_offset, part, kind, wseq, data,
 VALUES (:run_id, :stream, :stream_offset, :part, :kind, :wseq, :data, :epoch, :at_ms);
 
 -- name: tail
-SELECT coalesce(max(stream_offset), 0), coalesce(max(wseq), 0)
+-- The last offset, and the ordinal of the last workflow write that is complete: an item of
+-- the workflow's own, or a part of it that ended (one left open is written again).
+SELECT coalesce(max(stream_offset), 0),
+       coalesce(max(CASE WHEN (part = '' AND kind = 'data') OR kind = 'end' THEN wseq END), 0)
 FROM stream_items WHERE run_id = :run_id AND stream = :stream;
 
 -- name: open_parts
