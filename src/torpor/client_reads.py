@@ -12,7 +12,6 @@ from .config import Settings
 from .errors import ArtifactNotFoundError, BadInputError
 from .store.base import InboxMessage, RunCount, RunRecord, RunStorage, Store
 from .store.ledger_rows import LedgerEntry, entries
-from .streams import StreamReader
 
 if TYPE_CHECKING:
     from .history import (
@@ -23,6 +22,7 @@ if TYPE_CHECKING:
         RunState,
         StepView,
     )
+    from .streams import StreamReader
 
 
 class ClientReads:
@@ -84,6 +84,8 @@ class ClientReads:
         client.stream(rid)`` / ``async for …``). Resume after a disconnect with
         ``after=reader.offset``: every item once, in order (:mod:`torpor.streams.reader`).
         RunNotFoundError for an unknown run."""
+        from .streams import StreamReader  # (here: `torpor ls` imports no engine)
+
         self.store.get_run(run_id)
         return StreamReader(self.store, run_id, name, after=after, follow=follow)
 
