@@ -236,3 +236,17 @@ def test_readers_cut_off_while_it_is_written_see_every_delta_once(store_url: str
         total = rt.store.stream_items("live", "reply", limit=10_000)[-1].offset
     assert total == 60  # a delta and an end per part
     assert got == [list(range(1, total + 1))] * 2
+
+
+def test_an_item_over_the_limit_is_refused_naming_the_run_and_stream(db_url: str) -> None:
+    store = open_store(db_url)
+    try:
+        lease = _leased(store, "big")
+        w = _writer(store, lease, "progress")
+        with pytest.raises(StreamError, match=r"run 'big' stream 'progress': an item of \d+ bytes"):
+            w.item("x" * (1 << 20 + 1), wseq=1)
+        with pytest.raises(StreamError, match="not"), w.part("p@1") as p:
+            p.write(object())
+        assert [r.kind for r in store.stream_items("big", "progress")] == ["retract"]
+    finally:
+        store.close()

@@ -42,8 +42,10 @@ from .holdback import HoldBack
 
 __all__ = ["MAX_ITEM_BYTES", "PartWriter", "StreamWriter"]
 
-#: The largest item accepted (its JSON text, bytes).
+#: The largest item accepted (its JSON text, bytes): a larger write is refused (StreamError).
 MAX_ITEM_BYTES = 1 << 20
+#: Consecutive text deltas are joined into one item up to this many characters.
+JOIN_CHARS = 64 * 1024
 
 #: Every stream item as stored and sent: no secret this process knows (G12).
 STREAMS = scrub.sink("streams", "every item of a run's stream, before it is stored: torpor.streams")
@@ -135,6 +137,7 @@ class StreamWriter:
             and buf[-1]["part"] == part
             and part
             and isinstance(buf[-1]["_text"], str)
+            and len(buf[-1]["_text"]) + len(data) <= JOIN_CHARS
         ):
             last = buf[-1]
             last["_text"] += data
@@ -181,10 +184,7 @@ class StreamWriter:
                 return
             rows = []
             for r in batch:
-                data = r.pop("_text")
-                text = json.dumps(data, ensure_ascii=False)
-                if len(text) > MAX_ITEM_BYTES:
-                    text = json.dumps(f"[{len(text)} bytes: over the stream item limit]")
+                text = json.dumps(r.pop("_text"), ensure_ascii=False)
                 rows.append({**r, "data": text, "at_ms": now})
             try:
                 self.store.append_stream_items(
@@ -240,6 +240,7 @@ class PartWriter:
         if self.closed:
             raise StreamError(f"stream {self.writer.name!r}: part {self.part!r} is closed")
         if isinstance(data, str):
+            _check_size(self.writer.run_id, self.writer.name, data)
             text = self.hold.feed(data)
             if text:
                 self.writer._delta(self.part, text, self.wseq)
@@ -285,10 +286,23 @@ class PartWriter:
 
 
 def _jsonable(run_id: str, name: str, data: Any) -> Any:
+    """``data`` as JSON data, StreamError (naming the run and the stream) when it is not
+    recordable or over :data:`MAX_ITEM_BYTES`."""
     try:
-        return serde.to_jsonable(data)
+        value = serde.to_jsonable(data)
     except TorporError as exc:
         raise StreamError(f"run {run_id!r} stream {name!r}: {exc}") from None
+    _check_size(run_id, name, value)
+    return value
+
+
+def _check_size(run_id: str, name: str, value: Any) -> None:
+    size = len(value.encode()) if isinstance(value, str) else len(json.dumps(value))
+    if size > MAX_ITEM_BYTES:
+        raise StreamError(
+            f"run {run_id!r} stream {name!r}: an item of {size} bytes is over the limit of "
+            f"{MAX_ITEM_BYTES}; nothing was written (write it as an artifact, or in pieces)"
+        )
 
 
 class _Flusher:

@@ -60,7 +60,8 @@ def to_wire(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
 class AnthropicModel:
     """``AnthropicModel("claude-sonnet-4-5")``. ``api_key`` defaults to
     ``$TORPOR_MODEL_API_KEY`` then ``$ANTHROPIC_API_KEY``; ``max_tokens`` is required by the
-    API (default 1024)."""
+    API (default 1024). ``stream="reply"``: each recorded call streams its reply to that
+    stream of the run (:meth:`complete_stream`, :mod:`torpor.streams`)."""
 
     def __init__(
         self,

@@ -80,7 +80,9 @@ class OpenAIChatModel:
 
     ``api_key`` defaults to ``$TORPOR_MODEL_API_KEY`` then ``$OPENAI_API_KEY`` (a local server
     usually accepts anything). ``price`` gives the cost of each call; without it the cost is
-    recorded as unknown.
+    recorded as unknown. ``stream="reply"``: each call made as a recorded step
+    (:func:`~torpor.agents.models.call_model`) streams its reply to that stream of the run
+    (:meth:`complete_stream`, :mod:`torpor.streams`).
     """
 
     def __init__(

@@ -6,6 +6,10 @@ the cost (a ``model_called`` event the budget is summed from). On replay the rec
 is returned without calling the model; a prompt that differs from the recorded one is
 non-determinism (the code building the prompt changed), reported instead of guessed at. A call
 that never returned (a crash, an error) left nothing and is made again.
+
+An adapter made with ``stream="<name>"`` (and a ``complete_stream`` method) streams the call's
+reply to that stream of the run as it arrives (:mod:`torpor.streams`): one part per attempt,
+ended when the call returns, retracted when it raises or its process died.
 """
 
 from __future__ import annotations
