@@ -240,14 +240,17 @@ class StreamTables:
     def wait_stream(self, run_id: str, stream: str, token: Any, timeout_s: float) -> bool:
         if self.driver.dialect != "sqlite":
             return self._stream_listener().wait((run_id, stream), token, timeout_s)
-        end = time.monotonic() + timeout_s
+        # A cheap read, often at first (a writer mid-reply), less often as the wait grows
+        # (a console page on a run that sleeps: 2 ms doubling to 25 ms between looks).
+        end, pause = time.monotonic() + timeout_s, 0.002
         while True:
             if self.stream_token(run_id, stream) != token:
                 return True
             left = end - time.monotonic()
             if left <= 0:
                 return False
-            time.sleep(min(left, 0.002))
+            time.sleep(min(left, pause))
+            pause = min(0.025, pause * 1.5)
 
     def stop_stream_listener(self) -> None:
         """Close the ``LISTEN`` connection, if one was started (the store is closing)."""
