@@ -1,6 +1,6 @@
 // The run page, live (issue 40): one EventSource on /runs/ID/sse. Stream items grow the reply
-// (text nodes only: nothing received is parsed as markup); a grown history makes htmx fetch
-// the live summary again; "done" closes the source. On a dropped connection the browser
+// (text nodes only: nothing received is parsed as markup); a grown history fetches the live
+// summary again (the server's HTML fragment, as htmx would); "done" closes the source. On a dropped connection the browser
 // reconnects by itself with Last-Event-ID, and the server resumes after that offset.
 (function () {
   "use strict";
@@ -42,12 +42,44 @@
     state.textContent = "streaming (offset " + item.offset + ")";
   });
 
-  source.addEventListener("history", function () {
+  // One fetch of the live summary at a time; a history that grew meanwhile fetches once more.
+  var busy = false;
+  var again = false;
+  function refresh() {
     var live = document.getElementById("run-live");
-    if (live && window.htmx) {
-      window.htmx.trigger(live, "torpor-history");
+    if (!live) {
+      return;
     }
-  });
+    if (busy) {
+      again = true;
+      return;
+    }
+    busy = true;
+    fetch(live.dataset.liveUrl, { credentials: "same-origin" })
+      .then(function (r) {
+        if (r.redirected) { // the session ended: to the login form, as any page would
+          window.location.assign(r.url);
+          return null;
+        }
+        return r.ok ? r.text() : null;
+      })
+      .then(function (html) {
+        var now = document.getElementById("run-live");
+        if (html && now) {
+          now.outerHTML = html;
+        }
+      })
+      .catch(function () {})
+      .then(function () {
+        busy = false;
+        if (again) {
+          again = false;
+          refresh();
+        }
+      });
+  }
+
+  source.addEventListener("history", refresh);
 
   source.addEventListener("done", function () {
     source.close();
