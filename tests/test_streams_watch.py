@@ -37,9 +37,9 @@ def test_watch_prints_the_reply_as_written_and_reads_on_after_a_lost_connection(
     with torpor.Runtime(store_url) as rt:
         assert rt.run("streams.kit.gated", None, run_id="watch-1").status == "waiting"
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        db = url if postgres else store_url
         proc = subprocess.Popen(
-            [sys.executable, "-m", "torpor.cli", "--db", url if postgres else store_url]
-            + ["watch", "watch-1"],
+            [sys.executable, "-m", "torpor.cli", "--db", db, "watch", "watch-1"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
