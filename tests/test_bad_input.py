@@ -74,6 +74,28 @@ def test_signal_payloads_json_cannot_hold_are_one_line_errors(
     assert code == 0, err
 
 
+def test_a_rejoin_with_another_input_is_refused_not_dropped(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``start --run-id`` of an existing run rejoins it; with an input other than the one it
+    was started with, that new input used to be dropped without a word."""
+    base = ("--db", db_url, "start", "bad.wait", "--import", __name__, "--run-id", "r1")
+    code, _, err = _cli(capsys, *base, "--input", '{"n": 1}')
+    assert code == 0, err
+    code, _, err = _cli(capsys, *base, "--input", '{"n": 1}')  # the same input: a rejoin
+    assert code == 0, err
+    code, _, err = _cli(capsys, *base)  # no input: a rejoin
+    assert code == 0, err
+    code, out, err = _cli(capsys, *base, "--input", '{"n": 2}')
+    assert code != 0 and err.count("\n") == 1, (out, err)
+    assert "--input: run 'r1' exists and was started with another input" in err, err
+    store = open_store(db_url)
+    try:
+        assert store.load("r1").input == {"n": 1}  # nothing of the second start recorded
+    finally:
+        store.close()
+
+
 ESC = "\x1b[2J\x1b]0;owned\x07"  # clear the screen; set the terminal's title
 MARKUP = "[bold red]alarm[/bold red]"
 

@@ -79,6 +79,7 @@ COMMANDS = [
     "ls",
     "show",
     "events",
+    "fork",
     "doctor",
     "init",
     "context",
@@ -103,10 +104,12 @@ COMMANDS = [
     "archive",
     "memory",
     "store",
+    "sandbox",
 ]
 KEYS_COMMANDS = ["init", "add", "remove", "list"]
 STORE_COMMANDS = ["mark", "accept-restore"]
 MEMORY_COMMANDS = ["search", "show", "sync", "prune"]
+SANDBOX_COMMANDS = ["doctor", "build"]
 
 
 @pytest.fixture
@@ -183,6 +186,8 @@ def test_approval_flow_shows_and_checks_the_hash(flows: Path) -> None:
     assert f"sha256:{sha}" in shown  # the content to review, in full
     assert "requested" in shown and "waiting" in shown
     assert "establishing" in shown and "next" in shown
+    # Piped (not a terminal): no line padded with blanks to the 240 columns tables may use.
+    assert not [line for line in shown.splitlines() if line.endswith(" ")], shown
 
     wrong = cli(flows, "approve", "ship-1", "--as", "alice", "--hash", "0000beef")
     one_line_error(wrong, "0000beef", "review it again")
@@ -351,6 +356,7 @@ def test_help_for_every_command(flows: Path) -> None:
         *(["keys", c, "--help"] for c in KEYS_COMMANDS),
         *(["memory", c, "--help"] for c in MEMORY_COMMANDS),
         *(["store", c, "--help"] for c in STORE_COMMANDS),
+        *(["sandbox", c, "--help"] for c in SANDBOX_COMMANDS),
     ]
     proc = subprocess.run(
         [sys.executable, "-c", HELP_DRIVER, json.dumps(invocations)],

@@ -58,6 +58,7 @@ from torpor.history import (
     PlanRecorded,
     Policy,
     RunFinished,
+    RunForked,
     RunReopened,
     RunStarted,
     RunState,
@@ -132,6 +133,8 @@ class Model:
     plan_version: int = 0
     plan: dict[str, dict[str, Any]] = field(default_factory=dict)
     compactions: int = 0
+    #: Events so far (a fork's run_forked names the seq it follows).
+    seq: int = 1
 
     def fresh(self, prefix: str) -> str:
         self.n += 1
@@ -498,6 +501,20 @@ def a_child_ended(draw: Draw, m: Model) -> list[Payload]:
     ]
 
 
+def a_forked(draw: Draw, m: Model) -> list[Payload]:
+    """The history so far as a fork's copied prefix (issue 45): enabled at rest (no step open,
+    no effect in doubt); every approval requested, or approved and not consumed, is raised
+    again (its decisions set aside); the code's version may change."""
+    renewed = {}
+    for aid, a in sorted(m.approvals.items()):
+        if a["status"] in ("requested", "approved"):
+            a["status"], a["by"], a["decided"] = "requested", None, False
+            renewed[aid] = m.fresh("nonce-")
+    version = m.fresh("v") if draw(st.booleans()) else ""
+    m.version = version or m.version
+    return [RunForked(origin="origin", at_seq=m.seq, version=version, renewed=renewed)]
+
+
 def a_checkpoint(draw: Draw, m: Model) -> list[Payload]:
     counters = draw(st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 9)))
     return [CheckpointSaved(state=draw(json_values), counters=counters)]
@@ -688,6 +705,8 @@ def enabled(m: Model) -> dict[str, Action]:
     }
     if settleable_calls(m):
         acts["settle"] = a_settle
+    if not m.open_steps() and not m.in_doubt():
+        acts["forked"] = a_forked
     if m.open_steps(Policy.READ):
         acts["model_called"] = a_model_called
         acts["context_compacted"] = a_context_compacted
@@ -761,6 +780,7 @@ def histories(draw: Draw, max_len: int = 45) -> list[Event]:
             break
         weighted = [a for a in sorted(acts) for _ in range(WEIGHTS.get(a, 2))]
         name = draw(st.sampled_from(weighted))
+        m.seq = len(payloads)
         payloads.extend(acts[name](draw, m))
     return to_events(payloads)
 
@@ -808,6 +828,7 @@ def impossible(s: RunState) -> list[tuple[str, Event]]:
             add("reopen a run that is not unresolved/blocked", RunReopened(by="alice"))
         return out
     add("reopen a run that is not finished", RunReopened(by="alice"))
+    add("run_forked after fewer events than it copied", RunForked(origin="o", at_seq=s.seq + 1))
     add("lease epoch not above the current one", LeaseAcquired(owner="w", epoch=s.epoch))
     add(
         "version_accepted from a version the run is not at",

@@ -77,6 +77,47 @@ def test_a_lost_store_connection_during_a_run_leaves_a_trace(store_url: str) -> 
         rt.close()
 
 
+def test_a_failing_mark_advance_after_a_renewal_is_no_store_incident(
+    store_url: str, monkeypatch: Any
+) -> None:
+    """The hook run after each renewal is this host's bookkeeping (the high-water mark, G16):
+    when it raises, the renewal itself went through, so nothing is counted as an incident with
+    the store's connection and the run goes on (it used to share the renewal's ``except``)."""
+    from torpor.engine.highwater import HighWater
+
+    ENTERED.clear()
+    RELEASE.clear()
+    calls: list[int] = []
+
+    advance_really = HighWater.advance
+
+    def advance(self: HighWater, run_id: str, seq: int) -> None:
+        if not threading.current_thread().name.startswith("lease-"):
+            return advance_really(self, run_id, seq)
+        calls.append(seq)  # the heartbeat's call after a renewal
+        raise OSError("no space left on device (the mark's folder)")
+
+    monkeypatch.setattr(HighWater, "advance", advance)
+    rt = torpor.Runtime(store_url, lease_ttl_s=1.5)
+    out: list[Any] = []
+    try:
+        rid = rt.start("honest.hold")
+        t = threading.Thread(target=lambda: out.append(rt.execute(rid)), daemon=True)
+        t.start()
+        assert ENTERED.wait(HANG_S)
+        deadline = time.monotonic() + HANG_S
+        while len(calls) < 3:  # two renewals after a failing advance went through
+            assert time.monotonic() < deadline, "hang guard: no renewal reached the hook"
+            time.sleep(0.05)
+        RELEASE.set()
+        t.join(HANG_S)
+        assert out and out[0].outcome == "succeeded", out
+        assert rt.store.get_run(rid).infra_retries == 0
+    finally:
+        RELEASE.set()
+        rt.close()
+
+
 @torpor.workflow("honest.gate")
 def gate(run: torpor.Run, _: Any) -> Any:
     return run.wait_for("go")

@@ -75,7 +75,13 @@ def test_context_command_shows_sections_with_token_counts(store_url: str, tmp_pa
         rt.run(torpor.workflow(name=fresh("plain"))(lambda run, x: x), 1, run_id="plain")
     bad = CliRunner().invoke(app, ["--db", store_url, "context", "plain"])
     assert isinstance(bad.exception, BadInputError)  # (main() prints it as one line, exit 2)
-    assert "run 'plain' has no checkpoint: not an agent run" in str(bad.exception)
+    assert "run 'plain' is not an agent run: it finished with no agent checkpoint" in str(
+        bad.exception
+    )
+    # --ledger of it too (it printed an empty table).
+    bad = CliRunner().invoke(app, ["--db", store_url, "context", "plain", "--ledger"])
+    assert isinstance(bad.exception, BadInputError)
+    assert "run 'plain' is not an agent run" in str(bad.exception)
 
 
 def test_context_of_an_agent_waiting_for_approval(store_url: str) -> None:

@@ -10,11 +10,12 @@ requested, revoking one already consumed).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import blobs, serde
+from . import blobs, forks, serde
 from .client_reads import ClientReads
 from .config import Settings
 from .errors import (
@@ -406,6 +407,36 @@ class Client(ClientReads):
         )
         return list(info.hashes)
 
+    def fork(
+        self,
+        run_id: str,
+        at: int | str,
+        *,
+        fork_id: str | None = None,
+        input: Any = forks.KEEP,
+        workflow: str | Callable[..., Any] | None = None,
+        module: str | None = None,
+        redo_effects: bool = False,
+        by: str = "user",
+        reason: str = "",
+    ) -> forks.Fork:
+        """Fork run ``run_id`` at ``at`` — a seq, or a step id (just before it first started)
+        — into a new run whose history is the origin's up to there, settled, then runs on
+        (not executed here: resume it, or let a worker take it) without repeating the
+        origin's effects: see :func:`torpor.forks.fork_run` for the arguments and errors."""
+        return forks.fork_run(
+            self.store,
+            run_id,
+            at,
+            fork_id=fork_id,
+            input=input,
+            workflow=workflow,
+            module=module,
+            redo_effects=redo_effects,
+            by=by,
+            reason=reason,
+        )
+
     def cancel(self, run_id: str, by: str = "user", reason: str = "") -> None:
         """Ask the run to stop; it ends ``cancelled`` at its next boundary."""
         self._open(run_id)
@@ -454,8 +485,10 @@ class Client(ClientReads):
     ) -> dict[str, Any]:
         """Reopen a ``blocked`` run — typically after raising a budget limit — so it resumes
         where it stopped. Given limits replace the recorded ones (a running run takes them at
-        its next boundary without reopening). Returns the run's usage and limits as they will
-        be (usage keys: tokens, cost_usd, steps, wall_clock_s)."""
+        its next boundary without reopening). A run's limits hold for its whole tree of runs
+        (:mod:`torpor.engine.budgets`): raising them also reopens the runs below it that they
+        blocked. Returns the run's usage and limits as they will be (usage keys: tokens,
+        cost_usd, steps, wall_clock_s) and ``reopened``: the runs below reopened."""
         limits = {
             k: v
             for k, v in {
@@ -481,6 +514,10 @@ class Client(ClientReads):
         if limits:
             body["budget"] = limits
         self.store.post_inbox(run_id, "reopen", body, message_id=f"reopen:{uuid.uuid4().hex}")
+        # One budget for a tree (issue 38): the runs below that this run's limit blocked go on.
+        from .engine import budgets  # (here: `torpor ls` builds a Client and needs no engine)
+
+        below = budgets.reopen_blocked(self.store, run_id, by) if limits else []
         u = st.usage
         now = self.store.now_ms()
         return {
@@ -491,6 +528,7 @@ class Client(ClientReads):
                 "wall_clock_s": round((now - st.started_at_ms) / 1000, 1),
             },
             "limits": {**st.budget.model_dump(), **limits},
+            "reopened": below,
         }
 
     def retry(self, run_id: str, by: str, *, step: str | None = None, reason: str = "") -> None:

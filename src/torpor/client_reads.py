@@ -66,6 +66,18 @@ class ClientReads:
         self.store.get_run(run_id)
         return self.store.child_runs(run_id)
 
+    def forks(self, run_id: str) -> list[RunRecord]:
+        """The forks made of ``run_id`` (:meth:`~torpor.Client.fork`), oldest first, as run
+        rows; RunNotFoundError for an unknown run."""
+        self.store.get_run(run_id)
+        return self.store.run_forks(run_id)
+
+    def fork_origin(self, run_id: str) -> tuple[str, int] | None:
+        """``(origin run id, seq its history was copied up to)`` when ``run_id`` is a fork,
+        else None (RunNotFoundError for an unknown run)."""
+        self.store.get_run(run_id)
+        return self.store.fork_origin(run_id)
+
     def counts(self, *, workflow: str | None = None) -> list[RunCount]:
         """How many runs there are per status, outcome and needs-attention flag."""
         return self.store.count_runs(workflow=workflow)

@@ -352,6 +352,27 @@ class SummaryFailed(TorporError):
     nothing): the working buffer stays as it was (:mod:`torpor.memory.compaction`)."""
 
 
+class SandboxError(TorporError):
+    """A sandbox VM could not be had or used (:mod:`torpor.sandbox`)."""
+
+
+class SandboxImageError(SandboxError):
+    """The sandbox's guest image cannot be built, is missing, or does not match its sha256."""
+
+
+class IsolationUnavailableError(SandboxError):
+    """No VM boundary can be had on this host (no QEMU, no image): torpor refuses to run agent
+    code without one unless told ``isolation="process"`` (G15). ``reason`` says what is missing."""
+
+    def __init__(self, reason: str):
+        super().__init__(f"no VM boundary on this host: {reason} (see `torpor sandbox doctor`)")
+        self.reason = reason
+
+
+class SandboxGoneError(SandboxError):
+    """The sandbox's VM died, was killed at a timeout, or stopped answering its agent channel."""
+
+
 class ToolError(TorporError):
     """A tool call could not be made or did not return a result."""
 
@@ -386,6 +407,33 @@ class ToolTimeoutError(ToolError, TimeoutError):
 
 class TransientError(ToolError):
     """Raise from a tool for a failure worth retrying (a 503, a dropped connection)."""
+
+
+class McpError(ToolError):
+    """An MCP server (:mod:`torpor.mcp`) could not be reached, or answered outside the
+    protocol; the message names the server."""
+
+
+class McpConnectionError(McpError, ConnectionError):
+    """The connection to an MCP server broke while a call was in flight: the server may have
+    performed it (an effect is reconciled, never retried blindly)."""
+
+
+class McpNotSentError(McpError, EffectNotApplied):
+    """An MCP call was never sent (the server could not be reached, or its session could not
+    be re-established): nothing happened."""
+
+
+class McpSessionLostError(McpNotSentError):
+    """The server's session was lost and the state it kept for it cannot be re-created
+    (``stateful=True`` without ``setup`` calls, or a setup call failed on replay): the run
+    cannot continue on that server; nothing was sent."""
+
+
+class McpToolsChangedError(McpError, VersionMismatchError):
+    """An MCP server offers another tool list than the one the run recorded (an upgrade):
+    the run needs attention and stays resumable (it continues once the server offers the
+    recorded list again)."""
 
 
 class ModelError(TorporError):

@@ -227,7 +227,7 @@ def _noop(name: str) -> bool:
     return False
 
 
-def _noop_note(kind: str, detail: str) -> None:
+def _noop_note(kind: str, detail: str, run_id: str = "") -> None:
     return None
 
 
@@ -269,15 +269,17 @@ def _do(rule: Rule, name: str) -> bool:
     return rule.action == "twice"
 
 
-def _active_note(kind: str, detail: str) -> None:
+def _active_note(kind: str, detail: str, run_id: str = "") -> None:
     if _trace is not None and _detail:
         with open(_trace, "a") as f:
-            f.write(f"#{kind} {detail}\n")
+            # (The run, after a tab: the explorer tells the runs of a tree apart.)
+            f.write(f"#{kind} {detail}\t{run_id}\n" if run_id else f"#{kind} {detail}\n")
 
 
 #: ``point(name) -> bool``: the hook called at every boundary (rebound by :func:`install`).
 point = _noop
-#: ``note(kind, detail)``: trace-only notes (``step`` before a step body runs), never faults.
+#: ``note(kind, detail, run_id="")``: trace-only notes (``step`` before a step body runs),
+#: never faults.
 note = _noop_note
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from .. import serde
 from ..engine.approvals import Approval
 from ..engine.calls import resolve
+from ..engine.children import ChildResult
 from ..engine.effects import Applied, EffectCall, Unknown
 from ..errors import (
     ApprovalDeniedError,
@@ -74,32 +75,69 @@ def _reveal(ctx: Context, args: Any) -> tuple[Any, list[str]]:
     return out, missing
 
 
+@dataclass(frozen=True)
+class Decided:
+    """A call's outcome as it is to be recorded (``tool_call_settled``): ``outcome``,
+    ``observation`` and the step that ran it (``executed_by``, None when nothing ran)."""
+
+    outcome: str
+    observation: Any
+    executed_by: str | None
+
+
+@dataclass
+class Prepared:
+    """A call that passed its checks (arguments, secrets, budget, approval) and is ready to
+    run as step ``sid`` under its tool's policy."""
+
+    call: PlannedCall
+    tool: Tool
+    validated: dict[str, Any]
+    provided: dict[str, str]
+    approval: Approval | None
+    hashes: list[str]
+    sid: str
+    canonical: Any
+
+    @property
+    def base(self) -> str:
+        """``<call id>@v<version>``: the name of the call's steps."""
+        return self.sid.removeprefix("tool:")
+
+
 def execute_call(ctx: Context, c: PlannedCall) -> str:
     """Run one planned call under its tool's policy and record its outcome (succeeded,
     failed, invalid, denied); returns that outcome."""
+    d = prepare(ctx, c)
+    if isinstance(d, Prepared):
+        d = run_prepared(ctx, d)
+    ctx.settle(c, d.outcome, d.observation, d.executed_by)
+    return c.status
+
+
+def prepare(ctx: Context, c: PlannedCall) -> Prepared | Decided:
+    """Everything before a call runs, in the executing thread: its recorded outcome on replay;
+    else the tool, its arguments and secrets checked (a refusal is the outcome), the budget
+    checked (BudgetExhausted: the run blocks), an approval bound to the exact arguments when
+    the tool requires one (a denial is the outcome, or raised when the agent blocks on it)."""
     run = ctx.run
     base = f"{c.call_id}@v{c.version}"
     comp = run.journal.recorded(f"settle:{base}", Policy.READ)
     if comp is not None:  # replay: the outcome is recorded
         rec = run.journal.value(f"settle:{base}", comp.result)
-        ctx.settle(c, rec["outcome"], rec["observation"], executed_by(rec, base))
-        return c.status
+        return Decided(rec["outcome"], rec["observation"], executed_by(rec, base))
     tool = ctx.agent.tools.get(c.tool)
     if tool is None:
-        ctx.settle(
-            c,
+        return Decided(
             "invalid",
             {"error": f"unknown tool {c.tool!r}", "tools": ctx.agent.tools.names()},
             None,
         )
-        return c.status
     if isinstance(c.args, dict) and "$raw" in c.args and len(c.args) == 1:
-        ctx.settle(c, "invalid", {"error": "arguments are not a JSON object", "raw": c.args}, None)
-        return c.status
+        return Decided("invalid", {"error": "arguments are not a JSON object", "raw": c.args}, None)
     args, missing = _reveal(ctx, c.args)
     if missing:
-        ctx.settle(
-            c,
+        return Decided(
             "invalid",
             {
                 "error": f"secret argument(s) {missing} are not known to this process "
@@ -107,12 +145,10 @@ def execute_call(ctx: Context, c: PlannedCall) -> str:
             },
             None,
         )
-        return c.status
     try:
         validated = tool.validate(args)
     except ToolArgsError as exc:
-        ctx.settle(c, "invalid", exc.observation(), None)
-        return c.status
+        return Decided("invalid", exc.observation(), None)
     ctx.check_budget()
     hashes: list[str] = []
     approval: Approval | None = None
@@ -123,8 +159,9 @@ def execute_call(ctx: Context, c: PlannedCall) -> str:
             if h not in {a.sha256 for a in run.state.artifacts.values()}
         ]
         if unknown:
-            ctx.settle(c, "invalid", {"error": f"unknown artifact(s) {unknown} in arguments"}, None)
-            return c.status
+            return Decided(
+                "invalid", {"error": f"unknown artifact(s) {unknown} in arguments"}, None
+            )
         doc = serde.dumps({"tool": tool.name, "args": c.args})
         ref = run.artifact(f"tool-args/{base}", doc, media_type="application/json")
         hashes = sorted({ref.sha256, *tool.artifact_hashes(validated)})
@@ -135,35 +172,86 @@ def execute_call(ctx: Context, c: PlannedCall) -> str:
                 summary=clip(f"{tool.name}({json.dumps(c.args, sort_keys=True)})", 300),
             )
         except ApprovalDeniedError as exc:
-            ctx.settle(c, "denied", {"error": str(exc)}, None)
             if ctx.agent.on_denied == "block":
+                ctx.settle(c, "denied", {"error": str(exc)}, None)
                 raise
-            return c.status
-    sid = f"tool:{base}"
+            return Decided("denied", {"error": str(exc)}, None)
     provided = tool.provided_secrets()
     for value in provided.values():
         ctx.vault.add(value)  # scrubbed from whatever the call returns or raises
     canonical = ctx.vault.scrub(serde.to_jsonable(c.args))
+    return Prepared(c, tool, validated, provided, approval, hashes, f"tool:{base}", canonical)
+
+
+def child_input(ctx: Context, p: Prepared) -> Any:
+    """The input of the child run a delegating tool starts: its function's value for the
+    validated arguments (JSON data, secrets scrubbed: it is recorded in the child)."""
+    value = resolve(p.tool.fn(**p.tool.arguments(p.validated, p.provided, {})))
+    return ctx.vault.scrub(serde.to_jsonable(value))
+
+
+def delegated(p: Prepared, r: ChildResult) -> Decided:
+    """A delegated call's outcome from its child's: succeeded with the child's result when the
+    child succeeded, failed with its outcome and reason otherwise (run by the spawn step)."""
+    obs = {"run_id": r.run_id, "outcome": r.outcome, "result": r.result}
+    if not r.ok:
+        obs["reason"] = r.reason
+    return Decided("succeeded" if r.ok else "failed", obs, f"child:{p.base}")
+
+
+def _body(ctx: Context, p: Prepared) -> Callable[[Any], Any]:
+    """A read/compute tool's step body: the tool called, its result or error scrubbed."""
+    scrub, tool, validated, provided = ctx.vault.scrub, p.tool, p.validated, p.provided
+
+    def body(_recorded_args: Any) -> Any:
+        try:
+            return scrub(serde.to_jsonable(tool.invoke(validated, secrets=provided)))
+        except Exception as exc:
+            raise ToolFailedError(scrub(f"{type(exc).__name__}: {exc}")) from None
+
+    return body
+
+
+def _step_options(p: Prepared) -> dict[str, Any]:
+    return {"policy": p.tool.policy, "purpose": f"{p.tool.name} ({p.call.call_id})"}
+
+
+def run_prepared(ctx: Context, p: Prepared) -> Decided:
+    """Run a prepared call in the executing thread: a ``read``/``compute`` step, an effect, or
+    a child run it delegates to (waited on: the run suspends until the child ends)."""
+    if p.tool.spawns is not None:
+        return delegated(p, ctx.run.child(p.tool.spawns, child_input(ctx, p), name=p.base))
     try:
-        if tool.policy is Policy.EFFECT:
-            result = _effect(ctx, sid, tool, validated, provided, approval, hashes)
+        if p.tool.policy is Policy.EFFECT:
+            result = ctx.run.effect(p.sid, _attempt(ctx, p), **_effect_options(ctx, p))
         else:
-            scrub = ctx.vault.scrub
-
-            def body(_recorded_args: Any) -> Any:
-                try:
-                    return scrub(serde.to_jsonable(tool.invoke(validated, secrets=provided)))
-                except Exception as exc:
-                    raise ToolFailedError(scrub(f"{type(exc).__name__}: {exc}")) from None
-
-            result = run.step(
-                sid, body, canonical, policy=tool.policy, purpose=f"{tool.name} ({c.call_id})"
-            )
+            result = ctx.run.step(p.sid, _body(ctx, p), p.canonical, **_step_options(p))
     except StepError as exc:
-        ctx.settle(c, "failed", {"error": ctx.vault.scrub(exc.error)}, sid)
-        return c.status
-    ctx.settle(c, "succeeded", result, sid)
-    return c.status
+        return Decided("failed", {"error": ctx.vault.scrub(exc.error)}, p.sid)
+    return Decided("succeeded", result, p.sid)
+
+
+async def arun_prepared(ctx: Context, p: Prepared) -> Decided:
+    """:func:`run_prepared` as a task of a batch (:mod:`.parallel`): the same step or effect,
+    recorded from the executing thread's loop, the tool's own work in a worker thread (an
+    effect with a timeout: the engine's attempt thread or child), so calls overlap."""
+    import asyncio  # (only a batch of calls comes here)
+
+    try:
+        if p.tool.policy is Policy.EFFECT:
+            attempt = _attempt(ctx, p)
+            fn: Callable[..., Any] = attempt if p.tool.timeout is not None else _Threaded(attempt)
+            result = await ctx.run.aeffect(p.sid, fn, **_effect_options(ctx, p))
+        else:
+            body = _body(ctx, p)
+
+            async def threaded(recorded_args: Any) -> Any:
+                return await asyncio.to_thread(body, recorded_args)
+
+            result = await ctx.run.astep(p.sid, threaded, p.canonical, **_step_options(p))
+    except StepError as exc:
+        return Decided("failed", {"error": ctx.vault.scrub(exc.error)}, p.sid)
+    return Decided("succeeded", result, p.sid)
 
 
 @dataclass(frozen=True)
@@ -202,15 +290,37 @@ class ToolAttempt:
             raise ToolFailedError(scrub(f"{type(exc).__name__}: {exc}")) from None
 
 
-def _effect(
-    ctx: Context,
-    sid: str,
-    tool: Tool,
-    validated: dict[str, Any],
-    provided: dict[str, str],
-    approval: Approval | None,
-    hashes: list[str],
-) -> Any:
+@dataclass(frozen=True)
+class _Threaded:
+    """An effect attempt run in a worker thread from async code (no timeout: the engine would
+    call a sync attempt inline, holding up the rest of the batch). Same engine parameters."""
+
+    attempt: ToolAttempt
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return self.attempt.__signature__
+
+    async def __call__(self, **engine: Any) -> Any:
+        import asyncio
+
+        return await asyncio.to_thread(self.attempt, **engine)
+
+
+def _attempt(ctx: Context, p: Prepared) -> ToolAttempt:
+    r = p.tool.retry
+    return ToolAttempt(
+        p.tool.fn,
+        {**p.validated, **p.provided},
+        ctx.vault.scrubber(),
+        r.on if r is not None else (),
+        p.tool.engine_params,
+    )
+
+
+def _effect_options(ctx: Context, p: Prepared) -> dict[str, Any]:
+    """``run.effect``'s options for a prepared effect call: reconcile, approval, retry …"""
+    tool, validated = p.tool, p.validated
     r = tool.retry
     retry = None
     if r is not None and r.attempts > 1:
@@ -220,13 +330,6 @@ def _effect(
         if issubclass(AttemptTimeoutError, r.on):
             on += (AttemptTimeoutError,)
         retry = dataclasses.replace(r, on=on)
-    attempt = ToolAttempt(
-        tool.fn,
-        {**validated, **provided},
-        ctx.vault.scrubber(),
-        r.on if r is not None else (),
-        tool.engine_params,
-    )
 
     def reconcile(call: EffectCall) -> Any:
         if tool.reconcile is None:
@@ -239,14 +342,12 @@ def _effect(
             return Unknown(scrub(verdict.reason))
         return verdict
 
-    return ctx.run.effect(
-        sid,
-        attempt,
-        reconcile=reconcile,
-        approval=approval,
-        artifacts=hashes,
-        operation=tool.name,
-        purpose=f"{tool.name} (effect)",
-        timeout=tool.timeout,
-        retry=retry,
-    )
+    return {
+        "reconcile": reconcile,
+        "approval": p.approval,
+        "artifacts": p.hashes,
+        "operation": tool.name,
+        "purpose": f"{tool.name} (effect)",
+        "timeout": tool.timeout,
+        "retry": retry,
+    }

@@ -106,6 +106,10 @@ class Context(Protocol):
         """Block the run (durably, with the reason) when a budget limit is reached."""
         ...
 
+    def budget_exhausted(self, pending_steps: int = 0) -> str:
+        """Why no further call may start (``pending_steps`` more counted), or ""."""
+        ...
+
     def settle(
         self,
         c: Any,

@@ -12,8 +12,9 @@ The loop (one run of the agent's workflow):
 
 1. the planner proposes steps (tool, arguments, dependencies); the plan is recorded as a new
    version (``plan_recorded``); steps that succeeded under an earlier version stay succeeded;
-2. ready steps (all dependencies succeeded) execute **one at a time, in plan order** (the
-   engine allows concurrency, the agent keeps it sequential so replay stays simple), each as a
+2. ready steps (all dependencies succeeded) execute in plan order, one at a time, or — with
+   ``Agent(max_parallel=N)`` — up to N of those ready together side by side, each recorded on
+   its own and settled in plan order (:mod:`.parallel`); each runs as a
    torpor step under its tool's recovery policy: arguments validated first (a refusal becomes
    an observation), an approval bound to the hash of the exact arguments when the tool
    requires one, then ``read``/``compute``/``effect`` execution;
@@ -43,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import faults, serde
+from ..engine import budgets
 from ..engine.execution import ENGINE_ERRORS
 from ..errors import (
     ApprovalError,
@@ -71,6 +73,7 @@ from .episode_recall import EpisodeRecall
 from .lessons import phrase_lesson
 from .models.base import Message, Model, ModelResponse, ToolCall, ToolSpec
 from .models.record import call_model_step
+from .parallel import execute_batch
 from .planners import Planner
 from .proposals import PlanView, Proposal, StepView
 from .tools import Tools, Vault
@@ -94,6 +97,8 @@ class Agent:
     record's own lines.
     ``memory``: the working memory's budget, compaction and extra context sections
     (:class:`~torpor.memory.Memory`; the defaults when omitted).
+    ``max_parallel``: how many ready calls with no dependency between them (a model's
+    parallel tool calls) run at once (:mod:`torpor.agents.parallel`); 1 runs them one by one.
     ``max_plan_versions``: the run fails (PlannerError) when the planner would make more plan
     versions than this — a ReAct planner makes one per model turn, so it caps the model turns
     too (``torpor context RUN`` shows it); the budget (tokens, steps) is the usual limit.
@@ -117,9 +122,14 @@ class Agent:
         task_type: str | None = None,
         lesson_model: Model | None = None,
         memory: Memory | None = None,
+        max_parallel: int = 1,
     ):
         if on_denied not in ("block", "replan"):
             raise TorporError("on_denied must be 'block' or 'replan'")
+        if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
+            raise TorporError(
+                f"Agent {name!r}: max_parallel must be an int >= 1, not {max_parallel!r}"
+            )
         self.name = name
         self.goal = goal
         self.tools = tools
@@ -133,6 +143,7 @@ class Agent:
         self.task_type = task_type or name
         self.lesson_model = lesson_model
         self.memory = memory or Memory()
+        self.max_parallel = max_parallel
 
         def agent_workflow(run: Run, input: Any) -> Any:
             return AgentContext(self, run, input).execute()
@@ -179,6 +190,7 @@ class AgentContext:
         self.memory = WorkingMemory(self)
         self._lessons = EpisodeRecall(self.run, self.agent.goal, self.input)
         self._from_model = False
+        self._parents: list[str] | None = None  # (the ancestors, looked up once)
 
     # ------------------------------------------------------------ for planners
 
@@ -298,27 +310,22 @@ class AgentContext:
     # ------------------------------------------------------------ budget
 
     def check_budget(self) -> None:
-        """Block the run (durably, with the reason) when a limit is reached."""
-        s = self.run.state
-        b, u = s.budget, s.usage
-        hits = []
-        if b.tokens is not None and u.tokens >= b.tokens:
-            hits.append(f"tokens: {u.tokens} used of {b.tokens}")
-        if b.cost_usd is not None and u.cost_usd >= b.cost_usd:
-            hits.append(f"cost: ${u.cost_usd:.4f} used of ${b.cost_usd:.4f}")
-        if b.steps is not None and u.steps >= b.steps:
-            hits.append(f"steps: {u.steps} used of {b.steps}")
-        if b.wall_clock_s is not None and s.started_at_ms:
-            elapsed = (self.run.journal.now_ms() - s.started_at_ms) / 1000
-            if elapsed >= b.wall_clock_s:
-                hits.append(f"wall-clock: {elapsed:.1f} s of {b.wall_clock_s:g} s")
-        if hits:
-            self.run.block(
-                "budget exhausted ("
-                + "; ".join(hits)
-                + f"); raise it and resume: torpor budget {self.run.run_id} "
-                "--tokens N / --cost USD / --steps N / --wall-clock SECONDS"
-            )
+        """Block the run (durably, with the reason) when a limit is reached: its own, or an
+        ancestor's over the ancestor's whole tree of runs (:mod:`torpor.engine.budgets`)."""
+        reason = self.budget_exhausted()
+        if reason:
+            self.run.block(reason)
+
+    def budget_exhausted(self, pending_steps: int = 0) -> str:
+        """Why no further call may start, counting ``pending_steps`` calls started and not
+        yet settled (a batch's, :mod:`.parallel`); "" while there is room — and while the
+        run replays calls that ran already (the tree's usage is today's, not then's)."""
+        j = self.run.journal
+        if j.replay.replaying:
+            return ""
+        if self._parents is None:
+            self._parents = budgets.ancestors(j.store, self.run.run_id)
+        return budgets.exhausted(j.store, self.run.state, j.now_ms(), self._parents, pending_steps)
 
     # ------------------------------------------------------------ recording
 
@@ -393,6 +400,7 @@ class AgentContext:
     # ------------------------------------------------------------ the loop
 
     def execute(self) -> Any:
+        self.agent.tools.prepare(self.run)  # (before restore: its records are the run's first)
         need_plan = self.memory.restore()
         if need_plan is None:
             self._init_budget()
@@ -461,13 +469,16 @@ class AgentContext:
                 self._record_plan(proposal, planner.name)
                 need_plan, moved = False, True
                 continue
-            c = self._next_ready()
-            if c is None:
+            ready = self._ready(self.agent.max_parallel)
+            if not ready:
                 need_plan = True
                 continue
-            outcome = execute_call(self, c)
+            if len(ready) == 1:
+                outcomes = [execute_call(self, ready[0])]
+            else:
+                outcomes = execute_batch(self, ready, self.agent.max_parallel)
             moved = True
-            if outcome != "succeeded" and planner.replan_on_failure:
+            if any(o != "succeeded" for o in outcomes) and planner.replan_on_failure:
                 need_plan = True
 
     def _boundary(self) -> None:
@@ -476,14 +487,18 @@ class AgentContext:
         self.memory.maybe_compact()
         self.memory.save(True)
 
-    def _next_ready(self) -> PlannedCall | None:
+    def _ready(self, limit: int) -> list[PlannedCall]:
+        """Up to ``limit`` pending calls whose dependencies all succeeded, in plan order."""
+        out: list[PlannedCall] = []
         for cid in self.order:
             c = self.calls[cid]
             if c.status == "pending" and all(
                 self.calls[d].status == "succeeded" for d in c.depends_on
             ):
-                return c
-        return None
+                out.append(c)
+                if len(out) >= limit:
+                    break
+        return out
 
     def _record_plan(self, proposal: Proposal, planner_name: str) -> None:
         v = self.version + 1

@@ -21,6 +21,12 @@ Its argument schema is derived from the function's type hints by pydantic::
 - Parameters typed :data:`ArtifactHash` name a run artifact by sha256; an approval of the call
   binds those artifacts as well as the exact arguments.
 - ``idempotency_key`` and ``fencing_token`` parameters are filled by the engine (effects).
+- ``spawns="workflow"`` (issue 38): the call is delegated to a **child run** of that workflow
+  (an :class:`~torpor.Agent`'s name, say) — the function maps the validated arguments to the
+  child's input; the call succeeds with the child's result when the child succeeds, fails
+  with its outcome otherwise (:mod:`torpor.engine.children`, G14). The agent's run waits for
+  the child durably; ready delegations of one plan start together and are waited on as one
+  fan-in (:mod:`.parallel`).
 """
 
 from __future__ import annotations
@@ -101,17 +107,26 @@ class Tool:
     reconcile: Callable[[EffectCall], Reconciliation] | None = None
     requires_approval: bool | Callable[[dict[str, Any]], bool] = False
     secrets: Mapping[str, Callable[[], str]] = field(default_factory=dict)
+    #: The workflow a call of this tool is delegated to, as a child run (None: none).
+    spawns: str | None = None
     args_model: type[BaseModel] = field(init=False)
     secret_fields: frozenset[str] = field(init=False)
     artifact_fields: frozenset[str] = field(init=False)
     engine_params: frozenset[str] = field(init=False)
 
-    def __post_init__(self) -> None:
+    def check_policy(self) -> None:
+        """The policy as a :class:`Policy`; TorporError unless read, compute or effect (only
+        an effect with a reconcile)."""
         self.policy = Policy(self.policy)
         if self.policy not in (Policy.READ, Policy.COMPUTE, Policy.EFFECT):
             raise TorporError(f"tool {self.name!r}: policy must be read, compute or effect")
         if self.policy is not Policy.EFFECT and self.reconcile is not None:
             raise TorporError(f"tool {self.name!r}: only an effect has a reconcile")
+        if self.spawns is not None and self.policy is not Policy.READ:
+            raise TorporError(f"tool {self.name!r}: a tool that spawns a child run is a read tool")
+
+    def __post_init__(self) -> None:
+        self.check_policy()
         sig = inspect.signature(self.fn)
         hints = typing.get_type_hints(self.fn, include_extras=True)
         fields: dict[str, Any] = {}
@@ -275,8 +290,10 @@ class Tools:
         reconcile: Callable[[EffectCall], Reconciliation] | None = None,
         requires_approval: bool | Callable[[dict[str, Any]], bool] = False,
         secrets: Mapping[str, Callable[[], str]] | None = None,
+        spawns: str | None = None,
     ) -> Any:
-        """Register ``fn`` (decorator, with or without arguments). Returns ``fn`` unchanged."""
+        """Register ``fn`` (decorator, with or without arguments). Returns ``fn`` unchanged.
+        ``spawns``: delegate each call to a child run of that workflow (module docstring)."""
 
         def deco(f: Callable[..., Any]) -> Callable[..., Any]:
             self.add(
@@ -290,6 +307,7 @@ class Tools:
                     reconcile=reconcile,
                     requires_approval=requires_approval,
                     secrets=dict(secrets or {}),
+                    spawns=spawns,
                 )
             )
             return f
@@ -316,6 +334,12 @@ class Tools:
 
     def specs(self) -> list[ToolSpec]:
         return [t.spec() for t in self._tools.values()]
+
+    def prepare(self, run: Any) -> None:
+        """Called by an agent at the start of each execution of its run (``run``: the
+        :class:`~torpor.Run`), before anything else is replayed: a registry whose tools come
+        from outside (:class:`torpor.mcp.Toolset`) records or checks them here. Nothing to
+        do for tools registered in code."""
 
 
 # ------------------------------------------------------------------ secrets

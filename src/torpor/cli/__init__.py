@@ -96,10 +96,12 @@ def _load_app() -> typer.Typer:
             episodes,
             execute,
             explore,
+            fork,
             keys,
             marks,
             memory,
             read,
+            sandbox,
             schedule,
             steer,
             storage,
@@ -114,6 +116,7 @@ def _load_app() -> typer.Typer:
             execute,
             read,
             watch,
+            fork,
             memory,
             episodes,
             steer,
@@ -125,6 +128,7 @@ def _load_app() -> typer.Typer:
             explore,
             console,
             doctor,
+            sandbox,
         ):
             module.register(app)
         reflow_help(app)

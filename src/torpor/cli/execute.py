@@ -14,8 +14,8 @@ from typing import Annotated, Any
 import typer
 
 from ..client import Client
-from ..errors import BadInputError, LeaseHeldError, TorporError
-from ..history import Outcome, RunStatus
+from ..errors import BadInputError, LeaseHeldError, RunNotFoundError, TorporError
+from ..history import Outcome, RunStarted, RunStatus
 from ..queues import left_to_workers
 from ..runtime import RunResult, Runtime
 from ..urls import display_url
@@ -174,6 +174,8 @@ def start(
     data = parse_json("--input", input_json)
     at = _start_at(start_at)
     with open_runtime(ctx, imports, create=True) as rt:
+        if run_id is not None and data is not None:
+            _refuse_another_input(rt, run_id, data)
         rid = rt.start(
             workflow,
             data,
@@ -201,6 +203,22 @@ def start(
     _print_result(res, json_out, resume)
     if res.outcome not in _GOOD_OUTCOMES:
         raise typer.Exit(EXIT_OUTCOME)
+
+
+def _refuse_another_input(rt: Runtime, run_id: str, data: Any) -> None:
+    """``start --run-id ID --input ...`` of an existing run started with another input: a
+    BadInputError, where the library's start rejoins the run and keeps its first input (as a
+    run id deduplicates starts: DBOS's workflow ids, Temporal's use-existing policy): the one
+    who typed a new input is told, rather than have it silently dropped."""
+    try:
+        first = rt.store.read_events(run_id, 0, limit=1)
+    except RunNotFoundError:
+        return
+    if first and isinstance(first[0].payload, RunStarted) and first[0].payload.input != data:
+        raise BadInputError(
+            f"--input: run {run_id!r} exists and was started with another input; omit --input "
+            "to rejoin it, or give a new --run-id"
+        )
 
 
 def _start_at(text: str | None) -> datetime | None:

@@ -43,10 +43,12 @@ def show_context(
     with open_client(ctx, read_only=True) as client:  # never creates or migrates a store
         state = client.state(run_id)
         records = client.ledger(run_id) if ledger else []
+    view = context_view(state)
+    if view is None and not records:  # (a ledger is kept by an agent's working memory alone)
+        raise BadInputError(no_context_reason(state))
     if ledger:
         _show_ledger(run_id, records, json_out)
         return
-    view = context_view(state)
     if view is None:
         raise BadInputError(no_context_reason(state))
     if json_out:

@@ -9,7 +9,7 @@ import typer
 from ..history import Outcome, RunStatus
 from .context import open_client
 from .listing import print_runs
-from .past import context_fields, past_line
+from .past import context_fields, forks_table, origin_line, past_line
 from .render import (
     add_row,
     console,
@@ -89,17 +89,19 @@ def show(
     from ..report.run import gather
     from .artifacts import offloaded_table
     from .storage import storage_text
-    from .tree import children_table
+    from .tree import children_table, tree_account, tree_budget_table
 
+    tree = None
     with open_client(ctx, read_only=True) as client:
         if at is None:
             report = gather(client, run_id)
+            tree = tree_account(client, run_id, report.children)
         else:
             from ..report.past import gather_at
 
             report = gather_at(client, run_id, at)
     if json_out:
-        emit_json(report.as_json())
+        emit_json({**report.as_json(), **({"tree_budget": tree} if tree is not None else {})})
         return
     live, rec, state = report.summary, report.rec, report.state
     now_view = report.as_of is None  # False: a past state (--at), shown without action hints
@@ -134,6 +136,7 @@ def show(
         pairs.append(("needs attention", state.attention))
     if report.parent is not None:
         pairs.append(("parent", report.parent))
+    pairs += origin_line(report)
     if live.infra:
         pairs.append(("infrastructure", live.infra))
     if live.lease:
@@ -230,6 +233,8 @@ def show(
                 )
 
     children_table(out, report.children)
+    tree_budget_table(out, tree)
+    forks_table(out, report)
 
     if report.artifacts:
         table = new_table("NAME", "VERSION", "SHA256", "SIZE", "MEDIA TYPE", title="Artifacts")

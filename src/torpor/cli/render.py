@@ -16,7 +16,7 @@ import re
 import sys
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TextIO, cast
 
 from rich import box
 from rich.console import Console
@@ -31,12 +31,49 @@ from ..report.text import local_time as when
 CLI = scrub.sink("cli", "every line the torpor command prints: torpor.cli.render")
 
 
+class _LineEnds:
+    """A text stream that drops the spaces a Rich table pads its last column with at the end
+    of each line: piped output (a file, ``grep``) has no trailing blanks up to the width."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.partial = ""
+
+    def write(self, text: str) -> int:
+        lines = (self.partial + text).split("\n")
+        self.partial = lines.pop()
+        if lines:
+            self.stream.write("".join(line.rstrip(" ") + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self.partial:  # (printed with end="": its spaces may be meant; kept)
+            self.stream.write(self.partial)
+            self.partial = ""
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    @property
+    def encoding(self) -> str:  # (Rich picks box characters the stream can encode by it)
+        return getattr(self.stream, "encoding", None) or "utf-8"
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+
 def console(stderr: bool = False) -> Console:
     """A console on stdout (or stderr) that prints recorded text as is."""
     stream = sys.stderr if stderr else sys.stdout
-    # Not a terminal (a pipe, a log, a test): do not wrap tables at 80 columns.
-    width = None if stream.isatty() or os.environ.get("COLUMNS") else 240
-    return Console(file=stream, highlight=False, width=width, soft_wrap=False)
+    if stream.isatty():
+        return Console(file=stream, highlight=False, soft_wrap=False)
+    # Not a terminal (a pipe, a log, a test): do not wrap tables at 80 columns (unless COLUMNS
+    # says so), and do not pad lines with blanks to that width either.
+    width = None if os.environ.get("COLUMNS") else 240
+    return Console(
+        file=cast(TextIO, _LineEnds(stream)), highlight=False, width=width, soft_wrap=False
+    )
 
 
 def safe_text(value: Any) -> str:

@@ -385,6 +385,8 @@ def budget(
         console().print(
             plain(f"{k:<13} used {u[k]}  limit {limit if limit is not None else 'none'}")
         )
+    if info.get("reopened"):
+        console().print(plain("reopened below it: " + ", ".join(info["reopened"])))
     console().print(plain(f"continue the run: {resume}", style="cyan"))
 
 

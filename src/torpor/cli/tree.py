@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from ..client import Client
+from ..engine.budgets import TreeAccount, account
 from ..store.base import RunRecord
 from .render import add_row, new_table, short
 
@@ -58,4 +59,33 @@ def children_table(out: Console, children: list[RunRecord]) -> None:
     out.print(table)
 
 
-__all__ = ["children_table", "tree_label", "tree_order"]
+def tree_account(client: Client, run_id: str, children: list[RunRecord]) -> TreeAccount | None:
+    """The accounting of a run's tree against its limits (issue 38), for a run with children
+    (None otherwise)."""
+    if not children:
+        return None
+    return account(client.store, run_id, client.store.now_ms())
+
+
+def tree_budget_table(out: Console, acc: TreeAccount | None) -> None:
+    """``show``'s "Tree budget": what the run and every run below it used, against the run's
+    limits (shared down the tree), and the runs below that a budget blocked."""
+    if acc is None:
+        return
+    b = acc.budget
+
+    def of(used: object, limit: object) -> str:
+        return f"{used} of {limit}" if limit is not None else f"{used} (no limit)"
+
+    table = new_table("LIMIT", "USED BY THE TREE", title=f"Tree budget ({acc.runs} runs)")
+    add_row(table, "tokens", of(acc.tokens, b.tokens))
+    add_row(table, "cost", of(f"${acc.cost_usd:.4f}", b.cost_usd))
+    add_row(table, "steps", of(acc.steps, b.steps))
+    add_row(table, "wall-clock", of(f"{acc.elapsed_s:.1f} s", b.wall_clock_s))
+    for rid, why in acc.blocked.items():
+        add_row(table, "blocked", f"{rid}: {short(why, 160)}")
+    out.print()
+    out.print(table)
+
+
+__all__ = ["children_table", "tree_account", "tree_budget_table", "tree_label", "tree_order"]

@@ -25,6 +25,7 @@ caller (Kleppmann's fencing tokens; see :meth:`torpor.Run.effect`).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -33,6 +34,8 @@ from .. import faults
 from ..errors import LeaseLostError, StoreFileChangedError, TorporError
 from .cancel import CancelWatch
 from .journal import Journal
+
+log = logging.getLogger("torpor.lease")
 
 #: The share of the ttl that must be left, by the monotonic clock, before an effect is called.
 EFFECT_MARGIN = 1 / 3
@@ -106,7 +109,13 @@ class Heartbeat:
                     failed = False
                     j.store.note_infra(j.run_id)
                 if j.on_renewed is not None:
-                    j.on_renewed(j)
+                    # This host's own bookkeeping (the high-water mark file), not the store: a
+                    # failure here is logged and retried at the next renewal, never counted as
+                    # a store outage (which note_infra would record on the run).
+                    try:
+                        j.on_renewed(j)
+                    except Exception as exc:
+                        log.warning("after renewing the lease of run %s: %s", j.run_id, exc)
                 pending = j.store.count_pending_inbox(j.run_id) > 0
                 if pending:
                     j.inbox_dirty = True

@@ -53,7 +53,7 @@ def run_step(
     sid, cached, ih, pol = _before(j, step_id, policy, args, kwargs, purpose, crash_limit)
     if cached is not None:
         return j.value(sid, cached.result)
-    faults.note("step", sid)
+    faults.note("step", sid, j.run_id)
     try:
         # (An async ``fn`` inside a running loop: calling it runs none of its body, and
         # resolve() refuses the coroutine, so no check is needed before the call.)
@@ -80,7 +80,7 @@ async def arun_step(
     sid, cached, ih, pol = _before(j, step_id, policy, args, kwargs, purpose, crash_limit)
     if cached is not None:
         return j.value(sid, cached.result)
-    faults.note("step", sid)
+    faults.note("step", sid, j.run_id)
     try:
         with step_work():
             value = fn(*args, **kwargs)

@@ -92,6 +92,8 @@ class EffectIntended(Payload):
     operation: str
     attempt: int = 1
     approval_id: str | None = None
+    #: In a fork with ``redo_effects`` (issue 45): the origin's key this effect performs again.
+    redoes: str | None = None
 
 
 class EffectObserved(Payload):
@@ -458,6 +460,13 @@ EVENT_TYPES: dict[str, type[Payload]] = {
 _TYPE_OF: dict[type[Payload], str] = {v: k for k, v in EVENT_TYPES.items()}
 
 
+def register(name: str, payload: type[Payload]) -> None:
+    """Add event type ``name`` defined in another module of this package (a family of events
+    kept apart: :mod:`.fork_events`), imported with the rest (:func:`torpor.history._load`)."""
+    EVENT_TYPES[name] = payload
+    _TYPE_OF[payload] = name
+
+
 def type_of(payload: Payload) -> str:
     """The event type name of a payload instance."""
     return _TYPE_OF[type(payload)]
@@ -536,6 +545,7 @@ __all__ = [
     "WaitCompleted",
     "WaitStarted",
     "WarningRecorded",
+    "register",
     "starts_step",
     "type_of",
 ]

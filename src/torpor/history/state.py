@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .events import Outcome, Policy, RunStatus, VerificationRecorded
+from .fork_events import ForkedEffect
 
 
 class StepInfo(BaseModel):
@@ -199,6 +200,49 @@ class Budget(BaseModel):
     wall_clock_s: float | None = None
 
 
+class ForkInfo(BaseModel):
+    """Where a fork came from (:class:`~.events.RunForked`, issue 45): the origin run and the
+    seq its history was copied to, the seq of the ``run_forked`` event, whether it redoes the
+    origin's effects, and those effects (the origin's after the fork point, by operation
+    identity: what the fork refuses to perform again without ``redo_effects``)."""
+
+    origin: str
+    at_seq: int
+    seq: int
+    redo_effects: bool = False
+    performed: list[ForkedEffect] = Field(default_factory=list)
+
+    def repeats(
+        self, step_id: str, operation: str, key: str | None, identity: str = ""
+    ) -> ForkedEffect | None:
+        """The origin's effect that an effect of step ``step_id`` performing ``operation``
+        (asked under the explicit idempotency ``key``, None for the default one; ``identity``:
+        a planned tool call's, see :func:`call_identity`) would perform again: the same
+        operation, and — when both are planned tool calls — the same arguments (whatever the
+        call ids), else the same step or the same explicit key."""
+
+        def same(x: ForkedEffect) -> bool:
+            if x.operation != operation:
+                return False
+            if identity and x.identity:
+                return x.identity == identity
+            return x.step_id == step_id or x.key == key
+
+        return next((x for x in self.performed if same(x)), None)
+
+
+def call_identity(plan: dict[str, PlanStepInfo], step_id: str, operation: str) -> str:
+    """The operation identity of the planned tool call that step ``step_id`` executes
+    (``tool:<call id>@v<version>``, :mod:`torpor.agents.calls`): ``<tool>:<args hash>`` when
+    ``plan`` lists that call with the tool ``operation`` and a hash of its arguments; else ""."""
+    if not step_id.startswith("tool:"):
+        return ""
+    call = plan.get(step_id[5:].rpartition("@v")[0])
+    if call is None or call.tool != operation or not call.args_hash:
+        return ""
+    return f"{operation}:{call.args_hash}"
+
+
 class RunState(BaseModel):
     """The fold of a run's events. Compact by construction; see the module docstring."""
 
@@ -251,6 +295,8 @@ class RunState(BaseModel):
     #: Crashed attempts forgiven per step id by ``torpor retry`` (the crash limit counts the
     #: attempts after them).
     forgiven: dict[str, int] = Field(default_factory=dict)
+    #: Set in a fork (issue 45): its origin, fork point and the origin's effects after it.
+    fork: ForkInfo | None = None
 
     def unmet_criteria(self) -> tuple[list[str], list[str]]:
         """Completion criteria not yet met (G5): ``(never verified, failing)``."""
@@ -292,6 +338,7 @@ __all__ = [
     "Budget",
     "DecisionInfo",
     "EffectInfo",
+    "ForkInfo",
     "PendingSignal",
     "PlanStepInfo",
     "RunState",

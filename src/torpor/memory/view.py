@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from .. import serde
-from ..history import RunState
+from ..history import RunState, RunStatus
 from ..messages import Message
 from .context import BuiltContext
 from .working import SNAPSHOT_VERSION, AgentSnapshot, model_turns, next_context, sections_of
@@ -141,6 +141,11 @@ def no_context_reason(state: RunState) -> str:
         where += f" ({state.wait.kind} {state.wait.name!r})"
     if state.user_state is None:
         agent = bool(state.plan) or state.usage.model_calls > 0
+        if not agent and state.status is RunStatus.FINISHED:
+            return (
+                f"run {rid!r} is not an agent run: it finished with no agent checkpoint, so it "
+                "has no context or fact ledger to show"
+            )
         if not agent:
             return (
                 f"run {rid!r} has no checkpoint: not an agent run, or it has not reached its "

@@ -284,6 +284,27 @@ class ChildRows(Protocol):
         ...
 
 
+class ForkRows(Protocol):
+    """A fork's row and copied history (:mod:`.forks`; :mod:`torpor.forks` makes forks)."""
+
+    def create_fork(
+        self, run_id: str, origin: str, at_seq: int, events: Sequence[Event], state: RunState
+    ) -> bool:
+        """Create run ``run_id`` as a fork of ``origin`` at its seq ``at_seq`` with the history
+        ``events`` (the origin's 1..``at_seq``, then its ``run_forked``), folded by the caller
+        into ``state`` (its checkpoint), in one transaction; False when ``run_id`` exists
+        (nothing written); RunNotFoundError for an unknown ``origin``."""
+        ...
+
+    def fork_origin(self, run_id: str) -> tuple[str, int] | None:
+        """``(origin, seq copied up to)`` of a fork; None for a run that is not one."""
+        ...
+
+    def run_forks(self, origin: str, *, limit: int = 1000) -> list[RunRecord]:
+        """The forks of ``origin``, oldest first (at most ``limit``)."""
+        ...
+
+
 class Driver(Protocol):
     """What a dialect provides: named queries and transactions on one database engine."""
 
@@ -345,6 +366,7 @@ class Store(
     MaintenanceOps,
     ChildRows,
     StreamRows,
+    ForkRows,
     Protocol,
 ):
     """The domain operations the engine, the client, workers and every layer above use — the
@@ -538,6 +560,7 @@ __all__ = [
     "Completion",
     "Dispatch",
     "Driver",
+    "ForkRows",
     "InboxMessage",
     "Lease",
     "RunRecord",

@@ -62,6 +62,7 @@ from .claims import claim
 from .episode_scopes import EpisodeScopeTables
 from .episode_vectors import EpisodeVectorTables
 from .episodes import EpisodeTables
+from .forks import ForkStore
 from .ledger import LedgerTables
 from .maintenance import MaintenanceStore
 from .queues import QueueStore
@@ -87,6 +88,7 @@ class SQLStore(
     MaintenanceStore,
     ChildStore,
     StreamTables,
+    ForkStore,
 ):
     """Domain operations over a :class:`~torpor.store.base.Driver`. Thread-safe when the
     driver is.

@@ -329,7 +329,9 @@ class Explorer:
                 proc = order.get(owner_pid.get(e.epoch, -1), -1)
                 recorded_by.setdefault(sid, proc)
         for i, pr in enumerate(procs):
-            ran = Counter(pr.steps_run)
+            # (Steps of this run only: child runs of a tree have step ids of their own.)
+            mine = [t.partition("\t") for t in pr.steps_run]
+            ran = Counter(sid for sid, tab, rid in mine if not tab or rid == self.target.run_id)
             for sid, n in ran.items():
                 rec = recorded_by.get(sid)
                 if rec is None:

@@ -1,0 +1,140 @@
+"""The sandbox as an agent's tools, each with the recovery policy its effect calls for:
+
+- ``sandbox.exec`` — an **effect**: the command may change the workspace (or, with a network,
+  the world). Its intent is recorded before the call (the engine's journal); the guest records
+  the op (the sha256 of the idempotency key) on the workspace disk before it runs and its
+  result after, and runs one op at most once. After a crash, reconcile asks the guest: ``done``
+  → applied (the recorded result stands, the command is not run again); ``absent`` (it never
+  reached the guest) → safe to perform; ``started`` (its VM stopped before the command ended)
+  → unknown: the run becomes unresolved and a person decides.
+- ``sandbox.exec_readonly`` — a **read**: the workspace is mounted read-only for the command,
+  so running it again is safe (``/tmp`` stays writable and is not kept).
+- ``sandbox.write`` — an **effect** reconciled by content: the file's sha256 equal to the
+  content's is applied; otherwise absent (writing the same bytes to the same path again
+  leaves the same file).
+- ``sandbox.read``, ``sandbox.ls`` — **reads**.
+
+The sandbox is started on first use (a new process attaches to the VM still running on the
+run's workspace, or boots one on its disk), so the reconciles work at takeover too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Protocol
+
+from ..agents.tools import Tool, Tools
+from ..engine.effects import Absent, Applied, EffectCall, Reconciliation, Unknown
+from ..errors import SandboxError
+from ..history import Policy
+from .api import Entry, ExecResult, OpStatus
+from .vm import op_id
+
+
+class SandboxLike(Protocol):
+    """What the tools need of a sandbox (:class:`Sandbox` or :class:`ProcessSandbox`)."""
+
+    isolation: str
+
+    def start(self) -> Any: ...
+    def exec(
+        self,
+        argv: list[str],
+        stdin: bytes | str = ...,
+        timeout_s: float = ...,
+        *,
+        op: str | None = ...,
+        read_only: bool = ...,
+    ) -> ExecResult: ...
+    def status(self, op: str) -> OpStatus: ...
+    def write_file(self, path: str, data: bytes | str, mode: int = ...) -> str: ...
+    def read_file(self, path: str, max_bytes: int | None = ...) -> bytes: ...
+    def ls(self, path: str = ...) -> list[Entry]: ...
+
+
+def sandbox_tools(
+    sandbox: SandboxLike, *, tools: Tools | None = None, prefix: str = "sandbox"
+) -> Tools:
+    """Register ``<prefix>.exec``, ``.exec_readonly``, ``.write``, ``.read`` and ``.ls`` on
+    ``tools`` (a new :class:`~torpor.agents.tools.Tools` by default) for ``sandbox``; returns it."""
+    reg = tools if tools is not None else Tools()
+
+    def exec_(
+        argv: list[str], stdin: str = "", timeout_s: float = 60.0, idempotency_key: str = ""
+    ) -> dict[str, object]:
+        sandbox.start()
+        return sandbox.exec(argv, stdin, timeout_s, op=op_id(idempotency_key)).as_dict()
+
+    def reconcile_exec(call: EffectCall) -> Reconciliation:
+        sandbox.start()
+        status = sandbox.status(op_id(call.idempotency_key))
+        if status.state == "done" and status.result is not None:
+            return Applied({**status.result.as_dict(), "replayed": True})
+        if status.state == "absent":
+            return Absent()
+        return Unknown(
+            "the command started in the sandbox and its VM stopped before it ended: "
+            "it may have run partly"
+        )
+
+    def exec_readonly(
+        argv: list[str], stdin: str = "", timeout_s: float = 60.0
+    ) -> dict[str, object]:
+        sandbox.start()
+        return sandbox.exec(argv, stdin, timeout_s, read_only=True).as_dict()
+
+    def write(path: str, content: str, mode: int = 0o644) -> dict[str, object]:
+        sandbox.start()
+        return {"path": path, "sha256": sandbox.write_file(path, content, mode)}
+
+    def reconcile_write(call: EffectCall) -> Reconciliation:
+        path, content = call.kwargs.get("path"), call.kwargs.get("content")
+        if isinstance(path, str) and isinstance(content, str):
+            sandbox.start()
+            want = hashlib.sha256(content.encode()).hexdigest()
+            try:
+                have = hashlib.sha256(sandbox.read_file(path)).hexdigest()
+            except SandboxError:
+                return Absent()
+            if have == want:
+                return Applied({"path": path, "sha256": want})
+        return Absent()
+
+    def read(path: str, max_bytes: int = 1 << 20) -> str:
+        sandbox.start()
+        return sandbox.read_file(path, max_bytes).decode(errors="replace")
+
+    def ls(path: str = ".") -> list[dict[str, object]]:
+        sandbox.start()
+        return [{"name": e.name, "kind": e.kind, "size": e.size} for e in sandbox.ls(path)]
+
+    where = f"(isolation={sandbox.isolation})"
+    reg.add(
+        Tool(
+            f"{prefix}.exec",
+            exec_,
+            Policy.EFFECT,
+            f"Run argv in the sandbox's /work {where}; at most once.",
+            reconcile=reconcile_exec,
+        )
+    )
+    reg.add(
+        Tool(
+            f"{prefix}.exec_readonly",
+            exec_readonly,
+            Policy.READ,
+            f"Run argv with /work read-only {where}.",
+        )
+    )
+    reg.add(
+        Tool(
+            f"{prefix}.write",
+            write,
+            Policy.EFFECT,
+            f"Write a file under /work {where}.",
+            reconcile=reconcile_write,
+        )
+    )
+    reg.add(Tool(f"{prefix}.read", read, Policy.READ, f"Read a file under /work {where}."))
+    reg.add(Tool(f"{prefix}.ls", ls, Policy.READ, f"List a directory under /work {where}."))
+    return reg
