@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         RunState,
         StepView,
     )
+    from .streams import StreamReader
 
 
 class ClientReads:
@@ -85,6 +86,20 @@ class ClientReads:
         """What the run occupies in the database (its artifacts' bytes are in the artifact
         store: :meth:`artifacts` lists their sizes)."""
         return self.store.run_storage(run_id)
+
+    def stream(
+        self, run_id: str, name: str = "reply", *, after: int = 0, follow: bool = True
+    ) -> StreamReader:
+        """The items of the run's stream ``name`` after offset ``after``, then (``follow``)
+        each new one as it is written, until the run finished and all were read: a sync and
+        an async iterator of :class:`~torpor.streams.StreamItem` (``for item in
+        client.stream(rid)`` / ``async for …``). Resume after a disconnect with
+        ``after=reader.offset``: every item once, in order (:mod:`torpor.streams.reader`).
+        RunNotFoundError for an unknown run."""
+        from .streams import StreamReader  # (here: `torpor ls` imports no engine)
+
+        self.store.get_run(run_id)
+        return StreamReader(self.store, run_id, name, after=after, follow=follow)
 
     def events(self, run_id: str, after_seq: int = 0, limit: int = 1_000_000) -> list[Event]:
         self.store.get_run(run_id)

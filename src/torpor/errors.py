@@ -196,6 +196,11 @@ class LeaseLostError(LeaseError):
         self.epoch = epoch
 
 
+class StreamError(TorporError):
+    """A stream write was refused: an item too large or not JSON data, a write inside a
+    step's own work outside a part (issue 40, :mod:`torpor.streams`); nothing was written."""
+
+
 class InboxPendingError(StoreError):
     """An append guarded against unapplied inbox messages found some (apply them, retry)."""
 

@@ -36,6 +36,7 @@ from .engine.escalation import Escalation
 from .engine.journal import Journal
 from .errors import NonDeterminismError, RunStopped
 from .history import ArtifactRef, Outcome, Policy, RunState
+from .streams import RunStream
 
 
 class Run:
@@ -435,6 +436,14 @@ class Run:
         """Async twin of :meth:`child`."""
         c = await self.aspawn(workflow, input, run_id=run_id, name=name, queue=queue)
         return (await self.await_children([c]))[0]
+
+    # ------------------------------------------------------------- streams
+
+    def stream(self, name: str) -> RunStream:
+        """The run's stream ``name`` (:mod:`torpor.streams`): ``run.stream("progress")
+        .write(obj)`` writes an item readers see at once (``Client.stream``, ``torpor
+        watch``), never again on a replay; not part of the history (G8)."""
+        return RunStream(self.journal, name)
 
     # ------------------------------------------------------------- checkpoints & evidence
 

@@ -280,6 +280,7 @@ class AgentContext:
             before_call=self.check_budget,
             redact=self._redact_response,
             facts=self.memory.facts_for(messages),
+            scrubber=self.vault.scrubber(),
         )
 
     def episodes(self) -> str:

@@ -18,7 +18,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from ..client_steer import edit_diff
 from ..errors import ArtifactNotFoundError, RunNotFoundError, TorporError
 from ..serde import sha256_hex
-from . import pages, views
+from . import live, pages, views
 from .app import LOGIN_COOKIE, SESSION_COOKIE, Console, login_token, read_form, same_origin
 from .sessions import Session
 
@@ -134,9 +134,10 @@ async def run_view(request: Request, s: Session) -> Response:
     run_id = request.path_params["run_id"]
     try:
         data = await c.call(pages.run_page, c.client, run_id, c.trust())
+        reply = await c.call(live.reply_of, c.client, run_id)
     except RunNotFoundError as exc:
         return _not_found(request, c, s, exc)
-    return c.render(request, s, "run_page.html", **data)
+    return c.render(request, s, "run_page.html", reply=reply, **data)
 
 
 async def run_summary(request: Request, s: Session) -> Response:
@@ -384,6 +385,7 @@ PAGES = [
     ("/runs-live", runs_table),
     ("/runs/{run_id}", run_view),
     ("/runs/{run_id}/live", run_summary),
+    ("/runs/{run_id}/sse", live.run_sse),
     ("/runs/{run_id}/events", run_events),
     ("/runs/{run_id}/approval", approval_review),
     ("/runs/{run_id}/artifacts/{sha256}", artifact_view),

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 from ..urls import display_url
 from .domain import EpisodeRows, EpisodeVectorRows, MaintenanceOps, QueueRows, ScheduleRows
 from .ledger_rows import LedgerRows
+from .stream_rows import StreamRows
 
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
 
@@ -364,6 +365,7 @@ class Store(
     LedgerRows,
     MaintenanceOps,
     ChildRows,
+    StreamRows,
     ForkRows,
     Protocol,
 ):
