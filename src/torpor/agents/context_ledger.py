@@ -116,6 +116,7 @@ def recall_section(
         buffered_from=min((u.turn for u in units), default=None),
         shown=pinned,
         limit=RECALL_LINES,
+        echo=[units[-1].text] if units else (),
     )
     if not got.lines:
         return None
