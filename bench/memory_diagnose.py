@@ -19,6 +19,7 @@ Markdown on stdout (counts per place and kind, then each lost fact); ``--json`` 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -75,16 +76,16 @@ def diagnose(turns: int, budget: int, family: str, seed: int, at: int | None) ->
             lines=[(x.score, x.weight, x.pinned, x.shown()) for x in wm.summary.lines],
             sections=dict(wm.pending.sections) if wm.pending else {},
             rows=[r.data for r in rows],
-            buffer="\n".join(u.text + " " + str([c.result for c in u.calls]) for u in wm.buffer_units),
         )
 
     ma.ON_CALL.append(hook)
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as d, torpor.Runtime(f"sqlite:///{d}/x.db") as rt:
-        try:
-            rt.run(ma.make_agent(NAME, budget), {"world": spec}, run_id="r")
-        except Exception:  # noqa: BLE001 — the capture is what counts
-            pass
+    with (
+        tempfile.TemporaryDirectory() as d,
+        torpor.Runtime(f"sqlite:///{d}/x.db") as rt,
+        contextlib.suppress(Exception),  # the capture is what counts
+    ):
+        rt.run(ma.make_agent(NAME, budget), {"world": spec}, run_id="r")
     took = time.perf_counter() - t0
     working.WorkingMemory.conversation = original  # type: ignore[method-assign]
     text = haystack(_texts(got["messages"]))
@@ -93,7 +94,9 @@ def diagnose(turns: int, budget: int, family: str, seed: int, at: int | None) ->
     facts = [r for r in got["rows"] if r["kind"] != "unit"]
     live = haystack([r["text"] for r in facts if r["key"] not in gone])
     dead = haystack([r["text"] for r in facts if r["key"] in gone])
-    units = haystack([r["text"] + "\n" + r.get("body", "") for r in got["rows"] if r["kind"] == "unit"])
+    units = haystack(
+        [r["text"] + "\n" + r.get("body", "") for r in got["rows"] if r["kind"] == "unit"]
+    )
     summary = haystack([got["summary"]])
     lost = []
     for f in required:
@@ -159,8 +162,10 @@ def main() -> None:
         print(k, json.dumps(out[k], sort_keys=True))
     if not a.quiet:
         for x in out["lost"]:
-            print(f"- {x['kind']}/{x['place']}/{x['where']} t{x['turn']} {x['template']}: missing "
-                  f"{x['missing']} | {x['statement'][:160]!r}")
+            print(
+                f"- {x['kind']}/{x['place']}/{x['where']} t{x['turn']} {x['template']}: missing "
+                f"{x['missing']} | {x['statement'][:160]!r}"
+            )
 
 
 if __name__ == "__main__":

@@ -103,9 +103,7 @@ def child(argv: list[str]) -> None:
                 "wall_s": time.perf_counter() - t_start,
                 "ledger_s": spent["ledger"],
                 "recall_s": spent["recall"],
-                "probes": [
-                    {"id": k, "turn": at_turn[k], "kept": v} for k, v in found.items()
-                ],
+                "probes": [{"id": k, "turn": at_turn[k], "kept": v} for k, v in found.items()],
             }
             out.with_suffix(".partial.json").write_text(json.dumps(partial))
         p = at.get(turn)
