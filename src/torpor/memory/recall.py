@@ -118,7 +118,7 @@ def _scored(
     for t, v in terms.items():
         wt[_stem(t)] = max(wt.get(_stem(t), 0.0), v)
     stems = set(wt)
-    per: list[list[tuple[str, set[str]]]] = []
+    per: list[list[tuple[str, frozenset[str]]]] = []
     for r in records:
         lines = [(x, b & stems) for x, b in _line_stems(r)]
         if echo:  # the latest message said again in another turn is not a memory of it
