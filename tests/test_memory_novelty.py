@@ -119,3 +119,33 @@ def test_recall_does_not_answer_the_latest_message_with_itself() -> None:
     before = recalled(rs, terms)
     assert len(before.lines) > 1
     assert all(x.text.count(said) == 1 for x in before.lines if said in x.text)  # quoted once
+
+
+def test_a_question_about_another_id_does_not_supersede_the_first() -> None:
+    """Before: two open questions of one shape ("is job N covered by the nightly audit?")
+    shared most subject words, so the later one superseded the earlier although they ask
+    about different jobs; a decision with a new value still replaces the old one."""
+
+    def rec(kind: str, text: str, turn: int) -> LedgerRecord:
+        from torpor.memory.facts import identifiers
+        from torpor.memory.ledger import subject_of
+
+        return LedgerRecord(
+            key=record_key(kind, text),
+            kind=kind,  # type: ignore[arg-type]
+            text=text,
+            ids=identifiers(text),
+            subject=subject_of(text),
+            turn=turn,
+            compaction=1,
+        )
+
+    from torpor.memory.ledger import replaces
+
+    a = rec("question", "is job 48213 covered by the nightly audit?", 3)
+    b = rec("question", "is job 77120 covered by the nightly audit?", 9)
+    same = rec("question", "is job 48213 covered by the nightly audit at all now?", 12)
+    assert not replaces(b, a) and replaces(same, a)
+    old = rec("decision", "pin the audit runner image to build 5512 for the nightly audit", 4)
+    new = rec("decision", "pin the audit runner image to build 6020 for the nightly audit", 10)
+    assert replaces(new, old)
