@@ -270,8 +270,9 @@ class Sandbox:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         with open(self.workspace / "qemu.log", "wb") as log:
             self._proc = subprocess.Popen(
-                self._argv(accel, sock, incoming), cwd=self.workspace, env=env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+                self._argv(accel, sock, incoming), cwd=self.workspace, env=env,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                start_new_session=True,
             )  # fmt: skip
         self._pid = self._proc.pid
         self._finalizer = weakref.finalize(self, _kill, self._pid, self._sockdir)
