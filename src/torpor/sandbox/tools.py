@@ -14,6 +14,12 @@
   leaves the same file).
 - ``sandbox.read``, ``sandbox.ls`` — **reads**.
 
+The two effects' results carry ``workspace``: the workspace's content digest right after the
+call (the disk's, :func:`torpor.sandbox.snapshot.disk_digest`), so the run's history records
+the state each effect left. It is the disk's, not the files': the guest's filesystem may still
+write metadata of its own afterwards (its journal), so a later digest can differ with the same
+files; the digest a sleeping sandbox's manifest holds is exact (taken with the VM stopped).
+
 The sandbox is started on first use (a new process attaches to the VM still running on the
 run's workspace, or boots one on its disk), so the reconciles work at takeover too.
 """
@@ -50,6 +56,7 @@ class SandboxLike(Protocol):
     def write_file(self, path: str, data: bytes | str, mode: int = ...) -> str: ...
     def read_file(self, path: str, max_bytes: int | None = ...) -> bytes: ...
     def ls(self, path: str = ...) -> list[Entry]: ...
+    def workspace_digest(self) -> str: ...
 
 
 def sandbox_tools(
@@ -63,13 +70,15 @@ def sandbox_tools(
         argv: list[str], stdin: str = "", timeout_s: float = 60.0, idempotency_key: str = ""
     ) -> dict[str, object]:
         sandbox.start()
-        return sandbox.exec(argv, stdin, timeout_s, op=op_id(idempotency_key)).as_dict()
+        result = sandbox.exec(argv, stdin, timeout_s, op=op_id(idempotency_key)).as_dict()
+        return result | {"workspace": sandbox.workspace_digest()}
 
     def reconcile_exec(call: EffectCall) -> Reconciliation:
         sandbox.start()
         status = sandbox.status(op_id(call.idempotency_key))
         if status.state == "done" and status.result is not None:
-            return Applied({**status.result.as_dict(), "replayed": True})
+            done = status.result.as_dict() | {"replayed": True}
+            return Applied(done | {"workspace": sandbox.workspace_digest()})
         if status.state == "absent":
             return Absent()
         return Unknown(
@@ -85,7 +94,8 @@ def sandbox_tools(
 
     def write(path: str, content: str, mode: int = 0o644) -> dict[str, object]:
         sandbox.start()
-        return {"path": path, "sha256": sandbox.write_file(path, content, mode)}
+        sha = sandbox.write_file(path, content, mode)
+        return {"path": path, "sha256": sha, "workspace": sandbox.workspace_digest()}
 
     def reconcile_write(call: EffectCall) -> Reconciliation:
         path, content = call.kwargs.get("path"), call.kwargs.get("content")
@@ -97,7 +107,9 @@ def sandbox_tools(
             except SandboxError:
                 return Absent()
             if have == want:
-                return Applied({"path": path, "sha256": want})
+                return Applied(
+                    {"path": path, "sha256": want, "workspace": sandbox.workspace_digest()}
+                )
         return Absent()
 
     def read(path: str, max_bytes: int = 1 << 20) -> str:

@@ -335,6 +335,12 @@ class Sandbox:
         self.kill()
         return snapshot.seal(self.workspace, facts | {"accel": accel})
 
+    def workspace_digest(self) -> str:
+        """The workspace disk's content digest (:func:`snapshot.disk_digest`) as the host sees
+        it now: after an op the guest has synced, so it holds what that op left (ext4 may write its
+        journal later: a digest of a running VM's disk is of that moment, not of the files)."""
+        return snapshot.disk_digest(self.workspace / "disk.img")
+
     def _wake(self, manifest: dict[str, object]) -> None:
         snapshot.verify(self.workspace, manifest, self._facts())
         # Gone before the VM runs: a snapshot is never restored onto a disk that moved on.
