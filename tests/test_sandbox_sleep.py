@@ -67,7 +67,7 @@ def test_files_and_memory_survive_sleep_and_restore_and_files_a_kill(tmp_path: P
     block = disk.read_bytes()[: 1 << 20]
     with open(disk, "r+b") as f:
         f.write(bytes([block[0] ^ 1]))
-    with pytest.raises(SandboxSnapshotError, match="disk.img changed while the sandbox slept"):
+    with pytest.raises(SandboxSnapshotError, match=r"disk\.img changed while the sandbox slept"):
         again.start()
     with open(disk, "r+b") as f:
         f.write(block[:1])
