@@ -228,6 +228,9 @@ class Sandbox:
         cmdline = (
             "console=ttyS0 quiet loglevel=3 panic=-1 mitigations=off nokaslr audit=0"
             f" TORPOR_IDLE_S={self.idle_s} TORPOR_TMP_MB={lim.tmp_mb}"
+            # Freed pages zeroed: migration sends a zero page as a flag, so a snapshot
+            # (:meth:`sleep`) holds what the guest uses, not all it ever touched (~30% smaller).
+            " init_on_free=1"
         )
         khz = host.tsc_khz()
         if accel == "tcg" and khz:
