@@ -1,23 +1,38 @@
-"""Sleep and wake (issue 44): a real microVM saved to a snapshot file and restored from it, its
-workspace files and its memory (a file in the guest's tmpfs ``/tmp``) back; a tampered snapshot
-or a disk changed while asleep refused; the files surviving the VM's kill and a cold boot. One
-VM for the whole module (each cold boot costs ~10 s under TCG)."""
+"""Sleep and wake (issue 44): a run that waits puts its real microVM to sleep (a snapshot file,
+no process) and its next sandbox call after the wait wakes it — workspace files and memory (a
+file in the guest's tmpfs ``/tmp``) back; a tampered snapshot, a disk changed while asleep or
+other limits refused; the files surviving the VM's kill and a cold boot. Two cold boots in all
+(each ~10 s under TCG)."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
+import torpor
 from sandbox_kit import vm_image
 from torpor.errors import SandboxSnapshotError
-from torpor.sandbox import Limits, Sandbox, op_id, sandbox_tools
+from torpor.sandbox import Limits, Sandbox, sandbox_tools, sleep_on_wait
 from torpor.sandbox.snapshot import MANIFEST, SNAPSHOT, disk_digest, footprint
 
 pytestmark = pytest.mark.proc
 
 LIMITS = Limits(cpus=1, memory_mb=128, disk_mb=24, tmp_mb=8)
+
+
+def vms_on(disk: Path) -> list[int]:
+    """The pids of the processes whose command line names ``disk``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(disk).encode() in (proc / "cmdline").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
 
 
 def test_the_disk_digest_is_of_content_not_of_allocation(tmp_path: Path) -> None:
@@ -35,22 +50,31 @@ def test_the_disk_digest_is_of_content_not_of_allocation(tmp_path: Path) -> None
     assert disk_digest(sparse) != disk_digest(dense)
 
 
-def test_files_and_memory_survive_sleep_and_restore_and_files_a_kill(tmp_path: Path) -> None:
+def test_a_waiting_run_sleeps_its_vm_and_wakes_it_with_files_and_memory(
+    tmp_path: Path, runtime: torpor.Runtime, client: torpor.Client
+) -> None:
     image = vm_image()
     home = tmp_path / "home"
-    sb = Sandbox.for_run("run-sleep", home=home, limits=LIMITS, image=image).start()
+    sb = Sandbox.for_run("run-sleep", home=home, limits=LIMITS, image=image)
     tools = sandbox_tools(sb)
-    wrote = tools["sandbox.write"].fn("src/app.py", "print('v1')\n")
-    ran = tools["sandbox.exec"].fn(
-        ["sh", "-c", "echo built > out.txt; echo in-memory > /tmp/mem"], idempotency_key="k1"
-    )
-    assert ran["exit_code"] == 0 and wrote["workspace"] != ran["workspace"]
-    assert ran["workspace"] == sb.workspace_digest()  # the state the effect left, recorded
-    pid = int((sb.workspace / "qemu.pid").read_text())
-    manifest = sb.sleep()
+    exec_tool = tools["sandbox.exec"]
+    build = "mkdir -p src; echo v1 > src/app.py; echo built > out.txt; echo in-memory > /tmp/mem"
+
+    @torpor.workflow(name="test.sandbox.sleep", version="1")
+    def flow(run: torpor.Run, _: None) -> dict[str, object]:
+        a = run.effect("build", exec_tool.fn, ["sh", "-c", build], reconcile=exec_tool.reconcile)
+        with sleep_on_wait(sb):
+            run.wait_for("go")
+        check = "cat src/app.py out.txt /tmp/mem; echo 2 >> out.txt"
+        b = run.effect("check", exec_tool.fn, ["sh", "-c", check], reconcile=exec_tool.reconcile)
+        return {"built": a["workspace"], "check": b["stdout"], "restored": sb.restored}
+
+    res = runtime.run("test.sandbox.sleep", None, run_id="run-sleep")
+    assert res.status == "waiting"
     ws = sb.workspace
-    assert not Path(f"/proc/{pid}").exists()  # asleep: no process
+    assert not sb.running and not vms_on(ws / "disk.img")  # asleep: no process
     assert {SNAPSHOT, MANIFEST, "disk.img"} <= {p.name for p in ws.iterdir()}
+    manifest = json.loads((ws / MANIFEST).read_text())
     assert manifest["disk_digest"] == sb.workspace_digest()  # taken with the VM stopped
     assert 0 < footprint(ws) < (LIMITS.memory_mb + LIMITS.disk_mb) << 20
 
@@ -59,35 +83,34 @@ def test_files_and_memory_survive_sleep_and_restore_and_files_a_kill(tmp_path: P
     original = snap.read_bytes()
     at = len(original) // 2
     snap.write_bytes(original[:at] + bytes([original[at] ^ 1]) + original[at + 1 :])
-    again = Sandbox.for_run("run-sleep", home=home, limits=LIMITS, image=image)
+    other = Sandbox.for_run("run-sleep", home=home, limits=LIMITS, image=image)
     with pytest.raises(SandboxSnapshotError, match="does not match its sha256"):
-        again.start()
+        other.start()
     snap.write_bytes(original)
     disk = ws / "disk.img"
-    block = disk.read_bytes()[: 1 << 20]
+    first = disk.read_bytes()[:1]
     with open(disk, "r+b") as f:
-        f.write(bytes([block[0] ^ 1]))
+        f.write(bytes([first[0] ^ 1]))
     with pytest.raises(SandboxSnapshotError, match=r"disk\.img changed while the sandbox slept"):
-        again.start()
+        other.start()
     with open(disk, "r+b") as f:
-        f.write(block[:1])
+        f.write(first)
     with pytest.raises(SandboxSnapshotError, match="memory_mb=128"):
         Sandbox.for_run("run-sleep", home=home, limits=Limits(memory_mb=160), image=image).start()
 
-    # A new sandbox for the same run (as a new process would make) wakes the snapshot.
-    woke = again.start()
-    assert woke.restored and not (ws / MANIFEST).exists() and not snap.exists()
-    r = woke.exec(["sh", "-c", "cat src/app.py out.txt /tmp/mem"])
-    assert r.stdout == b"print('v1')\nbuilt\nin-memory\n"
-    assert woke.exec(["false"], op=op_id("k1")).replayed  # the guest's ledger came back too
+    # The signal wakes the run; its next sandbox call wakes the VM: files and memory are back.
+    client.signal("run-sleep", "go")
+    res = runtime.resume("run-sleep")
+    assert res.outcome == "succeeded", res.reason
+    assert res.result["check"] == "v1\nbuilt\nin-memory\n" and res.result["restored"] is True
+    assert not (ws / MANIFEST).exists() and not snap.exists()
 
     # Killed (SIGKILL to QEMU, no snapshot): a cold boot finds the files, not the memory.
-    woke.exec(["sh", "-c", "echo after-wake >> out.txt"], op=op_id("k2"))
-    woke.kill()
+    sb.kill()
     cold = Sandbox.for_run("run-sleep", home=home, limits=LIMITS, image=image).start()
     try:
         assert not cold.restored
         r = cold.exec(["sh", "-c", "cat out.txt; cat /tmp/mem 2>/dev/null || echo no-mem"])
-        assert r.stdout == b"built\nafter-wake\nno-mem\n"
+        assert r.stdout == b"built\n2\nno-mem\n"
     finally:
         cold.close()

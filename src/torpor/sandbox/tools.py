@@ -26,15 +26,17 @@ run's workspace, or boots one on its disk), so the reconciles work at takeover t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from ..agents.tools import Tool, Tools
 from ..engine.effects import Absent, Applied, EffectCall, Reconciliation, Unknown
-from ..errors import SandboxError
+from ..errors import SandboxError, Suspended
 from ..history import Policy
 from .api import Entry, ExecResult, OpStatus
-from .vm import op_id
+from .vm import Sandbox, op_id
 
 
 class SandboxLike(Protocol):
@@ -57,6 +59,28 @@ class SandboxLike(Protocol):
     def read_file(self, path: str, max_bytes: int | None = ...) -> bytes: ...
     def ls(self, path: str = ...) -> list[Entry]: ...
     def workspace_digest(self) -> str: ...
+
+
+@contextlib.contextmanager
+def sleep_on_wait(sandbox: SandboxLike) -> Iterator[None]:
+    """Around a durable wait in a workflow (``run.approval``, ``run.wait_for``, ``run.sleep``):
+    when the run suspends there (:class:`~torpor.errors.Suspended`), put the VM to sleep
+    (:meth:`Sandbox.sleep`) before the run lets go, so a waiting run holds a snapshot on disk,
+    not a process. When the run is resumed the wait returns and the next sandbox tool call
+    starts the sandbox, which wakes the snapshot (hash-checked). A ProcessSandbox, or a VM not
+    running, is left as it is; a wait that does not suspend changes nothing.
+
+    ::
+
+        with sleep_on_wait(sb):
+            decision = run.approval("ship", [ref], summary="push the patch")
+    """
+    try:
+        yield
+    except Suspended:
+        if isinstance(sandbox, Sandbox) and sandbox.running:
+            sandbox.sleep()
+        raise
 
 
 def sandbox_tools(

@@ -314,6 +314,11 @@ class Sandbox:
         return {"image_key": self._image.key, "memory_mb": lim.memory_mb, "cpus": lim.cpus,
                 "network": allow}  # fmt: skip
 
+    @property
+    def running(self) -> bool:
+        """Whether this object has a VM to talk to (started, not stopped, slept or killed)."""
+        return self._chan is not None
+
     def sleep(self, timeout_s: float = 120.0) -> dict[str, object]:
         """Put the running VM to sleep: the guest syncs its disks, QEMU migrates its memory and
         device state to ``<workspace>/snapshot.bin`` and quits; the manifest
