@@ -138,6 +138,7 @@ def migrate_out(qmp_path: Path, workspace: Path, timeout_s: float) -> None:
                 break
             if state in ("failed", "cancelled") or time.monotonic() > deadline:
                 qmp.call("cont")
+                tmp.unlink(missing_ok=True)
                 raise SandboxSnapshotError(f"snapshot of {workspace}: migration {state}")
             time.sleep(0.01)
         with contextlib.suppress(SandboxGoneError):
@@ -202,7 +203,7 @@ def verify(workspace: Path, manifest: dict[str, Any], facts: dict[str, object]) 
     """Refuse (SandboxSnapshotError, naming what differs) a snapshot whose stream or disk does
     not match its manifest, or that needs another image, accelerator or machine than ``facts``."""
     for key, want in facts.items():
-        if key != "accel" and manifest.get(key) != want:
+        if manifest.get(key) != want:
             raise SandboxSnapshotError(
                 f"snapshot in {workspace}: saved with {key}={manifest.get(key)!r}, "
                 f"this sandbox has {want!r}"
