@@ -371,6 +371,11 @@ class SandboxImageError(SandboxError):
     """The sandbox's guest image cannot be built, is missing, or does not match its sha256."""
 
 
+class SandboxSnapshotError(SandboxError):
+    """A sandbox could not be put to sleep, or its snapshot is refused at waking: the stream or
+    the workspace disk does not match the manifest's hashes, or it needs another machine."""
+
+
 class IsolationUnavailableError(SandboxError):
     """No VM boundary can be had on this host (no QEMU, no image): torpor refuses to run agent
     code without one unless told ``isolation="process"`` (G15). ``reason`` says what is missing."""
