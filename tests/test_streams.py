@@ -66,6 +66,32 @@ def test_a_replayed_write_is_not_written_again(store_url: str) -> None:
     assert parts == [("", "beforeafter"), ("note", "a part, ended")]
 
 
+def test_a_secret_learned_while_a_part_is_open_is_taken_out_of_what_follows(
+    db_url: str,
+) -> None:
+    """A part took the process's secrets once, when it opened: one learned while it was
+    open (a tool's secret, ``Vault.add``) was stored raw, also in text written after it."""
+    secret = "late-learned-Secret-" + random.choice("ABCDEFGH") * 6 + "-98765"
+
+    @torpor.workflow(name="streams.learned")
+    def learned(run: torpor.Run, _: Any) -> str:
+        with run.stream("reply").part("p") as p:
+            p.write("before: ")
+            torpor.scrub.remember(secret, "[secret:late]")
+            for i in range(0, len(secret), 2):  # the whole secret in 2-character deltas
+                p.write(secret[i : i + 2])
+            p.write(" and again " + secret)
+            p.write({"k": secret})
+        return "done"
+
+    with torpor.Runtime(db_url) as rt:
+        assert rt.run("streams.learned", None, run_id="late").outcome == "succeeded"
+        stored = [r.data for r in rt.store.stream_items("late", "reply")]
+    flat = repr(stored)
+    assert secret not in flat and secret[:12] not in flat, flat
+    assert flat.count("[secret:late]") == 3, flat
+
+
 def test_a_write_inside_a_step_needs_a_part(db_url: str) -> None:
     @torpor.workflow(name="streams.inside")
     def inside(run: torpor.Run, _: Any) -> str:

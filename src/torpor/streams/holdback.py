@@ -41,6 +41,13 @@ class HoldBack:
         out, self.pending = pending[:cut], pending[cut:]
         return self.scrubber.text(out)
 
+    def use(self, scrubber: Scrubber) -> None:
+        """Look for the secrets of ``scrubber`` from now on (the process learned one): what is
+        held is still unsent and is scrubbed by it; the tail held back grows to its longest
+        form. (Text let out before a secret was known cannot be taken back.)"""
+        self.scrubber = scrubber
+        self.hold = max(0, scrubber.longest - 1)
+
     def flush(self) -> str:
         out, self.pending = self.scrubber.text(self.pending), ""
         return out

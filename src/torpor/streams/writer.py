@@ -122,8 +122,7 @@ class StreamWriter:
             muted = 0 < wseq <= self._wseq
             if wseq and not muted:
                 self._wseq = wseq
-        scrub = STREAMS.scrubber() + (scrubber or Scrubber())
-        return PartWriter(self, part, scrub, wseq=wseq, muted=muted)
+        return PartWriter(self, part, scrubber or Scrubber(), wseq=wseq, muted=muted)
 
     def _put(self, kind: str, part: str, data: Any, wseq: int = 0) -> int:
         """Buffer one item (under ``_lock``); a text delta right after one of the same part
@@ -225,8 +224,11 @@ class PartWriter:
         muted: bool = False,
     ):
         self.writer, self.part = writer, part
-        self.scrubber = scrubber
-        self.hold = HoldBack(scrubber)
+        #: The secrets to take out besides the process's (an agent's vault).
+        self.extra = scrubber
+        self.known = STREAMS.scrubber()
+        self.scrubber = self.known + scrubber
+        self.hold = HoldBack(self.scrubber)
         self.wseq = wseq
         #: True for a part a replay writes again: it was stored whole before, nothing is written.
         self.muted = muted
@@ -234,11 +236,13 @@ class PartWriter:
 
     def write(self, data: Any) -> None:
         """One delta: text (held back and scrubbed, see :class:`~.holdback.HoldBack`) or JSON
-        data (scrubbed whole)."""
+        data (scrubbed whole) — by the secrets the process knows at this write: one learned
+        while the part is open (a tool's secret) is taken out of everything after it."""
         if self.muted:
             return
         if self.closed:
             raise StreamError(f"stream {self.writer.name!r}: part {self.part!r} is closed")
+        self._learn()
         if isinstance(data, str):
             _check_size(self.writer.run_id, self.writer.name, data)
             text = self.hold.feed(data)
@@ -248,11 +252,21 @@ class PartWriter:
         w = self.writer
         w._delta(self.part, self.scrubber(_jsonable(w.run_id, w.name, data)), self.wseq)
 
+    def _learn(self) -> None:
+        """Take up the secrets the process learned since the last write (the same object
+        while it learned none: a cheap identity check)."""
+        now = STREAMS.scrubber()
+        if now is not self.known:
+            self.known = now
+            self.scrubber = now + self.extra
+            self.hold.use(self.scrubber)
+
     def end(self) -> None:
         """Write the held-back text, the ``end`` item and everything buffered, now."""
         if self.closed:
             return
         self.closed = True
+        self._learn()
         rest = self.hold.flush()
         w = self.writer
         w._raise()
