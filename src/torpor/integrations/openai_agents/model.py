@@ -57,9 +57,16 @@ def prompt_hash(model_id: str, system: str | None, input: Any, tools: list[Any])
         "model": model_id,
         "system": system,
         "input": plain(input),
-        "tools": sorted(str(getattr(t, "name", t)) for t in tools),
+        "tools": sorted(_tool_name(t) for t in tools),
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def _tool_name(tool: Any) -> str:
+    """A tool's name, a handoff's tool name (never a repr: it holds addresses)."""
+    return str(
+        getattr(tool, "tool_name", None) or getattr(tool, "name", None) or type(tool).__name__
+    )
 
 
 def dump_response(resp: ModelResponse) -> dict[str, Any]:
