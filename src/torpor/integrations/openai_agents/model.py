@@ -127,6 +127,7 @@ class DurableModel(Model):
                     "agent's instructions, input or tools changed since the call was recorded"
                 )
             return load_response(recorded["response"])
+        faults.note("step", sid, j.run_id)  # (the explorer's check: a recorded call never again)
         with step_work(j, sid):
             resp = await self.inner.get_response(system_instructions, input, *args, **kw)
         called = ModelCalled(
