@@ -34,7 +34,7 @@ from ...history import ModelCalled, Policy
 if TYPE_CHECKING:
     from ...run import Run
 
-_OUTPUT_ITEM: TypeAdapter[Any] = TypeAdapter(ResponseOutputItem)
+_OUTPUT_ITEM: TypeAdapter[Any] = TypeAdapter(ResponseOutputItem)  # type: ignore[arg-type]
 
 
 def plain(value: Any) -> Any:
