@@ -141,6 +141,18 @@ def test_what_is_not_recorded_yet_is_refused_with_the_reason(
 
 
 @pytest.mark.proc
+def test_the_example_runs_as_the_docs_show(torpor_home: Path) -> None:
+    """docs/openai-agents.md includes examples/openai_agents/__main__.py: plain and durable."""
+    out = subprocess.run(
+        [sys.executable, "-m", "examples.openai_agents"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    answer = "Refunded order A-42: refund 19.90 for A-42"
+    assert out.stdout.splitlines() == [f"plain:   {answer}", f"durable: succeeded {answer}"]
+
+
+@pytest.mark.proc
 def test_import_torpor_does_not_import_the_sdk() -> None:
     code = (
         "import sys, torpor, torpor.cli, torpor.integrations; "
