@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from torpor.testing import Target, explore
+from torpor.testing import explore
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,13 +23,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=47)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    target = Target(
-        module="examples.openai_agents",
-        workflow="openai_agents.desk",
-        input={"request": "Please refund my order A-42.", "world": "{world}"},
-        paths=[str(ROOT)],
-        ledger="torpor.testing:world_ledger",
-    )
+    from examples.openai_agents import explore_target
+
+    target = explore_target(ROOT)
     report = explore(target, seed=args.seed, kinds=["crash", "ack"], progress=print)
     print(report.summary())
     return 0 if report.ok else 1

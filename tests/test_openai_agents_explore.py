@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from torpor.testing import Target, explore
+from torpor.testing import explore
 
 pytest.importorskip("agents")
 
@@ -29,13 +29,9 @@ pytestmark = pytest.mark.slow
 def test_sigkill_at_the_desks_boundaries_resumes_to_the_same_output(tmp_path: Path) -> None:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    target = Target(
-        module="examples.openai_agents",
-        workflow="openai_agents.desk",
-        input={"request": "Please refund my order A-42.", "world": "{world}"},
-        paths=[str(ROOT)],
-        ledger="torpor.testing:world_ledger",
-    )
+    from examples.openai_agents import explore_target
+
+    target = explore_target(ROOT)
     chosen: list[str] = []
 
     def select(boundaries: list[str]) -> list[str]:

@@ -29,7 +29,7 @@ from agents.testing import assistant_message, function_call
 
 import torpor
 from torpor.integrations.openai_agents import Runner, effect_tool, idempotency_key, read_tool
-from torpor.testing import FileLedger
+from torpor.testing import FileLedger, Target
 
 ORDERS = {"A-42": {"order": "A-42", "amount": "19.90", "status": "delivered"}}
 
@@ -129,3 +129,15 @@ async def desk(run: torpor.Run, inp: dict[str, Any]) -> str:
     quiet = RunConfig(tracing_disabled=True)  # (offline: no trace export)
     result = await Runner.run(agent, inp["request"], run=run, run_config=quiet)
     return str(result.final_output)
+
+
+def explore_target(root: str | Path) -> Target:
+    """The desk for the crash-point explorer (``root``: the repository, holding ``examples``):
+    each case's world holds its ledger and model bill; the explorer counts the ledger."""
+    return Target(
+        module="examples.openai_agents",
+        workflow="openai_agents.desk",
+        input={"request": "Please refund my order A-42.", "world": "{world}"},
+        paths=[str(root)],
+        ledger="torpor.testing:world_ledger",
+    )
