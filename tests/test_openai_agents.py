@@ -7,6 +7,7 @@ refused; ``import torpor`` does not import ``agents``. (Crashes: test_openai_age
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from agents import Agent, RunConfig
 from agents import Runner as PlainRunner
 
 import torpor
+from conftest import run_python
 from torpor import Client, Runtime
 from torpor.errors import ConfigError
 from torpor.integrations.openai_agents import Runner
@@ -138,6 +140,34 @@ def test_what_is_not_recorded_yet_is_refused_with_the_reason(
     assert res.outcome == "failed" and why in str(res.reason), res.reason
     with pytest.raises(ConfigError, match="issue 40"):
         Runner.run_streamed(make_desk(tmp_path), "hi")
+
+
+CRASH_DURING_REFUND = """
+import sys, torpor
+sys.path.insert(0, {root!r})
+from examples.openai_agents import desk
+torpor.Runtime({db!r}).run(desk, {inp!r}, run_id="lost")
+"""
+
+
+@pytest.mark.proc
+def test_a_refund_killed_mid_call_without_a_reconcile_is_unresolved_not_repeated(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL after the refund reached the ledger, before torpor observed it: with no
+    reconcile nothing can say whether it happened, so the run is ``unresolved`` (G2), the
+    refund not made again."""
+    world = tmp_path / "w"
+    db = f"sqlite:///{tmp_path}/t.db"
+    inp = {"request": REQUEST, "world": str(world), "reconcile": False}
+    code = CRASH_DURING_REFUND.format(root=str(ROOT), db=db, inp=inp)
+    first = run_python(code, cwd=tmp_path, env={"TORPOR_CRASH_AT": "effect.called@1"})
+    assert first.returncode == -signal.SIGKILL, first.stdout + first.stderr
+    with Runtime(db) as rt:
+        res = rt.resume("lost")
+    assert res.outcome == "unresolved", res.reason
+    assert "oa.tool:refund:c2" in str(res.reason)
+    assert FileLedger(world / "ledger.jsonl").counts() == {"lost/oa.tool:refund:c2": 1}
 
 
 @pytest.mark.proc

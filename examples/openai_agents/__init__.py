@@ -74,9 +74,10 @@ def _get(item: Any, key: str) -> Any:
     return item.get(key) if isinstance(item, dict) else getattr(item, key, None)
 
 
-def make_desk(world: str | Path, *, approval: bool = False) -> Agent[Any]:
+def make_desk(world: str | Path, *, approval: bool = False, reconcile: bool = True) -> Agent[Any]:
     """The triage agent (with its handoff to billing, two tools and two guardrails).
-    ``approval``: the refund asks a person first (the SDK's ``needs_approval``)."""
+    ``approval``: the refund asks a person first (the SDK's ``needs_approval``); ``reconcile``
+    False: the refund has no reconcile (a crash during it leaves the run ``unresolved``)."""
     ledger = FileLedger(Path(world) / "ledger.jsonl")
     model = DeskModel(world)
 
@@ -110,7 +111,10 @@ def make_desk(world: str | Path, *, approval: bool = False) -> Agent[Any]:
         name="billing",
         instructions="You handle refunds.",
         model=model,
-        tools=[read_tool(lookup_order), effect_tool(refund, reconcile=find_refund)],
+        tools=[
+            read_tool(lookup_order),
+            effect_tool(refund, reconcile=find_refund if reconcile else None),
+        ],
         output_guardrails=[OutputGuardrail(guardrail_function=names_order, name="names_order")],
     )
     return Agent(
@@ -124,8 +128,11 @@ def make_desk(world: str | Path, *, approval: bool = False) -> Agent[Any]:
 
 @torpor.workflow(name="openai_agents.desk", version="1")
 async def desk(run: torpor.Run, inp: dict[str, Any]) -> str:
-    """The desk as a torpor workflow: ``{"request": str, "world": dir, "approval": bool}``."""
-    agent = make_desk(inp["world"], approval=inp.get("approval", False))
+    """The desk as a torpor workflow: ``{"request": str, "world": dir, "approval": bool,
+    "reconcile": bool}``."""
+    agent = make_desk(
+        inp["world"], approval=inp.get("approval", False), reconcile=inp.get("reconcile", True)
+    )
     quiet = RunConfig(tracing_disabled=True)  # (offline: no trace export)
     result = await Runner.run(agent, inp["request"], run=run, run_config=quiet)
     return str(result.final_output)
