@@ -14,6 +14,16 @@ Tools take torpor's recovery policies with :func:`read_tool` and :func:`effect_t
 ``import torpor`` does not.
 """
 
+try:
+    import agents as _sdk  # noqa: F401  (the extra's presence, checked once with its remedy)
+except ImportError as missing:  # pragma: no cover - the extra is installed in CI
+    from ...errors import ConfigError
+
+    raise ConfigError(
+        f"torpor.integrations.openai_agents needs the OpenAI Agents SDK ({missing}): "
+        "pip install 'torpor[openai-agents]'"
+    ) from None
+
 from .model import DurableModel
 from .runner import Runner
 from .tools import effect_tool, idempotency_key, read_tool
