@@ -67,6 +67,7 @@ def child(argv: list[str]) -> None:
     world, probes = _world(spec)
     ma.world_of = functools.cache(lambda s: world)  # the world with its probe turns
     at = {p.turn: p for p in probes}
+    at_turn = {p.fact_id: p.turn for p in probes}
     by_id = {f.id: f for f in world.facts}
     final = len(world.turns) - 2
     found: dict[str, bool] = {}
@@ -93,7 +94,18 @@ def child(argv: list[str]) -> None:
             out += [json.dumps(c.arguments) for c in m.tool_calls]
         return haystack(out)
 
+    t_start = time.perf_counter()
+
     def hook(turn: int, messages: Any) -> None:
+        if turn % 250 == 0:  # progress a long run can be read by (not the result)
+            partial = {
+                "turn": turn,
+                "wall_s": time.perf_counter() - t_start,
+                "ledger_s": spent["ledger"],
+                "recall_s": spent["recall"],
+                "probes": [{"id": k, "turn": at_turn[k], "kept": v} for k, v in found.items()],
+            }
+            out.with_suffix(".partial.json").write_text(json.dumps(partial))
         p = at.get(turn)
         if p is not None:
             text = texts(messages)

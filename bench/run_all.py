@@ -900,6 +900,20 @@ def report(res: dict[str, Any]) -> str:
         else:
             L.append(_children.report(res["children"]))
             L.append("")
+    if res.get("streaming"):
+        import streaming as _streaming  # (bench/streaming.py, issue 40)
+
+        L.append("## Streaming (issue 40)\n")
+        L.append(
+            "A 2,000-token reply streamed into the run's stream vs the same call not streamed; "
+            "delta latency writer -> reader on another connection vs a bare LISTEN/NOTIFY "
+            "round trip (`bench/streaming.py`).\n"
+        )
+        if "error" in res["streaming"]:
+            L.append(f"failed: {res['streaming']['error']}\n")
+        else:
+            L.append(_streaming.report(res["streaming"]))
+            L.append("")
     if res["effects"]:
         L.append("## Effect overhead (intent + observation vs a plain step)\n")
         L.append(
@@ -1132,8 +1146,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=1000, help="steps per per-step run")
     ap.add_argument(
         "--sections",
-        default="per_step,resume,wake,effects,cold,kill,children,scale",
-        help="comma-separated subset of per_step,resume,wake,effects,cold,kill,children,scale",
+        default="per_step,resume,wake,effects,cold,kill,children,streaming,scale",
+        help="comma-separated subset of per_step,resume,wake,effects,cold,kill,children,"
+        "streaming,scale",
     )
     ap.add_argument(
         "--scale-finished",
@@ -1196,6 +1211,7 @@ def main(argv: list[str] | None = None) -> int:
         "cold": {},
         "kill": {},
         "children": {},
+        "streaming": {},
         "scale": {},
     }
     systems: list[System] = []
@@ -1272,6 +1288,20 @@ def main(argv: list[str] | None = None) -> int:
             )
         except Exception as exc:  # a failed measurement is reported, not fatal
             res["children"] = {"error": f"{type(exc).__name__}: {exc}"}
+            traceback.print_exc()
+    if "streaming" in sections:
+        import streaming
+
+        try:
+            res["streaming"] = streaming.run(
+                ["sqlite"] + (["postgres"] if base else []),
+                tokens=2000,
+                token_ms=1.0,
+                reps=2 if args.quick else 5,
+                n=20 if args.quick else 50,
+            )
+        except Exception as exc:  # a failed measurement is reported, not fatal
+            res["streaming"] = {"error": f"{type(exc).__name__}: {exc}"}
             traceback.print_exc()
     if "cold" in sections:
         try:

@@ -4,7 +4,14 @@ interleaved; the accelerator used (KVM or TCG, and why) is part of the report. G
 round trip within 5x under KVM; reported under TCG (emulation: the guest's every instruction
 is translated, and the guest agent is a busybox shell that forks per request).
 
-    uv run python bench/sandbox.py [--boots 3] [--reps 30]
+Sleep and wake (issue 44): each cold-booted VM is put to sleep (:meth:`Sandbox.sleep`) and woken
+(a new ``Sandbox`` on its workspace: hash checks, QEMU ``-incoming``, ``cont``) through its
+first exec, interleaved with the cold boots it is a ratio to (goal <= 0.5x on the same
+accelerator); then ``--sleepers`` workspaces cloned (``cp --sparse=always``) from the last
+sleeping one each woken, exec'd and put back to sleep — restore p50/p99 over all of them — with
+their idle footprint (bytes allocated on disk; no process runs while asleep).
+
+    uv run python bench/sandbox.py [--boots 3] [--reps 30] [--sleepers 20]
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +32,8 @@ sys.path.insert(0, str(HERE))
 from common import percentile, save, table  # noqa: E402
 
 GOAL_KVM = 5.0
+GOAL_RESTORE = 0.5
+LIMITS = {"memory_mb": 128, "disk_mb": 64, "tmp_mb": 16}
 
 
 def _subprocess_true() -> float:
@@ -32,20 +42,55 @@ def _subprocess_true() -> float:
     return time.perf_counter() - t
 
 
-def run(boots: int, reps: int) -> dict[str, Any]:
-    from torpor.sandbox import Sandbox, build_image
+def _wake(ws: Path, **kw: Any) -> tuple[float, Any]:
+    from torpor.sandbox import Sandbox
+
+    t = time.perf_counter()
+    sb = Sandbox(ws, **kw).start()
+    assert sb.exec(["true"]).ok and sb.restored
+    return time.perf_counter() - t, sb
+
+
+def run(boots: int, reps: int, sleepers: int, tmp: Path) -> dict[str, Any]:
+    from torpor.sandbox import Limits, Sandbox, build_image
+    from torpor.sandbox.snapshot import footprint
 
     image = build_image()
+    kw: dict[str, Any] = {"image": image, "limits": Limits(**LIMITS)}
     boot_s: list[float] = []
     base_boot: list[float] = []
+    restore_s: list[float] = []
+    sleep_s: list[float] = []
     accel = None
-    for _ in range(boots):
+    ws = tmp / "boot"
+    for i in range(boots):
         base_boot.append(_subprocess_true())
+        ws = tmp / f"boot{i}"
         t = time.perf_counter()
-        with Sandbox(image=image) as sb:
-            sb.exec(["true"])
-            boot_s.append(time.perf_counter() - t)
-            accel = sb.accel
+        sb = Sandbox(ws, **kw).start()
+        sb.exec(["true"])
+        boot_s.append(time.perf_counter() - t)
+        accel = sb.accel
+        sb.write_file("state.txt", f"boot {i}")
+        t = time.perf_counter()
+        sb.sleep()
+        sleep_s.append(time.perf_counter() - t)
+        took, sb = _wake(ws, **kw)
+        restore_s.append(took)
+        assert sb.read_file("state.txt") == f"boot {i}".encode()
+        sb.sleep()
+    asleep = []
+    for j in range(sleepers):
+        clone = tmp / f"sleeper{j}"
+        subprocess.run(["cp", "-a", "--sparse=always", str(ws), str(clone)], check=True)
+        asleep.append(clone)
+    idle = [footprint(w) for w in asleep] or [footprint(ws)]
+    for clone in asleep:
+        took, sb = _wake(clone, **kw)
+        restore_s.append(took)
+        t = time.perf_counter()
+        sb.sleep()
+        sleep_s.append(time.perf_counter() - t)
     exec_s: list[float] = []
     base_s: list[float] = []
     with Sandbox(image=image) as sb:
@@ -61,6 +106,7 @@ def run(boots: int, reps: int) -> dict[str, Any]:
     ex = statistics.median(exec_s)
     boot = statistics.median(boot_s)
     ratio = ex / base
+    restore = statistics.median(restore_s)
     return {
         "accel": accel.name,
         "accel_reason": accel.reason,
@@ -84,7 +130,35 @@ def run(boots: int, reps: int) -> dict[str, Any]:
         },
         "goal": f"exec round trip <= {GOAL_KVM}x under KVM; reported under TCG",
         "holds": (ratio <= GOAL_KVM) if accel.name == "kvm" else None,
-        "samples": {"boot_s": boot_s, "exec_s": exec_s, "subprocess_true_s": base_s},
+        "sleep": {
+            "limits": LIMITS,
+            "sleepers": sleepers,
+            "restore to first exec": {
+                "median_s": restore,
+                "p99_s": percentile(restore_s, 99),
+                "n": len(restore_s),
+                "ratio_to_cold_boot": restore / boot,
+            },
+            "sleep (sync, migrate to file, hash)": {
+                "median_s": statistics.median(sleep_s),
+                "p99_s": percentile(sleep_s, 99),
+            },
+            "idle footprint bytes": {
+                "per_workspace_median": statistics.median(idle),
+                "total": sum(idle),
+                "processes": 0,
+            },
+            "goal": f"restore to first exec <= {GOAL_RESTORE}x cold boot to first exec",
+            "holds": restore / boot <= GOAL_RESTORE,
+        },
+        "samples": {
+            "boot_s": boot_s,
+            "exec_s": exec_s,
+            "subprocess_true_s": base_s,
+            "restore_s": restore_s,
+            "sleep_s": sleep_s,
+            "idle_bytes": idle,
+        },
     }
 
 
@@ -103,6 +177,30 @@ def lines(res: dict[str, Any]) -> list[str]:
         table(["measure", "median ms", "p99 ms", "subprocess.run(true) ms", "ratio"], rows),
         "",
         f"Goal {res['goal']}: {holds[res['holds']]}.",
+        "",
+        *_sleep_lines(res["sleep"]),
+    ]
+
+
+def _sleep_lines(sl: dict[str, Any]) -> list[str]:
+    r, z, f = (
+        sl["restore to first exec"],
+        sl["sleep (sync, migrate to file, hash)"],
+        sl["idle footprint bytes"],
+    )
+    rows = [
+        ["restore to first exec", f"{r['median_s'] * 1e3:.0f}", f"{r['p99_s'] * 1e3:.0f}",
+         f"{r['ratio_to_cold_boot']:.2f}x cold boot"],
+        ["sleep", f"{z['median_s'] * 1e3:.0f}", f"{z['p99_s'] * 1e3:.0f}", ""],
+    ]  # fmt: skip
+    return [
+        f"Sleep and wake, guest {sl['limits']}; {r['n']} restores ({sl['sleepers']} sleeping "
+        f"workspaces): idle footprint {f['per_workspace_median'] / 2**20:.1f} MiB each, "
+        f"{f['total'] / 2**20:.0f} MiB for all, no process.",
+        "",
+        table(["measure", "median ms", "p99 ms", "ratio"], rows),
+        "",
+        f"Goal {sl['goal']}: {'holds' if sl['holds'] else 'DOES NOT hold'}.",
     ]
 
 
@@ -110,8 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--boots", type=int, default=3)
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--sleepers", type=int, default=20)
     args = ap.parse_args(argv)
-    res = run(args.boots, args.reps)
+    with tempfile.TemporaryDirectory(prefix="torpor-bench-sb-") as tmp:
+        res = run(args.boots, args.reps, args.sleepers, Path(tmp))
     print("\n".join(lines(res)))
     print(save("sandbox", res))
     return 0

@@ -13,6 +13,8 @@ HTTP through the official SDKs.
 from __future__ import annotations
 
 import json
+import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +34,10 @@ class Err:
     delay: float = 0.0
     #: The error's ``code`` (OpenAI: ``context_length_exceeded``) or ``type`` (Anthropic).
     code: str | None = None
+
+
+class DropStream(Exception):
+    """Raised by a :attr:`LoopbackAPI.gate`: the server drops the connection mid-stream."""
 
 
 @dataclass
@@ -233,6 +239,70 @@ def anthropic_reply(
     }
 
 
+def pieces(text: str | None) -> list[str]:
+    """A reply's text in the pieces a stream sends: each word with the spaces after it."""
+    return re.findall(r"\S+\s*|\s+", text or "")
+
+
+def openai_events(
+    reply: dict[str, Any], body: dict[str, Any]
+) -> list[tuple[str | None, Any, bool]]:
+    """A ``chat.completion`` body as the stream of ``chat.completion.chunk`` s the API sends
+    for ``stream: true``: the role, the content piece by piece, each tool call whole, the
+    finish reason, the usage (with ``stream_options.include_usage``), ``[DONE]``."""
+    choice = reply["choices"][0]
+    msg = choice["message"]
+    base = {k: reply[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        c = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return {**base, "choices": [c]}
+
+    out: list[tuple[str | None, Any, bool]] = [
+        (None, chunk({"role": "assistant", "content": ""}), False)
+    ]
+    out += [(None, chunk({"content": p}), True) for p in pieces(msg.get("content"))]
+    for i, tc in enumerate(msg.get("tool_calls") or []):
+        out.append((None, chunk({"tool_calls": [{"index": i, **tc}]}), False))
+    out.append((None, chunk({}, choice["finish_reason"]), False))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        out.append((None, {**base, "choices": [], "usage": reply["usage"]}, False))
+    out.append((None, "[DONE]", False))
+    return out
+
+
+def anthropic_events(reply: dict[str, Any]) -> list[tuple[str | None, Any, bool]]:
+    """A Messages API body as the server-sent events the API sends for ``stream: true``."""
+    start = {**reply, "content": [], "stop_reason": None}
+    start["usage"] = {"input_tokens": reply["usage"]["input_tokens"], "output_tokens": 1}
+    out: list[tuple[str | None, Any, bool]] = [
+        ("message_start", {"type": "message_start", "message": start}, False)
+    ]
+    for i, block in enumerate(reply["content"]):
+        if block["type"] == "text":
+            first = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": p} for p in pieces(block["text"])]
+        else:
+            first = {**block, "input": {}}
+            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
+        out.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": i, "content_block": first},
+                False,
+            )
+        )
+        for d in deltas:
+            ev = {"type": "content_block_delta", "index": i, "delta": d}
+            out.append(("content_block_delta", ev, d["type"] == "text_delta"))
+        out.append(("content_block_stop", {"type": "content_block_stop", "index": i}, False))
+    delta = {"stop_reason": reply["stop_reason"], "stop_sequence": None}
+    usage = {"output_tokens": reply["usage"]["output_tokens"]}
+    out.append(("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}, False))
+    out.append(("message_stop", {"type": "message_stop"}, False))
+    return out
+
+
 def _error_body(flavour: str, status: int, message: str, code: str | None = None) -> dict[str, Any]:
     if flavour == "anthropic":
         kind = {
@@ -261,6 +331,13 @@ class LoopbackAPI:
         self.responder = responder
         self.requests: list[Request] = []
         self.lock = threading.Lock()
+        #: A request with ``"stream": true`` is answered with server-sent events (the reply's
+        #: text in word-sized pieces): ``gate(i)`` runs before piece ``i`` is sent (a test
+        #: holds the stream there), ``piece_delay_s`` between pieces.
+        self.gate: Callable[[int], None] | None = None
+        self.piece_delay_s = 0.0
+        #: Pieces sent so far, over every streamed answer.
+        self.pieces_sent = 0
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -296,7 +373,45 @@ class LoopbackAPI:
                         reply.headers,
                     )
                     return
+                if isinstance(body, dict) and body.get("stream"):
+                    events = (
+                        openai_events(reply, body)
+                        if api.flavour == "openai"
+                        else anthropic_events(reply)
+                    )
+                    self._send_events(events)
+                    return
                 self._send(200, reply, {})
+
+            def _send_events(self, events: list[tuple[str | None, Any, bool]]) -> None:
+                """Chunked ``text/event-stream``; an event flagged as a piece waits for the
+                gate first."""
+                try:
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                    self.send_header("transfer-encoding", "chunked")
+                    self.end_headers()
+                    for name, data, piece in events:
+                        if piece:
+                            if api.gate is not None:
+                                api.gate(api.pieces_sent)
+                            if api.piece_delay_s:
+                                time.sleep(api.piece_delay_s)
+                        text = data if isinstance(data, str) else json.dumps(data)
+                        raw = (f"event: {name}\n" if name else "") + f"data: {text}\n\n"
+                        chunk = raw.encode()
+                        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                        self.wfile.flush()
+                        if piece:
+                            with api.lock:
+                                api.pieces_sent += 1
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except DropStream:  # the connection breaks mid-stream
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
             def _send(self, status: int, body: Any, headers: dict[str, str]) -> None:
                 data = json.dumps(body).encode()

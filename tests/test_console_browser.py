@@ -283,7 +283,9 @@ def _inert(page: Page) -> None:
     assert page.evaluate("window.pwned") is None
     assert page.locator("img").count() == 0
     assert page.locator("b", has_text="bold?").count() == 0
-    assert page.locator("script").count() == 1  # htmx, from this origin
+    # Only the console's own scripts, from this origin: htmx, and the run page's live.js.
+    srcs = page.locator("script").evaluate_all("els => els.map(e => e.getAttribute('src'))")
+    assert srcs and set(srcs) <= {"/static/htmx.min.js", "/static/live.js"}, srcs
     assert page.dialogs == []  # type: ignore[attr-defined]
 
 

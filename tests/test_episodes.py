@@ -441,7 +441,8 @@ def _zipf_episodes(seed: int, n: int) -> tuple[list[Episode], list[str]]:
 
 
 def test_the_same_data_ranks_the_same_top_k_on_both_backends(db_url: str, pg_url: str) -> None:
-    """One ranking (rarity within the caller's filter, counted in each backend's index): the
+    """One ranking (rarity within the caller's scope: counted in FTS5, read from PostgreSQL's
+    per-scope counters): the
     same episodes written in the same order give the same top 10, in the same order, for every
     query and filter on SQLite and PostgreSQL."""
     eps, queries = _zipf_episodes(31, 600)
@@ -641,8 +642,9 @@ def test_a_model_may_phrase_the_lesson_in_a_recorded_step(rt: torpor.Runtime) ->
 
 
 def test_postgres_search_plans_use_the_indexes_at_every_size(pg_url: str) -> None:
-    """Every query a search runs on PostgreSQL — the filter's size, each word's count, the
-    scored candidates, the recent fill, the rows — is planned on an index (GIN or b-tree),
+    """Every query a search runs on PostgreSQL — the scope's size and each word's count (its
+    counters), the scored candidates, the recent fill, the rows — is planned on an index (GIN
+    or b-tree),
     never a sequential scan of the episodes, whether the store holds 20, 400 or 4,000
     episodes (freshly analyzed)."""
     eps, queries = _zipf_episodes(7, 4000)
@@ -677,5 +679,5 @@ def test_postgres_search_plans_use_the_indexes_at_every_size(pg_url: str) -> Non
             with r.store.episode_index() as ix:  # (its snapshot, as a search plans in it)
                 for sql, params in asked:
                     plan = "\n".join(str(x[0]) for x in fetchall(ix.cur, "EXPLAIN " + sql, params))
-                    assert "Seq Scan on episodes" not in plan, (size, sql, plan)
+                    assert "Seq Scan on episode" not in plan, (size, sql, plan)  # (and terms)
                     assert "episodes" not in sql or "Index" in plan or "Bitmap" in plan, plan

@@ -57,12 +57,16 @@ from torpor.history import (
     PlannedStep,
     PlanRecorded,
     Policy,
+    ReplyRetracted,
     RunFinished,
+    RunForked,
     RunReopened,
     RunStarted,
     RunState,
     RunStatus,
     SignalReceived,
+    SteerReceived,
+    SteerTaken,
     StepCompleted,
     StepFailed,
     StepStarted,
@@ -71,6 +75,7 @@ from torpor.history import (
     VerificationRecorded,
     VersionAccepted,
     WaitCompleted,
+    WaitEscalated,
     WaitStarted,
     WarningRecorded,
     apply,
@@ -132,6 +137,10 @@ class Model:
     plan_version: int = 0
     plan: dict[str, dict[str, Any]] = field(default_factory=dict)
     compactions: int = 0
+    #: Steering messages (issue 39): {"id", "interrupt", "taken"}.
+    steers: list[dict[str, Any]] = field(default_factory=list)
+    #: Events so far (a fork's run_forked names the seq it follows).
+    seq: int = 1
 
     def fresh(self, prefix: str) -> str:
         self.n += 1
@@ -315,8 +324,56 @@ def a_approval_request(draw: Draw, m: Model) -> list[Payload]:
     aid = m.fresh("appr-")
     pool = st.sampled_from(m.hashes) | hexes if m.hashes else hexes
     hashes = draw(st.lists(pool, min_size=1, max_size=3, unique=True))
-    m.approvals[aid] = {"hashes": hashes, "status": "requested", "by": None, "decided": False}
-    return [ApprovalRequested(approval_id=aid, name="ship", hashes=hashes)]
+    due = draw(st.lists(st.integers(0, 2**41), max_size=2, unique=True).map(sorted))
+    m.approvals[aid] = {
+        "hashes": hashes, "status": "requested", "by": None, "decided": False, "due": due,
+        "stages": 0,
+    }  # fmt: skip
+    return [ApprovalRequested(approval_id=aid, name="ship", hashes=hashes, escalate_at_ms=due)]
+
+
+def escalating(m: Model) -> list[str]:
+    return [
+        k
+        for k, a in m.approvals.items()
+        if a["status"] == "requested" and a["stages"] < len(a.get("due", ()))
+    ]
+
+
+def an_escalation(draw: Draw, m: Model) -> list[Payload]:
+    """A stage of an approval's escalation chain (issue 39): a notify, or a hand-over (to the
+    approver the model decides with)."""
+    aid = draw(st.sampled_from(escalating(m)))
+    a = m.approvals[aid]
+    a["stages"] += 1
+    action = draw(st.sampled_from(["notify", "approvers"]))
+    people = ["alice"] if action == "approvers" else []
+    return [
+        WaitEscalated(
+            wait_id=f"approval:{aid}", approval_id=aid, stage=a["stages"], action=action,
+            approvers=people, required=1 if people else None,
+        )
+    ]  # fmt: skip
+
+
+def a_steer(draw: Draw, m: Model) -> list[Payload]:
+    mid = m.fresh("steer-")
+    interrupt = draw(st.booleans())
+    m.steers.append({"id": mid, "interrupt": interrupt, "taken": False})
+    return [SteerReceived(message_id=mid, text="use staging", by="alice", interrupt=interrupt)]
+
+
+def a_steer_take(draw: Draw, m: Model) -> list[Payload]:
+    pending = [x for x in m.steers if not x["taken"]]
+    k = draw(st.integers(1, len(pending)))
+    for x in pending[:k]:
+        x["taken"] = True
+    return [SteerTaken(step_id=m.fresh("steer@"), message_ids=[x["id"] for x in pending[:k]])]
+
+
+def a_retract(draw: Draw, m: Model) -> list[Payload]:
+    mid = draw(st.sampled_from([x["id"] for x in m.steers if x["interrupt"]]))
+    return [ReplyRetracted(step_id=m.fresh("model#"), message_id=mid)]
 
 
 def in_status(m: Model, status: str) -> list[str]:
@@ -496,6 +553,20 @@ def a_child_ended(draw: Draw, m: Model) -> list[Payload]:
             message_id=m.fresh("msg-"),
         )
     ]
+
+
+def a_forked(draw: Draw, m: Model) -> list[Payload]:
+    """The history so far as a fork's copied prefix (issue 45): enabled at rest (no step open,
+    no effect in doubt); every approval requested, or approved and not consumed, is raised
+    again (its decisions set aside); the code's version may change."""
+    renewed = {}
+    for aid, a in sorted(m.approvals.items()):
+        if a["status"] in ("requested", "approved"):
+            a["status"], a["by"], a["decided"] = "requested", None, False
+            renewed[aid] = m.fresh("nonce-")
+    version = m.fresh("v") if draw(st.booleans()) else ""
+    m.version = version or m.version
+    return [RunForked(origin="origin", at_seq=m.seq, version=version, renewed=renewed)]
 
 
 def a_checkpoint(draw: Draw, m: Model) -> list[Payload]:
@@ -688,6 +759,15 @@ def enabled(m: Model) -> dict[str, Action]:
     }
     if settleable_calls(m):
         acts["settle"] = a_settle
+    acts["steer"] = a_steer
+    if any(not x["taken"] for x in m.steers):
+        acts["steer_take"] = a_steer_take
+    if any(x["interrupt"] for x in m.steers):
+        acts["retract"] = a_retract
+    if escalating(m):
+        acts["escalate"] = an_escalation
+    if not m.open_steps() and not m.in_doubt():
+        acts["forked"] = a_forked
     if m.open_steps(Policy.READ):
         acts["model_called"] = a_model_called
         acts["context_compacted"] = a_context_compacted
@@ -761,6 +841,7 @@ def histories(draw: Draw, max_len: int = 45) -> list[Event]:
             break
         weighted = [a for a in sorted(acts) for _ in range(WEIGHTS.get(a, 2))]
         name = draw(st.sampled_from(weighted))
+        m.seq = len(payloads)
         payloads.extend(acts[name](draw, m))
     return to_events(payloads)
 
@@ -797,6 +878,10 @@ def impossible(s: RunState) -> list[tuple[str, Event]]:
     add("event of another run", warn, run_id="other-run")
     add("payload of another type", CancelRequested(), etype="warning_recorded")
     add("second run_started", started)
+    add("steering message taken that never arrived", SteerTaken(step_id="b", message_ids=["no"]))
+    taken = [x.message_id for x in s.steering if x.status != "pending"]
+    if taken:
+        add("steering message taken twice", SteerTaken(step_id="b", message_ids=taken[:1]))
     if s.status is RunStatus.FINISHED:
         add("event after run_finished", warn)
         add("step after run_finished", StepStarted(step_id="late", policy=Policy.READ))
@@ -808,6 +893,7 @@ def impossible(s: RunState) -> list[tuple[str, Event]]:
             add("reopen a run that is not unresolved/blocked", RunReopened(by="alice"))
         return out
     add("reopen a run that is not finished", RunReopened(by="alice"))
+    add("run_forked after fewer events than it copied", RunForked(origin="o", at_seq=s.seq + 1))
     add("lease epoch not above the current one", LeaseAcquired(owner="w", epoch=s.epoch))
     add(
         "version_accepted from a version the run is not at",

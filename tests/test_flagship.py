@@ -239,6 +239,7 @@ def test_approval_flow_waits_then_publishes_once(tmp_path: Path) -> None:
     assert report["commits_with_key"] == [figures["commit"]]
     assert len(report["emails_with_message_id"]) == 1
     _every_seq_folds(agent)
+    _a_fork_repeats_no_effect(agent, figures["commit"])
 
 
 def _every_seq_folds(agent: Agent) -> None:
@@ -268,6 +269,38 @@ def _every_seq_folds(agent: Agent) -> None:
     for seq in (first["wait_started"], first["effect_intended"], last):
         out = CliRunner().invoke(app, ["--db", db, "show", agent.run_id, "--at", str(seq)])
         assert out.exit_code == 0 and f"seq {seq} of {last}" in out.output, out.output
+
+
+def _a_fork_repeats_no_effect(agent: Agent, commit: str) -> None:
+    """Issue 45: a fork of the flagship's run just before its push, resumed by the example
+    itself, replays the recorded file steps and verifications and refuses the push the origin
+    made (blocked, naming it): still one commit and one email in the world."""
+    client = agent.client()
+    try:
+        fork = client.fork(agent.run_id, "push", fork_id=f"{agent.run_id}-fork")
+        assert fork.performed and fork.renewed  # the push and the email; the approval
+    finally:
+        client.close()
+    resumed = subprocess.run(
+        [sys.executable, "-m", "examples.repo_agent", "--resume", fork.run_id],
+        cwd=ROOT,
+        env=agent.env(),
+        capture_output=True,
+        text=True,
+        timeout=AGENT_TIMEOUT_S,
+    )
+    assert resumed.returncode == 1, resumed.stdout + resumed.stderr
+    client = agent.client()
+    try:
+        st = client.state(fork.run_id)
+        assert st.outcome is torpor.Outcome.BLOCKED, st.outcome_reason
+        assert f"'{agent.run_id}/push'" in st.outcome_reason
+    finally:
+        client.close()
+    report = world.world_report(agent.run_id, agent.workdir)
+    assert report["commits_with_key"] == [commit] and len(report["emails_with_message_id"]) == 1
+    forked = world.world_report(fork.run_id, agent.workdir)
+    assert forked["commits_with_key"] == [] and forked["emails_with_message_id"] == []
 
 
 @pytest.mark.parametrize(

@@ -230,8 +230,12 @@ def test_compaction_never_splits_never_folds_pending_or_the_latest_operator_mess
 def test_extractive_summary_keeps_decisions_errors_identifiers_and_references() -> None:
     decided = _model_unit(
         8,
+        # (A line longer than a fact is split into sentences, its narration dropped; a shorter
+        # one stays whole: tests/test_memory_novelty.py.)
         text="Turn 8: reading. Decision: use the amber parser strategy because it keeps order. "
-        "Nothing else here.",
+        "Nothing else here. The rest of this paragraph only restates the plan in words that "
+        "say nothing new, at some length. It goes on like that for a while, to make the line "
+        "longer than one fact may be, and then it stops.",
         result='{"text": "the deploy id is rel-48213-qx at src/deploy/keys.py, sha 3f9c2e1a7"}',
     )
     failed = _model_unit(9, status="failed", result='{"detail": {"error": "no such file"}}')

@@ -177,6 +177,7 @@ MODULES = [
     "torpor.episodes.store",
     "torpor.cli.render",
     "torpor.console.app",
+    "torpor.streams.writer",
 ]
 
 
@@ -236,6 +237,16 @@ def _probe_console() -> str:
     return env.from_string("{{ v }}").render(v=echo(PROVIDED))
 
 
+def _probe_streams() -> str:
+    from torpor.streams import HoldBack
+    from torpor.streams.writer import STREAMS
+
+    # A model's reply arrives a few characters at a time: every encoding split across deltas.
+    hold, text, out = HoldBack(STREAMS.scrubber()), echo(PROVIDED), []
+    out += [hold.feed(text[i : i + 3]) for i in range(0, len(text), 3)]
+    return "".join(out) + hold.flush()
+
+
 PROBES: dict[str, Callable[[], str]] = {
     "journal": _probe_journal,
     "telemetry": _probe_telemetry,
@@ -244,6 +255,7 @@ PROBES: dict[str, Callable[[], str]] = {
     "logs": _probe_logs,
     "cli": _probe_cli,
     "console": _probe_console,
+    "streams": _probe_streams,
 }
 
 

@@ -112,6 +112,11 @@ def test_rows_are_written_with_their_event_read_in_order_and_searched(store: SQL
     (old, *_rest, new) = entries("r1", rows)
     assert old.superseded_by == new.key and old.superseded_seq == new.seq
     assert old.superseded_step == "model#9" and old.superseded_at_ms == new.at_ms
+    # The texts of facts found in tool outputs (run-level novelty), as of a compaction.
+    out = _rec("identifier", "WARN pool at 81% (advisory)", 11, 3)
+    _compact(store, lease, state, 3, [out.model_copy(update={"source": "result"})])
+    assert store.ledger_output_facts("r1") == ["WARN pool at 81% (advisory)"]
+    assert store.ledger_output_facts("r1", upto=2) == []
 
 
 def test_a_refused_append_writes_no_ledger_row(store: SQLStore) -> None:

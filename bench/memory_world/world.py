@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -48,21 +49,36 @@ def make_world(turns: int, seed: int = 7, family: str = "dev") -> World:
     raise RuntimeError(f"no collision-free world for turns={turns} seed={seed} {family}")
 
 
+_TOKENS = re.compile(r"[a-z]+|[0-9]+")
+
+
 def collisions(world: World) -> list[str]:
     """Probes found outside the turn that plants them (in another turn or in the goal), or
     not found in their own turn: each a line naming the fact and the probe. Empty for a
     world whose probes cannot be satisfied by accident."""
     texts = [haystack(t.texts()) for t in world.turns] + [world.goal]
     lowered = [t.lower() for t in texts]
+    # Which texts hold each token (runs of letters or of digits): a probe's pattern is
+    # bounded by non-word characters, so each token of its literal is a whole token wherever
+    # it matches, and only the texts holding all of them need the regex (a long world would
+    # otherwise take probes x turns searches).
+    index: dict[str, set[int]] = {}
+    for i, low in enumerate(lowered):
+        for tok in set(_TOKENS.findall(low)):
+            index.setdefault(tok, set()).add(i)
+    everywhere = set(range(len(texts)))
     out = []
     for f in world.facts:
         for p in f.probes:
             lits = [p.text.lower()] + ([p.other.lower()] if p.kind == "near" else [])
             rx = p.pattern()
+            maybe = everywhere
+            for tok in {t for x in lits for t in _TOKENS.findall(x)}:
+                maybe = maybe & index.get(tok, set())
             where = [
                 i
-                for i, low in enumerate(lowered)
-                if all(x in low for x in lits) and rx.search(texts[i])
+                for i in sorted(maybe)
+                if all(x in lowered[i] for x in lits) and rx.search(texts[i])
             ]
             if f.turn not in where:
                 out.append(f"{f.id}: probe {p} not in its own turn {f.turn}")

@@ -10,14 +10,15 @@ requested, revoking one already consumed).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import blobs, serde
+from . import blobs, forks, serde
 from .client_reads import ClientReads
+from .client_steer import ClientSteering
 from .config import Settings
-from .engine import budgets
 from .errors import (
     DecisionRefusedError,
     InboxError,
@@ -59,7 +60,7 @@ class SignalDelivery:
         return self.status != "duplicate"
 
 
-class Client(ClientReads):
+class Client(ClientSteering, ClientReads):
     """Inspect and steer runs with only the store URL (and, to decide approvals, the
     approver's own key: :meth:`decide`)."""
 
@@ -202,9 +203,12 @@ class Client(ClientReads):
         delegate: str | None = None,
         key: str | Path | None = None,
         agent: bool = False,
+        edited: str | None = None,
     ) -> tuple[str, list[str]]:
         """Approve or deny, signed by ``approver``'s own key (G6). Returns ``(approval_id,
-        hashes)`` decided on.
+        hashes)`` decided on. ``decision`` ``respond`` answers with ``comment`` as a reply for
+        the model instead (:meth:`respond`); ``edited`` approves edited content instead of the
+        proposed one (:meth:`approve_edited`; the signature binds its sha256).
 
         ``approval_id`` may be omitted when exactly one approval is pending. ``expect_hash``
         (a prefix of one bound sha256) guards against deciding on content you did not review.
@@ -221,8 +225,12 @@ class Client(ClientReads):
         """
         from .history import candidate_refusal
 
-        if decision not in ("approve", "deny"):
-            raise InboxError(f"decision must be approve or deny, not {decision!r}")
+        if decision not in ("approve", "deny", "respond"):
+            raise InboxError(f"decision must be approve, deny or respond, not {decision!r}")
+        if edited is not None and decision != "approve":
+            raise InboxError("only an approval carries edited content")
+        if decision == "respond" and not comment.strip():
+            raise InboxError("a reply (respond) needs its text")
         st = self._open(run_id)
         pending = st.open_approvals()
         if approval_id is None:
@@ -252,8 +260,9 @@ class Client(ClientReads):
                     f"{expect_hash!r} you reviewed; review it again"
                 )
             body = self._signed(
-                run_id, approval_id, decision, approver, info.hashes, comment, delegate, key, agent
-            )
+                run_id, approval_id, decision, approver, info.hashes, comment, delegate, key, agent,
+                edited,
+            )  # fmt: skip
         except (InboxError, DecisionRefusedError) as exc:
             from .engine.inbox import post_refusal  # only when refusing: the client stays light
 
@@ -310,6 +319,7 @@ class Client(ClientReads):
         delegate: str | None,
         key: str | Path | None,
         agent: bool,
+        edited_content: str | None = None,
     ) -> dict[str, Any]:
         """The decision's message body, signed (and checked against the local keyring)."""
         from . import keys, signing
@@ -330,11 +340,14 @@ class Client(ClientReads):
             "store": store,
             "request": request,
         }
+        edited = serde.sha256_hex(edited_content) if edited_content is not None else ""
+        if edited:
+            body.update(edited=edited, edited_content=edited_content)
         hmac_key = self.settings.hmac_key()
         if hmac_key is not None and key is None and not agent and not delegate:
             data = signing.hmac_bytes(
                 run_id, approval_id, decision, approver, hashes, at,
-                store=store, request=request,
+                store=store, request=request, edited=edited,
             )  # fmt: skip
             return {**body, "scheme": "hmac", "signature": signing.hmac_sign(hmac_key, data)}
         ring_path = self.settings.keyring_path()
@@ -359,6 +372,7 @@ class Client(ClientReads):
             comment=comment,
             store=store,
             request=request,
+            edited=edited,
         )
         body.update(
             scheme="ed25519",
@@ -406,6 +420,36 @@ class Client(ClientReads):
             message_id=f"revoke:{run_id}:{approval_id}",
         )
         return list(info.hashes)
+
+    def fork(
+        self,
+        run_id: str,
+        at: int | str,
+        *,
+        fork_id: str | None = None,
+        input: Any = forks.KEEP,
+        workflow: str | Callable[..., Any] | None = None,
+        module: str | None = None,
+        redo_effects: bool = False,
+        by: str = "user",
+        reason: str = "",
+    ) -> forks.Fork:
+        """Fork run ``run_id`` at ``at`` — a seq, or a step id (just before it first started)
+        — into a new run whose history is the origin's up to there, settled, then runs on
+        (not executed here: resume it, or let a worker take it) without repeating the
+        origin's effects: see :func:`torpor.forks.fork_run` for the arguments and errors."""
+        return forks.fork_run(
+            self.store,
+            run_id,
+            at,
+            fork_id=fork_id,
+            input=input,
+            workflow=workflow,
+            module=module,
+            redo_effects=redo_effects,
+            by=by,
+            reason=reason,
+        )
 
     def cancel(self, run_id: str, by: str = "user", reason: str = "") -> None:
         """Ask the run to stop; it ends ``cancelled`` at its next boundary."""
@@ -485,6 +529,8 @@ class Client(ClientReads):
             body["budget"] = limits
         self.store.post_inbox(run_id, "reopen", body, message_id=f"reopen:{uuid.uuid4().hex}")
         # One budget for a tree (issue 38): the runs below that this run's limit blocked go on.
+        from .engine import budgets  # (here: `torpor ls` builds a Client and needs no engine)
+
         below = budgets.reopen_blocked(self.store, run_id, by) if limits else []
         u = st.usage
         now = self.store.now_ms()

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         RunState,
         StepView,
     )
+    from .streams import StreamReader
 
 
 class ClientReads:
@@ -65,6 +66,18 @@ class ClientReads:
         self.store.get_run(run_id)
         return self.store.child_runs(run_id)
 
+    def forks(self, run_id: str) -> list[RunRecord]:
+        """The forks made of ``run_id`` (:meth:`~torpor.Client.fork`), oldest first, as run
+        rows; RunNotFoundError for an unknown run."""
+        self.store.get_run(run_id)
+        return self.store.run_forks(run_id)
+
+    def fork_origin(self, run_id: str) -> tuple[str, int] | None:
+        """``(origin run id, seq its history was copied up to)`` when ``run_id`` is a fork,
+        else None (RunNotFoundError for an unknown run)."""
+        self.store.get_run(run_id)
+        return self.store.fork_origin(run_id)
+
     def counts(self, *, workflow: str | None = None) -> list[RunCount]:
         """How many runs there are per status, outcome and needs-attention flag."""
         return self.store.count_runs(workflow=workflow)
@@ -73,6 +86,20 @@ class ClientReads:
         """What the run occupies in the database (its artifacts' bytes are in the artifact
         store: :meth:`artifacts` lists their sizes)."""
         return self.store.run_storage(run_id)
+
+    def stream(
+        self, run_id: str, name: str = "reply", *, after: int = 0, follow: bool = True
+    ) -> StreamReader:
+        """The items of the run's stream ``name`` after offset ``after``, then (``follow``)
+        each new one as it is written, until the run finished and all were read: a sync and
+        an async iterator of :class:`~torpor.streams.StreamItem` (``for item in
+        client.stream(rid)`` / ``async for …``). Resume after a disconnect with
+        ``after=reader.offset``: every item once, in order (:mod:`torpor.streams.reader`).
+        RunNotFoundError for an unknown run."""
+        from .streams import StreamReader  # (here: `torpor ls` imports no engine)
+
+        self.store.get_run(run_id)
+        return StreamReader(self.store, run_id, name, after=after, follow=follow)
 
     def events(self, run_id: str, after_seq: int = 0, limit: int = 1_000_000) -> list[Event]:
         self.store.get_run(run_id)

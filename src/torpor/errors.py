@@ -48,6 +48,7 @@ involved are attributes (after procrastinate's and httpx's exception modules).
     ├── WaitTimeout                   a wait reached its deadline
     ├── ApprovalError
     │   ├── ApprovalDeniedError
+    │   │   └── ApprovalRespondedError  answered with a reply for the model instead
     │   └── ApprovalInvalidError      revoked, changed content, bad signature
     │       └── DecisionRefusedError  a decision that fails verification where delivered
     ├── RunFinishedError              the run already has an outcome
@@ -195,6 +196,11 @@ class LeaseLostError(LeaseError):
         self.epoch = epoch
 
 
+class StreamError(TorporError):
+    """A stream write was refused: an item too large or not JSON data, a write inside a
+    step's own work outside a part (issue 40, :mod:`torpor.streams`); nothing was written."""
+
+
 class InboxPendingError(StoreError):
     """An append guarded against unapplied inbox messages found some (apply them, retry)."""
 
@@ -305,6 +311,16 @@ class ApprovalDeniedError(ApprovalError):
     """A person denied the approval."""
 
 
+class ApprovalRespondedError(ApprovalDeniedError):
+    """A person answered the approval with a reply instead of approving it (issue 39): nothing
+    runs; ``reply`` goes back to the model, ``by`` names who replied."""
+
+    def __init__(self, message: str, *, reply: str = "", by: str = ""):
+        super().__init__(message)
+        self.reply = reply
+        self.by = by
+
+
 class ApprovalInvalidError(ApprovalError):
     """The approval was revoked, its content changed, or its signature does not verify."""
 
@@ -355,6 +371,11 @@ class SandboxImageError(SandboxError):
     """The sandbox's guest image cannot be built, is missing, or does not match its sha256."""
 
 
+class SandboxSnapshotError(SandboxError):
+    """A sandbox could not be put to sleep, or its snapshot is refused at waking: the stream or
+    the workspace disk does not match the manifest's hashes, or it needs another machine."""
+
+
 class IsolationUnavailableError(SandboxError):
     """No VM boundary can be had on this host (no QEMU, no image): torpor refuses to run agent
     code without one unless told ``isolation="process"`` (G15). ``reason`` says what is missing."""
@@ -402,6 +423,33 @@ class ToolTimeoutError(ToolError, TimeoutError):
 
 class TransientError(ToolError):
     """Raise from a tool for a failure worth retrying (a 503, a dropped connection)."""
+
+
+class McpError(ToolError):
+    """An MCP server (:mod:`torpor.mcp`) could not be reached, or answered outside the
+    protocol; the message names the server."""
+
+
+class McpConnectionError(McpError, ConnectionError):
+    """The connection to an MCP server broke while a call was in flight: the server may have
+    performed it (an effect is reconciled, never retried blindly)."""
+
+
+class McpNotSentError(McpError, EffectNotApplied):
+    """An MCP call was never sent (the server could not be reached, or its session could not
+    be re-established): nothing happened."""
+
+
+class McpSessionLostError(McpNotSentError):
+    """The server's session was lost and the state it kept for it cannot be re-created
+    (``stateful=True`` without ``setup`` calls, or a setup call failed on replay): the run
+    cannot continue on that server; nothing was sent."""
+
+
+class McpToolsChangedError(McpError, VersionMismatchError):
+    """An MCP server offers another tool list than the one the run recorded (an upgrade):
+    the run needs attention and stays resumable (it continues once the server offers the
+    recorded list again)."""
 
 
 class ModelError(TorporError):

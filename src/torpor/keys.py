@@ -423,6 +423,8 @@ class Decision(Protocol):
     def store(self) -> str: ...
     @property
     def request(self) -> str: ...
+    @property
+    def edited(self) -> str: ...
 
 
 class Trust:
@@ -485,6 +487,7 @@ class Trust:
                 d.decided_at_ms,
                 store=d.store,
                 request=d.request,
+                edited=d.edited,
             )
             if not signing.hmac_verify(self.hmac_key, data, d.signature):
                 return "its HMAC signature does not verify with the local shared key"
@@ -526,6 +529,7 @@ class Trust:
             comment=d.comment,
             store=d.store,
             request=d.request,
+            edited=d.edited,
         )
         if not signing.ed25519_verify(entry.blob, data, d.signature):
             return f"the signature does not verify with {signer!r}'s key {d.key}"

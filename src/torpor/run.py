@@ -32,9 +32,11 @@ from .engine.approvals import Approval
 from .engine.attempts import Retry, Timeout
 from .engine.children import Child, ChildResult
 from .engine.effects import Reconcile
+from .engine.escalation import Escalation
 from .engine.journal import Journal
 from .errors import NonDeterminismError, RunStopped
 from .history import ArtifactRef, Outcome, Policy, RunState
+from .streams import RunStream
 
 
 class Run:
@@ -257,6 +259,7 @@ class Run:
         timeout: timedelta | None = None,
         approvers: Sequence[str] = (),
         required: int = 1,
+        escalate: Sequence[Escalation] = (),
     ) -> Approval:
         """Ask a person to approve exactly this content; wait durably for the decision.
 
@@ -268,7 +271,16 @@ class Run:
         ``required`` distinct ones of them must approve (N-of-M; ConfigError unless
         ``1 <= required <= len(approvers)``); any one of them denying denies.
         Raises ApprovalDeniedError when denied (or when ``timeout`` passes first).
+        ``escalate``: what happens when nobody answers — stages made with
+        :func:`torpor.engine.escalation.after` (notify by an effect, hand to other approvers,
+        then deny or cancel), recorded as they are reached (``wait_escalated``).
         """
+
+        def perform(sid: str, fn: Callable[..., Any], info: dict[str, Any]) -> Any:
+            stage = next((x for x in escalate if x.notify is fn), None)
+            rec = stage.reconcile if stage is not None else None
+            return self.effect(sid, fn, info, reconcile=rec, purpose=f"escalation of {name}")
+
         return approvals.request(
             self.journal,
             name,
@@ -277,6 +289,8 @@ class Run:
             timeout=timeout,
             approvers=approvers,
             required=required,
+            escalate=escalate,
+            perform=perform,
         )
 
     def artifact(
@@ -422,6 +436,14 @@ class Run:
         """Async twin of :meth:`child`."""
         c = await self.aspawn(workflow, input, run_id=run_id, name=name, queue=queue)
         return (await self.await_children([c]))[0]
+
+    # ------------------------------------------------------------- streams
+
+    def stream(self, name: str) -> RunStream:
+        """The run's stream ``name`` (:mod:`torpor.streams`): ``run.stream("progress")
+        .write(obj)`` writes an item readers see at once (``Client.stream``, ``torpor
+        watch``), never again on a replay; not part of the history (G8)."""
+        return RunStream(self.journal, name)
 
     # ------------------------------------------------------------- checkpoints & evidence
 

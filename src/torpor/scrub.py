@@ -122,6 +122,28 @@ class Scrubber:
         object.__setattr__(self, "_marker", marker)
         object.__setattr__(self, "_pattern", re.compile("|".join(map(re.escape, forms))))
 
+    @property
+    def longest(self) -> int:
+        """The length of the longest form looked for (0: no secret): a text cut anywhere
+        keeps every form whole if this many characters less one are held back from the cut
+        (:class:`torpor.streams.HoldBack`)."""
+        return max(map(len, self._marker), default=0)
+
+    def spans(self, s: str) -> list[tuple[int, int]]:
+        """``(start, end)`` of each form of a secret found in ``s``, left to right, as
+        :meth:`text` replaces them."""
+        if self._pattern is None:
+            return []
+        return [m.span() for m in self._pattern.finditer(s)]
+
+    def __add__(self, other: Scrubber) -> Scrubber:
+        """One scrubber for the secrets of both."""
+        if not other.pairs:
+            return self
+        if not self.pairs:
+            return other
+        return Scrubber(tuple(dict.fromkeys(self.pairs + other.pairs)))
+
     def text(self, s: str) -> str:
         """``s`` with every form of every secret replaced by its marker."""
         if self._pattern is None:
@@ -186,6 +208,10 @@ class Sink:
     def text(self, s: str) -> str:
         scrub = _current
         return scrub.text(s) if scrub.pairs else s
+
+    def scrubber(self) -> Scrubber:
+        """The :class:`Scrubber` of the secrets this process knows now."""
+        return _current
 
 
 _SINKS: dict[str, Sink] = {}

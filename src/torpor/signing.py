@@ -31,6 +31,15 @@ made once when the request is recorded; another run, store, or a request recorde
 another). A decision of version 1 (signed before) names
 neither; workers refuse it, and the approval is decided again (see the CHANGELOG).
 
+**Version 3** (issue 39: approve with edit) is version 2 with one more member, ``edited``: the
+sha256 hex digest of the edited content the approver approved instead of the proposed one (the
+UTF-8 bytes of the edited arguments, as delivered in ``approval_decided.edited_content``)::
+
+    torpor-approval-decision-v3\n{JSON}
+
+A decision without an edit is signed as version 2, as before. A reply (decision ``respond``)
+is version 2 with the reply as its ``comment``: what the model is told is signed too.
+
 The signature is Ed25519 (RFC 8032, "pure" Ed25519 over those bytes; 64 bytes), stored in
 standard base64. Keys are OpenSSH ``ssh-ed25519`` keys (RFC 8709 wire format), so an existing
 ``~/.ssh/id_ed25519`` or ``ssh-agent`` can sign. The ``cryptography`` package does the
@@ -38,9 +47,10 @@ cryptography; it is imported only here, on first use.
 
 The local single-user mode (``TORPOR_APPROVALS=hmac-local``) signs the earlier body — the
 canonical JSON of ``run_id, approval_id, decision, approver, hashes, decided_at_ms``, and since
-issue 34 ``store`` and ``request`` as above (one without them is decided again), without a
-prefix — with HMAC-SHA256 (RFC 2104) under one shared key. A shared key proves nothing about
-who decided: such decisions are labelled "not attributable".
+issue 34 ``store`` and ``request`` as above (one without them is decided again), and
+``edited`` when there is an edit (issue 39), without a prefix — with HMAC-SHA256 (RFC 2104)
+under one shared key. A shared key proves nothing about who decided: such decisions are
+labelled "not attributable".
 """
 
 from __future__ import annotations
@@ -60,6 +70,9 @@ DOMAIN = b"torpor-approval-decision-v1\n"
 #: Prefix of version 2 (the store and the request named too).
 DOMAIN_V2 = b"torpor-approval-decision-v2\n"
 
+#: Prefix of version 3 (an approval with edited content: its hash named too).
+DOMAIN_V3 = b"torpor-approval-decision-v3\n"
+
 #: Shortest HMAC key accepted in the local single-user mode, in bytes (HMAC-SHA256's output).
 MIN_HMAC_KEY_BYTES = 32
 
@@ -77,10 +90,11 @@ def decision_bytes(
     comment: str = "",
     store: str = "",
     request: str = "",
+    edited: str = "",
 ) -> bytes:
     """The canonical bytes an Ed25519 key signs: version 2 when ``store`` (the store's
-    identity) is given, with ``request`` (the request's nonce); else version 1 (see the
-    module docstring)."""
+    identity) is given, with ``request`` (the request's nonce), version 3 when ``edited`` (the
+    sha256 of the edited content) is given too; else version 1 (see the module docstring)."""
     body: dict[str, Any] = {
         "run_id": run_id,
         "approval_id": approval_id,
@@ -96,6 +110,9 @@ def decision_bytes(
     if store:
         body.update(store=store, request=request)
         prefix = DOMAIN_V2
+        if edited:
+            body["edited"] = edited
+            prefix = DOMAIN_V3
     return prefix + json.dumps(body, sort_keys=True, separators=(",", ":")).encode("ascii")
 
 
@@ -109,9 +126,11 @@ def hmac_bytes(
     *,
     store: str = "",
     request: str = "",
+    edited: str = "",
 ) -> bytes:
     """The bytes an HMAC decision signs (the body signed before keys per person; with the
-    store's identity and the request's nonce when ``store`` is given)."""
+    store's identity and the request's nonce when ``store`` is given, and the edited content's
+    hash when there is an edit)."""
     body: dict[str, Any] = {
         "run_id": run_id,
         "approval_id": approval_id,
@@ -122,6 +141,8 @@ def hmac_bytes(
     }
     if store:
         body.update(store=store, request=request)
+    if edited:
+        body["edited"] = edited
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return text.encode()
 

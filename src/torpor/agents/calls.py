@@ -19,6 +19,7 @@ from ..engine.children import ChildResult
 from ..engine.effects import Applied, EffectCall, Unknown
 from ..errors import (
     ApprovalDeniedError,
+    ApprovalRespondedError,
     AttemptTimeoutError,
     EffectNotApplied,
     StepError,
@@ -170,17 +171,51 @@ def prepare(ctx: Context, c: PlannedCall) -> Prepared | Decided:
                 f"tool:{base}",
                 hashes,
                 summary=clip(f"{tool.name}({json.dumps(c.args, sort_keys=True)})", 300),
+                escalate=getattr(ctx.agent, "escalate", ()),
             )
+        except ApprovalRespondedError as exc:
+            # A reply instead of a decision (issue 39): nothing runs; the model reads it.
+            return Decided("responded", {"reply": exc.reply, "replied_by": exc.by}, None)
         except ApprovalDeniedError as exc:
             if ctx.agent.on_denied == "block":
                 ctx.settle(c, "denied", {"error": str(exc)}, None)
                 raise
             return Decided("denied", {"error": str(exc)}, None)
+        if approval.edited:  # approved with an edit (issue 39): exactly the edited bytes run
+            edit = edited_args(tool, approval)
+            if isinstance(edit, str):
+                return Decided("invalid", {"error": edit}, None)
+            validated = edit
     provided = tool.provided_secrets()
     for value in provided.values():
         ctx.vault.add(value)  # scrubbed from whatever the call returns or raises
-    canonical = ctx.vault.scrub(serde.to_jsonable(c.args))
+    # (an approved edit is the call that runs: its arguments are the step's input)
+    edited = approval is not None and approval.edited
+    canonical = ctx.vault.scrub(serde.to_jsonable(validated if edited else c.args))
     return Prepared(c, tool, validated, provided, approval, hashes, f"tool:{base}", canonical)
+
+
+def edited_args(tool: Tool, approval: Approval) -> Any:
+    """The validated arguments of an approval with an edit (issue 39): exactly the edited
+    bytes the decision signed — checked again against the signed sha256 — parsed as the
+    ``{"tool": …, "args": …}`` document that was proposed (or a bare arguments object); a
+    string saying why when they are not valid arguments of this tool (nothing runs)."""
+    if serde.sha256_hex(approval.edited_content) != approval.edited:
+        return "the edited arguments do not match the sha256 the approver signed"
+    try:
+        doc = json.loads(approval.edited_content)
+    except ValueError as exc:
+        return f"the edited arguments are not JSON: {exc}"
+    if isinstance(doc, dict) and set(doc) == {"tool", "args"}:
+        if doc["tool"] != tool.name:
+            return f"the edit names tool {doc['tool']!r}, not {tool.name!r}"
+        doc = doc["args"]
+    if not isinstance(doc, dict):
+        return "the edited arguments are not a JSON object"
+    try:
+        return tool.validate(doc)
+    except ToolArgsError as exc:
+        return f"the edited arguments are refused: {exc}"
 
 
 def child_input(ctx: Context, p: Prepared) -> Any:

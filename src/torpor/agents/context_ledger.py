@@ -12,6 +12,7 @@ contexts an uninterrupted run built, although the store already holds the later 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from ..memory.buffer import Unit
 from ..memory.compaction import SummaryLine
 from ..memory.context import PRIORITIES, ContextSection, section_tokens
-from ..memory.facts import content_words
+from ..memory.facts import content_words, shape
 from ..memory.ledger import LedgerRecord, as_payload, dedupe, extract, from_payload, supersede
 from ..memory.recall import CANDIDATES, RECALL_HEAD, query_terms, recalled
 from ..store.ledger import LedgerRow, LedgerRows
@@ -40,6 +41,9 @@ class LedgerCache:
     keys: set[str] = field(default_factory=set)
     gone: set[str] = field(default_factory=set)
     live: list[LedgerRecord] = field(default_factory=list)
+    #: How often each shape of a tool-output fact occurs in the ledger (run-level novelty:
+    #: :class:`~torpor.memory.compaction.ExtractiveSummarizer` ``forms``).
+    forms: Counter[str] = field(default_factory=Counter)
 
     @classmethod
     def read(cls, store: LedgerRows, run_id: str, upto: int) -> LedgerCache:
@@ -47,7 +51,8 @@ class LedgerCache:
             return cls()
         keys, gone, rows = store.ledger_index(run_id, upto=upto)
         live = [r for r in (_record(x) for x in rows) if r.key not in gone]
-        return cls(keys, gone, live)
+        forms = Counter(shape(t) for t in store.ledger_output_facts(run_id, upto=upto))
+        return cls(keys, gone, live, forms)
 
     def new_records(
         self,
@@ -67,6 +72,8 @@ class LedgerCache:
     def add(self, records: Sequence[dict[str, Any]]) -> None:
         """Take a recorded compaction's records."""
         for r in from_payload(records):
+            if r.kind != "unit" and r.source in ("result", "args"):
+                self.forms[shape(r.text)] += 1
             self.keys.add(r.key)
             self.gone.update(r.supersedes)
             if r.kind in ("decision", "instruction", "commitment", "question"):
@@ -116,6 +123,7 @@ def recall_section(
         buffered_from=min((u.turn for u in units), default=None),
         shown=pinned,
         limit=RECALL_LINES,
+        echo=[units[-1].text] if units else (),
     )
     if not got.lines:
         return None

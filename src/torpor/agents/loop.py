@@ -45,6 +45,7 @@ from typing import Any
 
 from .. import faults, serde
 from ..engine import budgets
+from ..engine.escalation import Escalation
 from ..engine.execution import ENGINE_ERRORS
 from ..errors import (
     ApprovalError,
@@ -76,6 +77,7 @@ from .models.record import call_model_step
 from .parallel import execute_batch
 from .planners import Planner
 from .proposals import PlanView, Proposal, StepView
+from .steering import retracted, take
 from .tools import Tools, Vault
 from .verifiers import ModelJudge, Verifier
 
@@ -97,6 +99,8 @@ class Agent:
     record's own lines.
     ``memory``: the working memory's budget, compaction and extra context sections
     (:class:`~torpor.memory.Memory`; the defaults when omitted).
+    ``escalate``: what happens when nobody answers one of its tool calls' approvals — stages
+    made with :func:`torpor.engine.escalation.after` (notify, hand over, deny or cancel).
     ``max_parallel``: how many ready calls with no dependency between them (a model's
     parallel tool calls) run at once (:mod:`torpor.agents.parallel`); 1 runs them one by one.
     ``max_plan_versions``: the run fails (PlannerError) when the planner would make more plan
@@ -122,6 +126,7 @@ class Agent:
         task_type: str | None = None,
         lesson_model: Model | None = None,
         memory: Memory | None = None,
+        escalate: Sequence[Escalation] = (),
         max_parallel: int = 1,
     ):
         if on_denied not in ("block", "replan"):
@@ -143,6 +148,7 @@ class Agent:
         self.task_type = task_type or name
         self.lesson_model = lesson_model
         self.memory = memory or Memory()
+        self.escalate = tuple(escalate)  # of its tool calls' approvals (issue 39)
         self.max_parallel = max_parallel
 
         def agent_workflow(run: Run, input: Any) -> Any:
@@ -251,6 +257,14 @@ class AgentContext:
             messages = retry
             resp, sid = self._model_step(model, messages, tools, name)
         self.memory.after_call(messages, tools, resp, sid)
+        pending = self.memory.pending
+        if pending is not None and list(messages) == list(pending.messages):
+            # An interrupting steering message arrived during the call: its reply is
+            # retracted (its tokens count) and the model is asked again (.steering, issue 39).
+            while retracted(self, sid):
+                messages = self.conversation(self.memory.instructions)
+                resp, sid = self._model_step(model, messages, tools, name)
+                self.memory.after_call(messages, tools, resp, sid)
         self._last_response = resp
         return resp
 
@@ -266,6 +280,7 @@ class AgentContext:
             before_call=self.check_budget,
             redact=self._redact_response,
             facts=self.memory.facts_for(messages),
+            scrubber=self.vault.scrubber(),
         )
 
     def episodes(self) -> str:
@@ -282,7 +297,10 @@ class AgentContext:
         """The messages for the next model turn: the context built from the working memory
         within the agent's token budget (:func:`torpor.memory.working.next_context`) — system
         text with the summary, plan and checkpoint, the lessons of earlier runs (the episodes
-        section, :meth:`episodes`), the goal and input, the recent turns."""
+        section, :meth:`episodes`), the goal and input, the recent turns — after taking the
+        operators' steering messages that arrived since the last one (:mod:`.steering`)."""
+        for m in take(self):
+            self.note(str(m["text"]), operator=True)
         return self.memory.conversation(instructions)
 
     def note(self, text: str, *, operator: bool = False) -> None:
@@ -399,6 +417,7 @@ class AgentContext:
     # ------------------------------------------------------------ the loop
 
     def execute(self) -> Any:
+        self.agent.tools.prepare(self.run)  # (before restore: its records are the run's first)
         need_plan = self.memory.restore()
         if need_plan is None:
             self._init_budget()

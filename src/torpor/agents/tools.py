@@ -114,7 +114,9 @@ class Tool:
     artifact_fields: frozenset[str] = field(init=False)
     engine_params: frozenset[str] = field(init=False)
 
-    def __post_init__(self) -> None:
+    def check_policy(self) -> None:
+        """The policy as a :class:`Policy`; TorporError unless read, compute or effect (only
+        an effect with a reconcile)."""
         self.policy = Policy(self.policy)
         if self.policy not in (Policy.READ, Policy.COMPUTE, Policy.EFFECT):
             raise TorporError(f"tool {self.name!r}: policy must be read, compute or effect")
@@ -122,6 +124,9 @@ class Tool:
             raise TorporError(f"tool {self.name!r}: only an effect has a reconcile")
         if self.spawns is not None and self.policy is not Policy.READ:
             raise TorporError(f"tool {self.name!r}: a tool that spawns a child run is a read tool")
+
+    def __post_init__(self) -> None:
+        self.check_policy()
         sig = inspect.signature(self.fn)
         hints = typing.get_type_hints(self.fn, include_extras=True)
         fields: dict[str, Any] = {}
@@ -329,6 +334,12 @@ class Tools:
 
     def specs(self) -> list[ToolSpec]:
         return [t.spec() for t in self._tools.values()]
+
+    def prepare(self, run: Any) -> None:
+        """Called by an agent at the start of each execution of its run (``run``: the
+        :class:`~torpor.Run`), before anything else is replayed: a registry whose tools come
+        from outside (:class:`torpor.mcp.Toolset`) records or checks them here. Nothing to
+        do for tools registered in code."""
 
 
 # ------------------------------------------------------------------ secrets

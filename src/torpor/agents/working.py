@@ -286,7 +286,9 @@ class WorkingMemory:
         if not idx:
             return
         units = [self.buffer_units[i] for i in idx]
-        summarizer = cfg.summarizer or ExtractiveSummarizer(self.ctx.agent.goal)
+        summarizer = cfg.summarizer or ExtractiveSummarizer(
+            self.ctx.agent.goal, self._ledger_cache().forms
+        )
         try:
             lines = summarizer.summarize(self.ctx, units, self.summary)
         except SummaryFailed as exc:
@@ -406,7 +408,10 @@ class WorkingMemory:
         buf = Buffer(units=self.buffer_units)
         idx = choose(buf, 0)
         units = [self.buffer_units[i] for i in idx]
-        lines = ExtractiveSummarizer(self.ctx.agent.goal).summarize(self.ctx, units, self.summary)
+        forms = self._ledger_cache().forms
+        lines = ExtractiveSummarizer(self.ctx.agent.goal, forms).summarize(
+            self.ctx, units, self.summary
+        )
         new = self.summary.folded(units, lines, self.config.summary_keep_tokens)
         number = self.compactions + 1
         before = buf.tokens()

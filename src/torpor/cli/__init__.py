@@ -16,7 +16,8 @@ workflows are referenced by their registered name, their modules imported with `
 (repeatable) or ``$TORPOR_IMPORT`` (comma-separated).
 
 Layout: ``root.py`` holds the Typer ``app`` and the global options; the commands live in
-``execute.py`` (start, resume, worker), ``read.py`` (ls, show, events), ``steer.py`` (approve,
+``execute.py`` (start, resume, worker), ``read.py`` (ls, show, events), ``watch.py``
+(watch: a run's stream as it is written), ``steer.py`` (approve,
 deny, revoke, signal, cancel, resolve, budget), ``keys.py`` (keys init/add/remove/list),
 ``artifacts.py``, ``storage.py`` (storage, gc, retention, archive), ``memory.py`` (context),
 ``episodes.py`` (memory search/show/sync/prune), ``schedule.py`` (schedule
@@ -51,7 +52,7 @@ _command: Any = None
 #: Commands whose module alone is registered when one of them is invoked, so that a read
 #: command imports only what it prints (issue 48): ``torpor ls`` loads neither the engine nor
 #: the other commands. Every other invocation (``--help`` too) registers them all.
-_LIGHT = {"ls": "read", "show": "read", "events": "read"}
+_LIGHT = {"ls": "read", "show": "read", "events": "read", "watch": "watch"}
 #: The root options that take a value (see ``root.py``), skipped to find the command's name.
 _VALUED = {"--db", "--artifacts", "--import"}
 
@@ -95,6 +96,7 @@ def _load_app() -> typer.Typer:
             episodes,
             execute,
             explore,
+            fork,
             keys,
             marks,
             memory,
@@ -103,6 +105,8 @@ def _load_app() -> typer.Typer:
             schedule,
             steer,
             storage,
+            talk,
+            watch,
         )
         from .root import app, reflow_help
 
@@ -112,9 +116,12 @@ def _load_app() -> typer.Typer:
         for module in (
             execute,
             read,
+            watch,
+            fork,
             memory,
             episodes,
             steer,
+            talk,
             schedule,
             keys,
             artifacts,

@@ -9,7 +9,7 @@ import typer
 from ..history import Outcome, RunStatus
 from .context import open_client
 from .listing import print_runs
-from .past import context_fields, past_line
+from .past import context_fields, forks_table, origin_line, past_line
 from .render import (
     add_row,
     console,
@@ -136,6 +136,7 @@ def show(
         pairs.append(("needs attention", state.attention))
     if report.parent is not None:
         pairs.append(("parent", report.parent))
+    pairs += origin_line(report)
     if live.infra:
         pairs.append(("infrastructure", live.infra))
     if live.lease:
@@ -233,6 +234,7 @@ def show(
 
     children_table(out, report.children)
     tree_budget_table(out, tree)
+    forks_table(out, report)
 
     if report.artifacts:
         table = new_table("NAME", "VERSION", "SHA256", "SIZE", "MEDIA TYPE", title="Artifacts")
@@ -299,6 +301,8 @@ def _messages(
         if m.status == "buffered":
             answers = f" (answers wait {m.wait_id})" if m.wait_id else ""
             status = f"buffered: no wait for it yet{answers}"
+            if m.kind == "steer":  # an operator's message (issue 39)
+                status = "pending: the agent takes it before its next model call"
         rows.append((m.message_id, m.kind, m.name, m.arrived_at_ms, status))
     for p in inbox:
         name = p.body.get("name") if p.kind == "signal" else None

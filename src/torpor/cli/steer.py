@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -29,6 +29,7 @@ def _decide(
     comment: str,
     json_out: bool,
     signing: tuple[Path | None, bool, str | None] = (None, False, None),
+    edit: Path | None = None,
 ) -> None:
     prefix = expect_hash.strip().lower().removeprefix("sha256:") if expect_hash else None
     if expect_hash is not None and not prefix:
@@ -37,6 +38,7 @@ def _decide(
     if key is not None and agent:
         raise BadInputError("give --key PATH or --agent, not both")
     with open_client(ctx) as client:
+        edited = None if edit is None else edited_text(client, run_id, approval_id, edit)
         aid, hashes = client.decide(
             run_id,
             approval_id,
@@ -47,6 +49,7 @@ def _decide(
             delegate=delegate,
             key=key,
             agent=agent,
+            edited=edited,
         )
         resume = resume_command(client, run_id)
     verb = "approved" if decision == "approve" else "denied"
@@ -121,6 +124,16 @@ def approve(
     key: KeyOpt = None,
     agent: AgentOpt = False,
     delegate: DelegateOpt = None,
+    edit: Annotated[
+        Path | None,
+        typer.Option(
+            "--edit",
+            metavar="FILE",
+            help="Approve the edited content in FILE instead (start from `torpor approve RUN "
+            "--edit -` to print the proposed one); the diff is shown, the signature binds its "
+            "sha256 and the effect runs exactly those bytes.",
+        ),
+    ] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Approve exactly the content an approval binds, signed with your own key; prints the
@@ -138,7 +151,25 @@ def approve(
         comment,
         json_out,
         (key, agent, delegate),
+        edit,
     )
+
+
+def edited_text(client: Any, run_id: str, approval_id: str | None, path: Path) -> str:
+    """The edit in ``path`` — after printing its diff against the proposed content — or, for
+    ``-``, the proposed content printed to start from (and nothing signed: typer.Exit)."""
+    from ..client_steer import edit_diff, read_edit
+
+    proposed = client.proposed(run_id, approval_id)
+    if str(path) == "-":
+        typer.echo(proposed, nl=False)
+        raise typer.Exit(0)
+    edited = read_edit(path)
+    diff = edit_diff(proposed, edited)
+    if not diff:
+        raise BadInputError(f"the edit {path} is the proposed content: approve it without --edit")
+    console().print(plain(diff.rstrip("\n")))
+    return edited
 
 
 def deny(

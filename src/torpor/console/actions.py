@@ -25,6 +25,7 @@ from ..client import Client
 from ..config import Settings
 from ..errors import BadInputError, InboxError, KeyringError, StaleContentError, TorporError
 from ..keys import FileSigner, Keyring, key_file
+from ..serde import sha256_hex
 from ..signing import fingerprint
 
 log = logging.getLogger("torpor.console")
@@ -171,16 +172,27 @@ class Steering:
         decision: str,
         seen: list[str],
         comment: str = "",
+        edited: str | None = None,
+        edited_sha256: str = "",
     ) -> str:
         """Approve or deny exactly the content ``seen`` (the hashes the page showed), signed by
         the delegate key for ``user``. StaleContentError when the approval no longer binds
         exactly ``seen`` or is no longer pending — the page was rendered before the content
-        changed — and nothing is sent."""
+        changed — and nothing is sent. ``respond``: ``comment`` is a reply for the model
+        (nothing runs); ``edited``: approve these bytes instead, refused unless their sha256 is
+        ``edited_sha256``, the one the diff page showed (issue 39)."""
         detail = {"approval_id": approval_id, "decision": decision, "hashes": seen}
+        if edited is not None:
+            detail["edited"] = edited_sha256
 
         def go() -> str:
-            if decision not in ("approve", "deny"):
+            if decision not in ("approve", "deny", "respond"):
                 raise BadInputError(f"decision must be approve or deny, not {decision!r}")
+            if edited is not None and sha256_hex(edited) != edited_sha256:
+                raise StaleContentError(
+                    "nothing was sent: the edit is not the one whose diff you reviewed; "
+                    "review the edit again"
+                )
             if not seen:
                 raise BadInputError("the decision names no content: review the page again")
             st = self.client.state(run_id)
@@ -220,8 +232,11 @@ class Steering:
                 comment=comment,
                 delegate=self.delegate.name,
                 key=self.delegate.key,
+                edited=edited,
             )
-            verb = "approved" if decision == "approve" else "denied"
+            verb = {"approve": "approved", "respond": "replied to"}.get(decision, "denied")
+            if edited is not None:
+                verb = f"approved the edit (sha256:{edited_sha256[:12]}) of"
             return (
                 f"{verb} {aid} as {user} (signed by the console's key {self.delegate.name} for "
                 f"you): sha256:{', sha256:'.join(hashes)}. What happens next: the decision "
@@ -257,6 +272,22 @@ class Steering:
             return f"effect {key} resolved as {verdict}; a worker continues the run"
 
         return self._do(user, "resolve", run_id, detail, go)
+
+    def steer(self, user: str, run_id: str, text: str, interrupt: bool = False) -> str:
+        """An operator's message to a running agent, from ``user`` (issue 39)."""
+
+        def go() -> str:
+            mid = self.client.steer(
+                run_id,
+                text,
+                by=user,
+                interrupt=interrupt,
+                message_id=f"console:{user}:steer:{uuid.uuid4().hex}",
+            )
+            how = "interrupts a reply in flight; " if interrupt else ""
+            return f"steering message {mid} sent: {how}the agent sees it before its next call"
+
+        return self._do(user, "steer", run_id, {"interrupt": interrupt}, go)
 
     def cancel(self, user: str, run_id: str, reason: str = "") -> str:
         def go() -> str:

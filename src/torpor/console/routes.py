@@ -15,8 +15,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from ..client_steer import edit_diff
 from ..errors import ArtifactNotFoundError, RunNotFoundError, TorporError
-from . import pages, views
+from ..serde import sha256_hex
+from . import live, pages, views
 from .app import LOGIN_COOKIE, SESSION_COOKIE, Console, login_token, read_form, same_origin
 from .sessions import Session
 
@@ -132,9 +134,10 @@ async def run_view(request: Request, s: Session) -> Response:
     run_id = request.path_params["run_id"]
     try:
         data = await c.call(pages.run_page, c.client, run_id, c.trust())
+        reply = await c.call(live.reply_of, c.client, run_id)
     except RunNotFoundError as exc:
         return _not_found(request, c, s, exc)
-    return c.render(request, s, "run_page.html", **data)
+    return c.render(request, s, "run_page.html", reply=reply, **data)
 
 
 async def run_summary(request: Request, s: Session) -> Response:
@@ -188,7 +191,18 @@ async def approval_review(request: Request, s: Session) -> Response:
     row = data["approval"]
     decided_by = [d.approver for d in data["state"].approvals[aid].decisions]
     why_not = await c.call(c.steering.why_not_decide, s.user, row.approvers, decided_by)
-    return c.render(request, s, "approval_page.html", run_id=run_id, why_not=why_not, **data)
+    proposed = await c.call(_proposed, c, run_id, aid)
+    return c.render(
+        request, s, "approval_page.html", run_id=run_id, why_not=why_not, proposed=proposed, **data
+    )
+
+
+def _proposed(c: Console, run_id: str, aid: str) -> str | None:
+    """The proposed content as text, for the edit box (None: not a text document)."""
+    try:
+        return c.client.proposed(run_id, aid)
+    except (TorporError, UnicodeDecodeError):
+        return None
 
 
 async def artifact_view(request: Request, s: Session) -> Response:
@@ -259,6 +273,58 @@ async def _decide(request: Request, s: Session, form: dict[str, str], decision: 
     )
 
 
+async def respond(request: Request, s: Session, form: dict[str, str]) -> Response:
+    seen = [h for h in form.get("hashes", "").split(",") if h]
+    steer = _console(request).steering
+    aid = form.get("approval_id", "")
+    return await _act(request, s, steer.decide, aid, "respond", seen, form.get("reply", ""))
+
+
+async def edit_review(request: Request, s: Session, form: dict[str, str]) -> Response:
+    """The diff of an edit against the proposed content, shown before anything is signed; its
+    form signs exactly these bytes (their sha256 travels with it)."""
+    c = _console(request)
+    run_id, aid = request.path_params["run_id"], form.get("approval_id", "")
+    edited = form.get("edited", "").replace("\r\n", "\n")
+    proposed = await c.call(_proposed, c, run_id, aid)
+    if proposed is None:
+        return c.refuse(request, s, 404, f"approval {aid!r} of run {run_id!r} has no text to edit")
+    diff = edit_diff(proposed, edited)
+    return c.render(
+        request,
+        s,
+        "edit_page.html",
+        run_id=run_id,
+        approval_id=aid,
+        hashes=form.get("hashes", ""),
+        edited=edited,
+        edited_sha256=sha256_hex(edited),
+        diff=diff,
+    )
+
+
+async def approve_edited(request: Request, s: Session, form: dict[str, str]) -> Response:
+    seen = [h for h in form.get("hashes", "").split(",") if h]
+    steer = _console(request).steering
+    return await _act(
+        request,
+        s,
+        steer.decide,
+        form.get("approval_id", ""),
+        "approve",
+        seen,
+        form.get("comment", ""),
+        edited=form.get("edited", ""),
+        edited_sha256=form.get("edited_sha256", ""),
+    )
+
+
+async def steer_run(request: Request, s: Session, form: dict[str, str]) -> Response:
+    steer = _console(request).steering
+    interrupt = form.get("interrupt", "") == "on"
+    return await _act(request, s, steer.steer, form.get("text", ""), interrupt)
+
+
 async def revoke(request: Request, s: Session, form: dict[str, str]) -> Response:
     steer = _console(request).steering
     return await _act(request, s, steer.revoke, form.get("approval_id", ""), form.get("reason", ""))
@@ -319,6 +385,7 @@ PAGES = [
     ("/runs-live", runs_table),
     ("/runs/{run_id}", run_view),
     ("/runs/{run_id}/live", run_summary),
+    ("/runs/{run_id}/sse", live.run_sse),
     ("/runs/{run_id}/events", run_events),
     ("/runs/{run_id}/approval", approval_review),
     ("/runs/{run_id}/artifacts/{sha256}", artifact_view),
@@ -330,6 +397,10 @@ ACTIONS = [
     ("/logout", logout),
     ("/runs/{run_id}/approve", approve),
     ("/runs/{run_id}/deny", deny),
+    ("/runs/{run_id}/respond", respond),
+    ("/runs/{run_id}/edit", edit_review),
+    ("/runs/{run_id}/approve-edited", approve_edited),
+    ("/runs/{run_id}/steer", steer_run),
     ("/runs/{run_id}/revoke", revoke),
     ("/runs/{run_id}/resolve", resolve),
     ("/runs/{run_id}/cancel", cancel),

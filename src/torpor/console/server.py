@@ -99,6 +99,8 @@ def serve(
         server_header=False,
         proxy_headers=False,
         lifespan="on",
+        # An open event stream (the run page's, :mod:`.live`) is not waited for long.
+        timeout_graceful_shutdown=3,
     )
     server = uvicorn.Server(config)
     announce(url)

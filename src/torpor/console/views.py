@@ -167,6 +167,10 @@ def message_rows(
         status = m.status
         if m.status == "consumed":
             status = f"consumed by wait {m.wait_id}"
+            if m.kind == "steer":  # an operator's message (issue 39), taken by a boundary
+                status = f"taken by the agent at {m.wait_id}"
+        elif m.status == "buffered" and m.kind == "steer":
+            status = "pending: the agent takes it before its next model call"
         elif m.status in ("refused", "late"):
             status = f"{m.status}: {m.reason}"
         elif m.status == "buffered":

@@ -28,6 +28,7 @@ from .. import faults, serde
 from ..errors import (
     ApprovalDeniedError,
     ApprovalInvalidError,
+    ApprovalRespondedError,
     ConfigError,
     Suspended,
     TorporError,
@@ -52,6 +53,7 @@ from ..history import (
     type_of,
 )
 from ..store.base import Completion
+from .escalation import Escalation, Perform, check_chain, due_times, escalate, replayed
 from .journal import Journal
 from .waits import expire
 
@@ -61,12 +63,16 @@ MAX_CLAIM_CHARS = 200
 
 @dataclass(frozen=True)
 class Approval:
-    """A granted approval: authorizes effects on exactly ``hashes``."""
+    """A granted approval: authorizes effects on exactly ``hashes`` — or, approved with an
+    edit (issue 39), on exactly ``edited_content`` (UTF-8 text whose sha256 ``edited`` the
+    decision signed) instead of the proposed content."""
 
     approval_id: str
     name: str
     hashes: tuple[str, ...]
     approver: str
+    edited: str = ""
+    edited_content: str = ""
 
 
 def given_by() -> str:
@@ -113,10 +119,14 @@ def request(
     timeout: timedelta | None = None,
     approvers: Sequence[str] = (),
     required: int = 1,
+    escalate: Sequence[Escalation] = (),
+    perform: Perform | None = None,
 ) -> Approval:
     """Ask a person to approve exactly this content; wait durably for the decision (see
     :meth:`torpor.Run.approval`). The approval id is ``<name>@<hash of the content hashes>``:
-    different content is a different approval."""
+    different content is a different approval. ``escalate``: the chain of stages when nobody
+    answers (:mod:`.escalation`); ``perform`` runs a notify stage's effect. A reply instead of a
+    decision (``respond``) is ApprovalRespondedError, a denial ApprovalDeniedError."""
     hashes = hashes_of(artifacts)
     if not hashes:
         raise TorporError(f"run {j.run_id!r}: approval {name!r} binds no content")
@@ -127,6 +137,7 @@ def request(
             f"{len(people) or 'any'} approvers {people or ''}: need 1 <= required <= the "
             "number of distinct approvers named"
         )
+    stages = check_chain(escalate)
     aid = approval_id(name, hashes)
     wid = f"approval:{aid}"
     j.asked = wid  # (the id is the content's, not a use count: no next_id)
@@ -142,21 +153,49 @@ def request(
             approvers=people,
             required=required,
             nonce=uuid.uuid4().hex,
+            escalate_at_ms=due_times(j.now_ms(), stages),
+            escalation=[
+                {"action": x.action, "approvers": list(x.approvers), "required": x.required}
+                for x in stages
+            ],
         )
-        comp = _decide(j, ask, wid, timeout)
+        comp = _decide(j, ask, wid, timeout, stages, perform)
     res = comp.result or {}
+    info = j.state.approvals.get(aid)
     if res.get("decision") == "timeout":
         raise ApprovalDeniedError(f"approval {aid!r} timed out without a decision")
+    if res.get("decision") == "respond":
+        reply = next((d for d in info.decisions if d.decision == "respond"), None) if info else None
+        raise ApprovalRespondedError(
+            f"approval {aid!r} answered with a reply by {res.get('approver')}",
+            reply=reply.comment if reply else "",
+            by=res.get("approver") or "",
+        )
     if res.get("decision") != "approve":
         denied = j.state.approvals.get(aid)
         raise ApprovalDeniedError(
             f"approval {aid!r} denied by {res.get('approver')}"
             + (f": {denied.comment}" if denied and denied.comment else "")
         )
-    return Approval(aid, name, tuple(hashes), res.get("approver") or "")
+    edit = next((d for d in info.counted() if d.edited), None) if info else None
+    return Approval(
+        aid,
+        name,
+        tuple(hashes),
+        res.get("approver") or "",
+        edit.edited if edit else "",
+        edit.edited_content if edit else "",
+    )
 
 
-def _decide(j: Journal, ask: ApprovalRequested, wid: str, timeout: timedelta | None) -> Completion:
+def _decide(
+    j: Journal,
+    ask: ApprovalRequested,
+    wid: str,
+    timeout: timedelta | None,
+    stages: Sequence[Escalation] = (),
+    perform: Perform | None = None,
+) -> Completion:
     """Record the request (once), then the decision when there is a valid one; Suspended
     while there is none."""
     aid, hashes = ask.approval_id, ask.hashes
@@ -177,6 +216,7 @@ def _decide(j: Journal, ask: ApprovalRequested, wid: str, timeout: timedelta | N
         if j.host.auto_approve:
             payloads.append(policy_decision(j, aid, hashes))
         j.append(*payloads, wake_at_ms=deadline)
+    replayed(j, aid, wid, stages)
     check(j, aid)
     info = j.state.approvals[aid]
     if info.status == "requested" and j.host.auto_approve:
@@ -200,15 +240,24 @@ def _decide(j: Journal, ask: ApprovalRequested, wid: str, timeout: timedelta | N
                 StepCompleted(step_id=wid, policy=Policy.DECISION, result=result),
             ):
                 raise ApprovalDeniedError(f"approval {aid!r} timed out without a decision")
-            return _decide(j, ask, wid, timeout)  # a message landed: look again
-        raise Suspended(_waiting_reason(j, aid))
-    decision = "deny" if info.status == "denied" else "approve"
+            return _decide(j, ask, wid, timeout, stages, perform)  # a message landed: look again
+        if stages and not late and escalate(j, aid, wid, stages, perform) == "cancel":
+            j.boundary()  # (raises Cancelled: the chain's last stage cancelled the run)
+        info = j.state.approvals[aid]  # (a chain that ended in a denial denied it)
+        if info.status == "requested" or late:
+            raise Suspended(_waiting_reason(j, aid))
+    responded = any(d.decision == "respond" for d in info.counted())
+    decision = "respond" if responded else "deny" if info.status == "denied" else "approve"
     result = {"decision": decision, "approver": info.approver or ""}
     j.append(
         WaitCompleted(wait_id=wid, via="decision"),
         StepCompleted(step_id=wid, policy=Policy.DECISION, result=result),
     )
     faults.point("wait.completed")
+    return _completion(j, wid)
+
+
+def _completion(j: Journal, wid: str) -> Completion:
     comp = j.recorded(wid, Policy.DECISION)
     assert comp is not None
     return comp
@@ -229,6 +278,11 @@ def refusal(j: Journal, aid: str, d: DecisionInfo | ApprovalDecided) -> str | No
     """Why decision ``d`` on approval ``aid`` of this run does not hold, or None when it does: a
     signed one verifies against the trusted keyring (or, in the local single-user mode, the
     shared key); a policy one holds only in a process started with ``--auto-approve``."""
+    if d.edited and serde.sha256_hex(d.edited_content) != d.edited:
+        return (
+            f"its edited content does not match the sha256 {d.edited[:16]}… it was signed "
+            "for (the edited bytes were changed after signing)"
+        )
     if d.scheme == "policy":
         if j.host.auto_approve:
             return None

@@ -53,6 +53,7 @@ from . import approvals, attempts, settle
 from .approvals import Approval
 from .attempts import Ended, Retry, Running, Timeout
 from .calls import accepts_kw, refuse_async_in_loop
+from .forked import fork_key
 from .journal import Journal, busy_in, step_work
 from .lease import before_effect
 from .reconcile import (
@@ -307,9 +308,9 @@ def _intend(
     if comp is not None:
         return sid, comp.result, None
     _raise_recorded_failure(j, sid)
-    key = key or f"{j.run_id}/{sid}"
     spec: EffectSpec | None = getattr(fn, "__torpor_effect__", None)
     op = str(operation or (spec.operation if spec else getattr(fn, "__qualname__", "effect")))
+    key, redoes = fork_key(j.state, sid, op, key, j.store)  # (a fork's keys: .forked)
     kw = dict(kwargs)
     if accepts_kw(fn, "idempotency_key"):
         kw["idempotency_key"] = key
@@ -358,7 +359,14 @@ def _intend(
             approvals.verify(j, approval)
             payloads.append(approvals.consumption(approval_id, sid, hashes))
     payloads.append(
-        EffectIntended(step_id=sid, key=key, operation=op, attempt=attempt, approval_id=approval_id)
+        EffectIntended(
+            step_id=sid,
+            key=key,
+            operation=op,
+            attempt=attempt,
+            approval_id=approval_id,
+            redoes=redoes,
+        )
     )
     call = EffectCall(j.run_id, sid, key, op, attempt, args, kw)
     if info is None and j.state.seq < j.reconcile_until:

@@ -353,7 +353,7 @@ class Execution:
     def result(self, reason: str = "") -> RunResult:
         """Where the run is now, as a :class:`RunResult`."""
         s = self.journal.state
-        wake = s.wait.deadline_ms if s.wait else None
+        wake = s.wake_due()
         return RunResult(
             s.run_id,
             s.status.value,

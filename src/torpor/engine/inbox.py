@@ -15,6 +15,8 @@ validated by the fold like any other. Every message gets a recorded disposition 
   (a ``refused`` message: stale content, an approval that no longer waits);
 - a message that reached a run after its outcome (a reopening that does not apply, a message
   posted before the store refused them) is refused with the outcome;
+- an operator's steering message (``steer``) is recorded (``steer_received``) and taken by the
+  agent's next boundary (``steer_taken``), or refused when the run ends first;
 - a child run's outcome (``child``, posted by the store with the child's ``run_finished``) is
   recorded as ``child_ended`` (:mod:`.children`);
 - a message the fold refuses, or whose body is malformed, becomes a warning naming it, so a bad
@@ -44,6 +46,7 @@ from ..history import (
     RunState,
     RunStatus,
     SignalReceived,
+    SteerReceived,
     WarningRecorded,
     apply,
     type_of,
@@ -169,6 +172,17 @@ def convert(
                 reason=str(b["reason"]),
             )
         ]
+    if m.kind == "steer":
+        # An operator's message to a running agent (issue 39): pending until its next boundary.
+        return [
+            SteerReceived(
+                message_id=m.message_id,
+                text=str(b["text"]),
+                by=str(b.get("by", "")),
+                interrupt=bool(b.get("interrupt")),
+                arrived_at_ms=m.at_ms,
+            )
+        ]
     if m.kind == "revoke":
         return [ApprovalRevoked(**b)]
     if m.kind == "cancel":
@@ -274,7 +288,16 @@ def unused_at_outcome(state: RunState, outcome: Outcome) -> list[Payload]:
     reopened (``unresolved``, ``blocked``) keeps them for the waits it may still reach."""
     if outcome in REOPENABLE:
         return []
-    out: list[Payload] = []
+    out: list[Payload] = [
+        MessageRefused(
+            message_id=x.message_id,
+            kind="steer",
+            reason=f"unused: the run ended {outcome.value} before a boundary took it",
+            arrived_at_ms=x.arrived_at_ms,
+        )
+        for x in state.steering
+        if x.status == "pending"
+    ]
     for name, sigs in state.signals.items():
         for sig in sigs:
             why = f"unused: the run ended {outcome.value} before a wait for {name!r} took it"

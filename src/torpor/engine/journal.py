@@ -288,7 +288,8 @@ class Journal:
             raise self.lost
         first = self.replay.before_write(self.asked) if by_code else None
         w = self.state.wait
-        if by_code and w is not None and self.asked != w.wait_id and not _ends(payloads, w):
+        mine = w is None or f"{self.asked}/".startswith(f"{w.wait_id}/")  # (/…: its escalation)
+        if by_code and w is not None and not mine and not _ends(payloads, w):
             # The history has the run waiting; code that asks for anything else first left the
             # recorded path (a step inserted before the wait, say): nothing is written. A wait
             # a primitive started on its own (an effect's approval) it may end itself.
@@ -309,7 +310,7 @@ class Journal:
             consumes = [(mid, seq + 1) for mid, seq in consumes or ()]
         events = self._fold(batch)
         if self.state.status is RunStatus.WAITING and wake_at_ms is None and self.state.wait:
-            wake_at_ms = self.state.wait.deadline_ms
+            wake_at_ms = self.state.wake_due()
         self._write([*self.pending, *events], wake_at_ms, consumes, if_inbox_empty)
         if first is not None:
             self.replay.passed()

@@ -24,6 +24,7 @@ Terms (DESIGN.md §1, issue 18):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -72,6 +73,21 @@ class Episode:
     score: float = 0.0
 
 
+#: English stop words: the list of PostgreSQL's ``english`` configuration (Snowball's
+#: ``english.stop``, 127 words), which drops them from its index. A search leaves them out of
+#: the query on both backends (FTS5 indexes them), so both weigh the same words.
+_STOP = """
+i me my myself we our ours ourselves you your yours yourself yourselves he him his himself
+she her hers herself it its itself they them their theirs themselves what which who whom
+this that these those am is are was were be been being have has had having do does did
+doing a an the and but if or because as until while of at by for with about against between
+into through during before after above below to from up down in out on off over under again
+further then once here there when where why how all any both each few more most other some
+such no nor not only own same so than too very s t can will just don should now
+"""
+STOP_WORDS = frozenset(_STOP.split())
+
+
 def episode_id_for(run_id: str, boundary: str) -> str:
     """The episode's id: ``RUN:KIND@SEQ`` (deterministic, so a rewrite is the same row)."""
     return f"{run_id}:{boundary}"
@@ -91,10 +107,12 @@ def terms(text: str) -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=8192)
 def tag(field_name: str, value: str) -> str:
     """The index token standing for ``field_name = value``: a letter and 20 hex digits of its
     sha256 (a token every tokenizer keeps whole). A collision could only widen what the index
-    returns; the exact column is compared as well."""
+    returns; the exact column is compared as well. (Cached: a writer's scopes, agents and task
+    types repeat.)"""
     digest = hashlib.sha256(f"{field_name}\0{value}".encode()).hexdigest()[:20]
     return f"x{field_name[0]}{digest}"
 
@@ -130,6 +148,7 @@ __all__ = [
     "KINDS",
     "MAX_QUERY_TERMS",
     "OWNER_PREFIX",
+    "STOP_WORDS",
     "Episode",
     "EpisodeKind",
     "episode_id_for",

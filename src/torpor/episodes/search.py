@@ -4,16 +4,19 @@ Both backends index each episode's words *and* one token per filter (scope, agen
 outcome; :func:`~.model.tag`), so "these words within this scope and task type" is an
 intersection of posting lists the index answers without looking at any other scope. Ranking
 is BM25 with term presence (``k1 = 0``: each query word an episode contains adds its inverse
-document frequency), the IDF computed *within the filter* — how rare the word is among the
-episodes the caller may see:
+document frequency), the IDF computed *within the caller's scope* — how rare the word is among
+the scope's episodes (agent, task type, outcome and time narrow what is returned, not the
+weights); English stop words (:data:`~.model.STOP_WORDS`) are left out of the query first:
 
-1. ``N`` — how many episodes the filter holds (counted in the index, capped);
-2. for each query word, ``df`` — how many of those contain it, counted up to
-   ``cap = max(CAP_MIN, min(N / 5, CAP_MAX))``: a word found in a fifth of the filter or more
-   (or in ``CAP_MAX`` of its episodes, in a filter of more than 5 x ``CAP_MAX``) is as
-   uninformative as a stop word and is not scored — so counting and scoring a word never reads
-   more than ``CAP_MAX`` postings, whatever the filter's size (PostgreSQL visits a row for
-   each);
+1. ``N`` — how many episodes the scope holds (capped at :data:`N_CAP`);
+2. for each query word, ``df`` — how many of those contain it, up to
+   ``cap = max(CAP_MIN, min(N / 5, CAP_MAX))``: a word found in a fifth of the scope or more
+   (or in ``CAP_MAX`` of its episodes, in a scope of more than 5 x ``CAP_MAX``) is as
+   uninformative as a stop word and is not scored — so scoring a word never reads more than
+   ``CAP_MAX`` postings, whatever the scope's size. Both are one statement for all the words
+   (:meth:`~torpor.store.domain.EpisodeIndex.counted`): SQLite counts in FTS5 (each count
+   stopping at ``CAP_MAX``); PostgreSQL reads its per-scope counters, where a GIN count would
+   visit a row per match and intersect the scope with the word's store-wide posting list;
 3. the episodes containing the informative words are scored, ``idf = ln(1 + (N - df + .5) /
    (df + .5))`` summed, best first (ties: the most recently written);
 4. the slots left are filled with the most recent episodes containing any of the common words.
@@ -37,7 +40,7 @@ from typing import Any
 from ..store.domain import EpisodeFilter, EpisodeIndex
 from ..store.episode_index import EPISODE_COLUMNS
 from ..store.episode_index import fts5_expr as _fts5_expr
-from .model import pair_tag, tag
+from .model import STOP_WORDS, pair_tag, tag
 
 #: A word in at least this many episodes of the filter (or a fifth of them, if more) is not
 #: scored (see the module docstring).
@@ -108,9 +111,17 @@ class Searcher:
         """``(N, {informative word: idf}, [common words])`` for the filter, counted in the
         index on every backend (capped: see the module docstring)."""
         ix = self.index
-        n = ix.count(f, [], N_CAP)
-        cap = max(CAP_MIN, min(n // 5, CAP_MAX))
-        dfs = {w: ix.count(f, [w], cap) for w in words} if n else {}
+        within = EpisodeFilter(scope=f.scope, tags=(tag("scope", f.scope),))
+        counted = ix.counted(within, words, N_CAP, CAP_MAX)
+        if counted is None:  # (not reached: within is a scope-only filter)
+            n = ix.count(within, [], N_CAP)
+            cap = max(CAP_MIN, min(n // 5, CAP_MAX))
+            dfs = {w: ix.count(within, [w], cap) for w in words} if n else {}
+        else:  # one statement; each count exact or at least its cap, capped here
+            n = min(counted[0], N_CAP)
+            cap = max(CAP_MIN, min(n // 5, CAP_MAX))
+            dfs = {w: min(counted[1][w], cap) for w in words if w in counted[1]}
+            dfs.update({w: ix.count(within, [w], cap) for w in words if w not in dfs and n})
         idf: dict[str, float] = {}
         common: list[str] = []
         for w in words:
@@ -126,6 +137,10 @@ class Searcher:
     ) -> list[tuple[tuple[Any, ...], float]]:
         """The ``limit`` best rows (episode columns) with their scores."""
         f, ix = filters.for_index(), self.index
+        content = [w for w in words if w not in STOP_WORDS]
+        if words and not content:
+            return []  # only stop words: nothing to match (as PostgreSQL's index has none)
+        words = content
         n, idf, common = self._weigh(f, words)
         if n == 0:
             return []

@@ -3,10 +3,10 @@ within a scope, superseded when contradicted, pruned by their own retention poli
 
 Both backends answer the filters inside the full-text index: SQLite FTS5 (an external-content
 index over the ``episodes`` table) and PostgreSQL full text (a ``tsvector`` with a GIN index,
-and per-lexeme counters kept in the writing transaction). The filters — scope, agent, task
-type, outcome — are tokens indexed with each episode (:func:`~.model.tag`), so the index
-intersects them with the query's words; the exact columns are compared too, so an episode of
-another scope is never returned, whatever the text. Ranking: :mod:`.search`.
+and per-scope word counters kept by a trigger in the writing transaction). The filters —
+scope, agent, task type, outcome — are tokens indexed with each episode (:func:`~.model.tag`),
+so the index intersects them with the query's words; the exact columns are compared too, so an
+episode of another scope is never returned, whatever the text. Ranking: :mod:`.search`.
 
 The rows are the store's (:class:`~torpor.store.domain.EpisodeRows`, its queries in
 ``torpor/store/sql/episodes/<dialect>.sql``); this module decides what is written, what
@@ -233,8 +233,10 @@ class EpisodeStore:
         include_superseded: bool = False,
         rerank: Rerank | None = None,
     ) -> list[Episode]:
-        """The ``limit`` episodes of ``scope`` most relevant to ``query`` (BM25 on SQLite,
-        ``ts_rank`` on PostgreSQL; ties and a query without words: the most recent first),
+        """The ``limit`` episodes of ``scope`` most relevant to ``query`` (BM25 with term
+        presence, words weighed by their rarity in the scope, the same on both backends:
+        :mod:`.search`; ties and a query without words: the most recent first; a query of
+        English stop words only: none),
         among those of ``agent``/``task_type``/``outcome`` when given, created at or after
         ``since_ms`` and at or before ``until_ms`` (epoch ms). ``query`` is plain text: its
         words are matched (any of them, stemmed); quotes, ``*``, ``-``, parentheses and

@@ -6,7 +6,7 @@ them. Nothing here does I/O; every layer above records through these types.
 - :mod:`.fold` — :func:`apply` / :func:`fold` and the transition rules (G4) of runs, steps,
   effects and approvals; :mod:`.waits` — the rules of waits and messages (decided by arrival,
   G11); :mod:`.plans` — the rules of an agent's plans, tool calls, model calls and budgets
-  (both registered into the same table);
+  (both registered into the same table); :mod:`.forks` — the rule of a fork's beginning;
 - :mod:`.views` — the checkpoint's four answers, step and effect views for people.
 """
 
@@ -78,6 +78,8 @@ if TYPE_CHECKING:
     )
     from .fold import RULES as RULES
     from .fold import apply, crashed_attempts, fold
+    from .fork_events import ForkedEffect, RunForked
+    from .forks import fork_point_problem
     from .plans import plan_problem
     from .state import (
         ApprovalInfo,
@@ -85,13 +87,16 @@ if TYPE_CHECKING:
         Budget,
         DecisionInfo,
         EffectInfo,
+        ForkInfo,
         PendingSignal,
         PlanStepInfo,
         RunState,
+        SteerInfo,
         StepInfo,
         Usage,
         WaitInfo,
     )
+    from .steer_events import ReplyRetracted, SteerReceived, SteerTaken, WaitEscalated
     from .views import (
         EffectView,
         MessageView,
@@ -134,6 +139,8 @@ __all__ = [
     "EffectReconciled",
     "EffectView",
     "Event",
+    "ForkInfo",
+    "ForkedEffect",
     "LeaseAcquired",
     "MessageRefused",
     "MessageView",
@@ -145,12 +152,17 @@ __all__ = [
     "PlanStepInfo",
     "PlannedStep",
     "Policy",
+    "ReplyRetracted",
     "RunFinished",
+    "RunForked",
     "RunReopened",
     "RunStarted",
     "RunState",
     "RunStatus",
     "SignalReceived",
+    "SteerInfo",
+    "SteerReceived",
+    "SteerTaken",
     "StepCompleted",
     "StepFailed",
     "StepInfo",
@@ -162,6 +174,7 @@ __all__ = [
     "VerificationRecorded",
     "VersionAccepted",
     "WaitCompleted",
+    "WaitEscalated",
     "WaitInfo",
     "WaitStarted",
     "WarningRecorded",
@@ -171,6 +184,7 @@ __all__ = [
     "crashed_attempts",
     "effect_views",
     "fold",
+    "fork_point_problem",
     "message_views",
     "plan_problem",
     "starts_step",
@@ -180,7 +194,10 @@ __all__ = [
 ]
 
 
-_MODULES = ("events", "state", "fold", "decisions", "waits", "plans", "views")
+_MODULES = (
+    "events", "fork_events", "state", "fold", "decisions", "waits", "plans", "forks", "views",
+    "steer_events", "steering",
+)  # fmt: skip
 
 
 def _load() -> None:

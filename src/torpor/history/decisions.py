@@ -1,9 +1,10 @@
 """The transition rules of approvals (G4, G6): a request binds content and, optionally, the
 people who may decide and how many must approve (N-of-M); decisions count once per person;
-any deny denies; a refused decision is recorded and, when it had been counted, withdrawn; a
-revocation stops an approved approval; a consumption is bound to the step that runs the effect.
-Registered into :data:`torpor.history.fold.RULES` like every other rule; signatures are checked
-outside this pure layer (:mod:`torpor.engine.approvals`).
+any deny (or reply, ``respond``) denies; approvers of an edit approve the same edited content;
+a refused decision is recorded and, when it had been counted, withdrawn; a revocation stops
+an approved approval; a consumption is bound to the step that runs the effect. Registered
+into :data:`torpor.history.fold.RULES` like every other rule; signatures are checked outside
+this pure layer (:mod:`torpor.engine.approvals`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ def _approval_requested(s: RunState, p: ApprovalRequested, e: Event, refuse: Ref
         raise refuse(f"approval {p.approval_id!r} must require at least one approver")
     if len(set(p.approvers)) != len(p.approvers):
         raise refuse(f"approval {p.approval_id!r} names an approver twice")
+    if p.escalate_at_ms != sorted(set(p.escalate_at_ms)):
+        raise refuse(f"approval {p.approval_id!r}: escalation stages must be due in order")
+    if p.escalation and len(p.escalation) != len(p.escalate_at_ms):
+        raise refuse(f"approval {p.approval_id!r}: one due time per escalation stage")
     if p.approvers and p.required > len(p.approvers):
         raise refuse(
             f"approval {p.approval_id!r} requires {p.required} of {len(p.approvers)} approvers"
@@ -74,6 +79,8 @@ def _approval_requested(s: RunState, p: ApprovalRequested, e: Event, refuse: Ref
         required=p.required,
         step_id=p.step_id,
         nonce=p.nonce,
+        escalate_at_ms=list(p.escalate_at_ms),
+        escalation=list(p.escalation),
     )
 
 
@@ -86,13 +93,24 @@ def _approval_decided(s: RunState, p: ApprovalDecided, e: Event, refuse: Refuse)
         raise refuse(f"approval {p.approval_id!r} is already {cur.status}")
     if sorted(p.hashes) != sorted(cur.hashes):
         raise refuse(f"decision on approval {p.approval_id!r} names different content hashes")
-    if p.scheme != "policy" and cur.approvers and p.approver not in cur.approvers:
+    approvers, ended = by_arrival(cur, p.arrived_at_ms)
+    if ended:
+        raise refuse(f"approval {p.approval_id!r}: it arrived after its escalation chain {ended}")
+    if p.scheme != "policy" and approvers and p.approver not in approvers:
         raise refuse(
-            f"approval {p.approval_id!r} is decided by {', '.join(cur.approvers)}, not "
+            f"approval {p.approval_id!r} is decided by {', '.join(approvers)}, not "
             f"{p.approver!r}: not one of the approvers"
         )
     if any(d.approver == p.approver for d in cur.decisions):
         raise refuse(f"{p.approver!r} already decided on approval {p.approval_id!r}")
+    if p.edited and p.decision != "approve":
+        raise refuse("only an approval carries edited content")
+    other = next((d for d in cur.decisions if d.decision == "approve"), None)
+    if p.decision == "approve" and other is not None and other.edited != p.edited:
+        raise refuse(
+            f"{p.approver!r} approved other content than {other.approver!r} on approval "
+            f"{p.approval_id!r} (approvers of an edit must approve the same edited content)"
+        )
     cur.decisions.append(
         DecisionInfo(
             approver=p.approver,
@@ -107,10 +125,30 @@ def _approval_decided(s: RunState, p: ApprovalDecided, e: Event, refuse: Refuse)
             store=p.store,
             request=p.request,
             arrived_at_ms=p.arrived_at_ms,
+            edited=p.edited,
+            edited_content=p.edited_content,
         )
     )
     cur.signature, cur.decided_at_ms, cur.comment = p.signature, p.decided_at_ms, p.comment
     _settle(cur)
+
+
+def by_arrival(cur: ApprovalInfo, arrived_at_ms: int | None) -> tuple[list[str], str]:
+    """Who may decide ``cur`` by a decision that arrived at ``arrived_at_ms``, and how its
+    escalation chain ended before then ("" if it did not) — counting the stages due before it
+    arrived that are not recorded yet (the run was not executing): decided by arrival, not by
+    when a process looked (issue 39)."""
+    approvers = list(cur.approvers)
+    if arrived_at_ms is None or not cur.escalation:
+        return approvers, ""
+    for at, st in list(zip(cur.escalate_at_ms, cur.escalation, strict=False))[cur.escalations :]:
+        if at > arrived_at_ms:
+            break
+        if st.get("action") == "approvers":
+            approvers = list(st.get("approvers") or [])
+        elif st.get("action") in ("deny", "cancel"):
+            return approvers, f"ended it ({st['action']})"
+    return approvers, ""
 
 
 def _settle(cur: ApprovalInfo) -> None:
@@ -118,7 +156,7 @@ def _settle(cur: ApprovalInfo) -> None:
     approvals (or a policy decision) approve; else it is still requested. A consumed approval
     that still holds stays consumed; one that no longer does is requested again."""
     approves = [d for d in cur.decisions if d.decision == "approve"]
-    denies = [d for d in cur.decisions if d.decision == "deny"]
+    denies = [d for d in cur.decisions if d.decision in ("deny", "respond")]
     if denies:
         cur.status, cur.approver = "denied", denies[0].approver
         cur.arrived_at_ms = denies[0].arrived_at_ms

@@ -92,6 +92,8 @@ class EffectIntended(Payload):
     operation: str
     attempt: int = 1
     approval_id: str | None = None
+    #: In a fork with ``redo_effects`` (issue 45): the origin's key this effect performs again.
+    redoes: str | None = None
 
 
 class EffectObserved(Payload):
@@ -138,6 +140,11 @@ class ApprovalRequested(Payload):
     #: This request's nonce (random, made once when it is recorded): signed decisions name it,
     #: so a decision is valid for one request only ("": requested before issue 34).
     nonce: str = ""
+    #: When each stage of its escalation chain is due (epoch ms, increasing; issue 39), and
+    #: what each does (``{"action", "approvers", "required"}``): a decision is judged against
+    #: the stages due before it arrived, whether or not they were recorded yet.
+    escalate_at_ms: list[int] = Field(default_factory=list)
+    escalation: list[dict[str, Any]] = Field(default_factory=list)
 
 
 #: How a decision is authenticated: ``ed25519`` — signed by the approver's own key (or a
@@ -154,7 +161,7 @@ class ApprovalDecided(Payload):
     flag approved."""
 
     approval_id: str
-    decision: Literal["approve", "deny"]
+    decision: Literal["approve", "deny", "respond"]
     approver: str
     hashes: list[str]
     signature: str
@@ -173,6 +180,10 @@ class ApprovalDecided(Payload):
     #: None: recorded by the lease holder itself, or by a torpor before event schema 3). A
     #: decision that arrived at or after the approval wait's deadline does not satisfy it.
     arrived_at_ms: int | None = None
+    #: Approve with edit (issue 39): ``edited`` is the sha256 of ``edited_content`` (UTF-8) that
+    #: the signature binds (version 3 of the signed bytes); ``respond``: ``comment`` is the reply.
+    edited: str = ""
+    edited_content: str = ""
 
 
 class ApprovalRefused(Payload):
@@ -343,7 +354,7 @@ class PlanRecorded(Payload):
 #: How a planned tool call ended. ``succeeded``/``failed``: the tool ran; ``invalid``: its
 #: arguments were refused before anything ran; ``denied``: a person refused it; ``skipped``:
 #: never run (the run ended first).
-ToolOutcome = Literal["succeeded", "failed", "invalid", "denied", "skipped"]
+ToolOutcome = Literal["succeeded", "failed", "invalid", "denied", "responded", "skipped"]
 
 
 class ToolCallSettled(Payload):
@@ -458,6 +469,13 @@ EVENT_TYPES: dict[str, type[Payload]] = {
 _TYPE_OF: dict[type[Payload], str] = {v: k for k, v in EVENT_TYPES.items()}
 
 
+def register(name: str, payload: type[Payload]) -> None:
+    """Add event type ``name`` defined in another module of this package (a family of events
+    kept apart: :mod:`.fork_events`), imported with the rest (:func:`torpor.history._load`)."""
+    EVENT_TYPES[name] = payload
+    _TYPE_OF[payload] = name
+
+
 def type_of(payload: Payload) -> str:
     """The event type name of a payload instance."""
     return _TYPE_OF[type(payload)]
@@ -536,6 +554,7 @@ __all__ = [
     "WaitCompleted",
     "WaitStarted",
     "WarningRecorded",
+    "register",
     "starts_step",
     "type_of",
 ]

@@ -61,6 +61,7 @@ from .state import (
     RunState,
     StepInfo,
 )
+from .steer_events import SteerReceived
 
 #: ``refuse(rule)``: the TransitionError naming the run, the seq, the event type and ``rule``.
 Refuse = Callable[[str], TransitionError]
@@ -79,6 +80,7 @@ _NOT_PROGRESS: frozenset[type[Payload]] = frozenset(
         ChildEnded,
         MessageRefused,
         WarningRecorded,
+        SteerReceived,
     }
 )
 Rule = Callable[[RunState, Any, Event, Refuse], None]
@@ -189,7 +191,8 @@ def _step_started(s: RunState, p: StepStarted, e: Event, refuse: Refuse) -> None
             raise refuse(f"effect step {p.step_id!r} is open; reconcile it, never restart it")
         if p.attempt <= cur.attempt:
             raise refuse(f"attempt {p.attempt} of step {p.step_id!r} is not above {cur.attempt}")
-    if s.wait is not None:
+    if s.wait is not None and not p.step_id.startswith(f"{s.wait.wait_id}/"):
+        # (A wait's own step, ``<wait id>/…``: a stage of its escalation chain, issue 39.)
         raise refuse(f"run is waiting on {s.wait.kind} {s.wait.name!r}")
     s.steps[p.step_id] = StepInfo(
         status="started",
@@ -201,7 +204,8 @@ def _step_started(s: RunState, p: StepStarted, e: Event, refuse: Refuse) -> None
     )
     s.last_step = p.step_id
     s.last_purpose = p.purpose
-    s.status = RunStatus.RUNNING
+    if s.wait is None:
+        s.status = RunStatus.RUNNING
 
 
 def open_step(s: RunState, step_id: str, refuse: Refuse) -> StepInfo:

@@ -25,7 +25,13 @@ SHA256_RE = re.compile(r"[0-9a-f]{64}")
 #: outcome, moved from the parent's inbox); and decisions name the store and the request they
 #: were signed for (``approval_decided.store``/``request``; the request's
 #: ``approval_requested.nonce``, issue 34).
-EVENT_SCHEMA_VERSION = 5
+#: 6 (issue 39): steering (``steer_received``, ``steer_taken``, ``reply_retracted``), escalation
+#: stages of an approval's wait (``wait_escalated``), approve with edit
+#: (``approval_decided.edited``/``edited_content``), ``respond`` decisions and the ``responded``
+#: outcome of a tool call.
+#: 6 (issue 45): forks: ``run_forked`` (a run whose events up to it are another run's,
+#: copied), ``effect_intended.redoes`` (an effect a fork performs again, by ``--redo-effects``).
+EVENT_SCHEMA_VERSION = 6
 
 
 class Policy(StrEnum):

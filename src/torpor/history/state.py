@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .events import Outcome, Policy, RunStatus, VerificationRecorded
+from .fork_events import ForkedEffect
 
 
 class StepInfo(BaseModel):
@@ -58,7 +59,7 @@ class DecisionInfo(BaseModel):
     :class:`~torpor.history.events.ApprovalDecided`); checked again before it is relied on."""
 
     approver: str
-    decision: Literal["approve", "deny"]
+    decision: Literal["approve", "deny", "respond"]
     scheme: str = "hmac"
     signature: str = ""
     key: str = ""
@@ -72,6 +73,10 @@ class DecisionInfo(BaseModel):
     #: When it arrived in the run's inbox (epoch ms; None: recorded by the lease holder, or
     #: before event schema 3).
     arrived_at_ms: int | None = None
+    #: Approve with edit (issue 39): the sha256 of the edited content the signature binds, and
+    #: that content (UTF-8 text) as delivered; "" for a decision on the content as proposed.
+    edited: str = ""
+    edited_content: str = ""
 
 
 class ApprovalInfo(BaseModel):
@@ -105,6 +110,11 @@ class ApprovalInfo(BaseModel):
     #: The request's nonce (``approval_requested.nonce``), which signed decisions name ("": a
     #: request made before issue 34).
     nonce: str = ""
+    #: When each stage of its escalation chain is due (epoch ms), and how many stages were
+    #: recorded so far (``wait_escalated``, issue 39).
+    escalate_at_ms: list[int] = Field(default_factory=list)
+    escalation: list[dict[str, Any]] = Field(default_factory=list)
+    escalations: int = 0
 
     def counted(self) -> list[DecisionInfo]:
         """The decisions that count: ``decisions``, or, in a state folded before decisions
@@ -157,13 +167,30 @@ class PendingSignal(BaseModel):
         return self.arrived_at_ms < wait.deadline_ms
 
 
+class SteerInfo(BaseModel):
+    """An operator's steering message (``steer_received``, issue 39), ``pending`` until the
+    agent takes it at its next boundary (``steer_taken`` names it: seen once), or ``refused``
+    (no boundary took it before the run ended)."""
+
+    message_id: str
+    text: str
+    by: str = ""
+    interrupt: bool = False
+    arrived_at_ms: int | None = None
+    status: Literal["pending", "taken", "refused"] = "pending"
+    #: The step that took it (the boundary before a model call).
+    taken_by: str | None = None
+
+
 class PlanStepInfo(BaseModel):
     """A step of the current plan (or one settled under an earlier version)."""
 
     tool: str
     args_hash: str = ""
     depends_on: list[str] = Field(default_factory=list)
-    status: Literal["pending", "succeeded", "failed", "invalid", "denied", "skipped", "superseded"]
+    status: Literal[
+        "pending", "succeeded", "failed", "invalid", "denied", "responded", "skipped", "superseded"
+    ]
     #: The plan version that last listed it.
     version: int
 
@@ -197,6 +224,49 @@ class Budget(BaseModel):
     cost_usd: float | None = None
     steps: int | None = None
     wall_clock_s: float | None = None
+
+
+class ForkInfo(BaseModel):
+    """Where a fork came from (:class:`~.events.RunForked`, issue 45): the origin run and the
+    seq its history was copied to, the seq of the ``run_forked`` event, whether it redoes the
+    origin's effects, and those effects (the origin's after the fork point, by operation
+    identity: what the fork refuses to perform again without ``redo_effects``)."""
+
+    origin: str
+    at_seq: int
+    seq: int
+    redo_effects: bool = False
+    performed: list[ForkedEffect] = Field(default_factory=list)
+
+    def repeats(
+        self, step_id: str, operation: str, key: str | None, identity: str = ""
+    ) -> ForkedEffect | None:
+        """The origin's effect that an effect of step ``step_id`` performing ``operation``
+        (asked under the explicit idempotency ``key``, None for the default one; ``identity``:
+        a planned tool call's, see :func:`call_identity`) would perform again: the same
+        operation, and — when both are planned tool calls — the same arguments (whatever the
+        call ids), else the same step or the same explicit key."""
+
+        def same(x: ForkedEffect) -> bool:
+            if x.operation != operation:
+                return False
+            if identity and x.identity:
+                return x.identity == identity
+            return x.step_id == step_id or x.key == key
+
+        return next((x for x in self.performed if same(x)), None)
+
+
+def call_identity(plan: dict[str, PlanStepInfo], step_id: str, operation: str) -> str:
+    """The operation identity of the planned tool call that step ``step_id`` executes
+    (``tool:<call id>@v<version>``, :mod:`torpor.agents.calls`): ``<tool>:<args hash>`` when
+    ``plan`` lists that call with the tool ``operation`` and a hash of its arguments; else ""."""
+    if not step_id.startswith("tool:"):
+        return ""
+    call = plan.get(step_id[5:].rpartition("@v")[0])
+    if call is None or call.tool != operation or not call.args_hash:
+        return ""
+    return f"{operation}:{call.args_hash}"
 
 
 class RunState(BaseModel):
@@ -251,6 +321,10 @@ class RunState(BaseModel):
     #: Crashed attempts forgiven per step id by ``torpor retry`` (the crash limit counts the
     #: attempts after them).
     forgiven: dict[str, int] = Field(default_factory=dict)
+    #: Operators' steering messages, in arrival order (issue 39; :class:`SteerInfo`).
+    steering: list[SteerInfo] = Field(default_factory=list)
+    #: Set in a fork (issue 45): its origin, fork point and the origin's effects after it.
+    fork: ForkInfo | None = None
 
     def unmet_criteria(self) -> tuple[list[str], list[str]]:
         """Completion criteria not yet met (G5): ``(never verified, failing)``."""
@@ -281,6 +355,19 @@ class RunState(BaseModel):
 
         return {k: v for k, v in self.approvals.items() if v.status == "requested" and open_(k, v)}
 
+    def wake_due(self) -> int | None:
+        """When the run's wait must be looked at again (epoch ms): its deadline, or sooner the
+        next stage of the escalation chain of the approval it waits for; None: only a message
+        wakes it."""
+        w = self.wait
+        if w is None:
+            return None
+        times = [w.deadline_ms] if w.deadline_ms is not None else []
+        a = self.approvals.get(w.name) if w.kind == "approval" else None
+        if a is not None and a.status == "requested" and a.escalations < len(a.escalate_at_ms):
+            times.append(a.escalate_at_ms[a.escalations])
+        return min(times) if times else None
+
     def effects_in_doubt(self) -> list[str]:
         """Keys of effects that may have happened without a recorded observation."""
         return [k for k, e in self.effects.items() if e.status in ("intended", "unknown")]
@@ -292,9 +379,11 @@ __all__ = [
     "Budget",
     "DecisionInfo",
     "EffectInfo",
+    "ForkInfo",
     "PendingSignal",
     "PlanStepInfo",
     "RunState",
+    "SteerInfo",
     "StepInfo",
     "Usage",
     "WaitInfo",

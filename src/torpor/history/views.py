@@ -27,6 +27,7 @@ from .events import (
     WaitCompleted,
 )
 from .state import RunState
+from .steer_events import SteerReceived, SteerTaken
 
 
 def utc_text(ms: int) -> str:
@@ -143,7 +144,8 @@ def effect_views(events: Iterable[Event]) -> list[EffectView]:
 class MessageView:
     """A message the run received, with its disposition (G11) as a person sees it.
 
-    ``status``: ``consumed`` (``wait_id`` took it), ``buffered`` (kept until a wait of its
+    ``status``: ``consumed`` (``wait_id`` took it; for a steering message, the agent's
+    boundary that took it), ``buffered`` (kept until a wait of its
     name takes it), ``late`` (buffered, but it arrived after the deadline of wait ``wait_id``)
     or ``refused`` (``reason`` says why). ``arrived_at_ms``: when it arrived (epoch ms; None
     when recorded before arrival times were); ``seq``: the event that recorded the disposition
@@ -177,6 +179,21 @@ def message_views(events: Iterable[Event], state: RunState) -> list[MessageView]
                 "reason": "",
                 "seq": ev.seq,
             }
+        elif isinstance(p, SteerReceived):  # an operator's steering message (issue 39)
+            out[p.message_id] = {
+                "kind": "steer",
+                "name": p.by or None,
+                "status": "buffered",
+                "wait_id": None,
+                "arrived_at_ms": p.arrived_at_ms,
+                "reason": "interrupts a reply in flight" if p.interrupt else "",
+                "seq": ev.seq,
+            }
+        elif isinstance(p, SteerTaken):
+            for mid in p.message_ids:
+                if mid in out:
+                    why = f"taken by the agent at {p.step_id}, before its next model call"
+                    out[mid].update(status="consumed", wait_id=p.step_id, reason=why, seq=ev.seq)
         elif isinstance(p, WaitCompleted) and p.signal_id in out:
             out[p.signal_id].update(status="consumed", wait_id=p.wait_id, seq=ev.seq)
         elif isinstance(p, MessageRefused):

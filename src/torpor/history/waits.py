@@ -139,6 +139,10 @@ def _wait_completed(s: RunState, p: WaitCompleted, e: Event, refuse: Refuse) -> 
 def _message_refused(s: RunState, p: MessageRefused, e: Event, refuse: Refuse) -> None:
     if not p.reason:
         raise refuse(f"the refusal of message {p.message_id!r} must say why")
+    if p.kind == "steer":
+        for x in s.steering:
+            if x.message_id == p.message_id and x.status == "pending":
+                x.status = "refused"
     if p.kind == "signal" and p.name is not None:
         buffered = s.signals.get(p.name)
         if buffered:

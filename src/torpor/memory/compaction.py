@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from pydantic import BaseModel, Field
@@ -290,15 +290,24 @@ def extract_unit(u: Unit, *, goal: str = "") -> SummaryLine:
     )
 
 
+#: How many fact lines of one shape (:func:`~torpor.memory.facts.shape`) from tool outputs a
+#: summary takes as facts; later ones of that shape are plain lines
+#: (:class:`ExtractiveSummarizer`).
+TEMPLATE_REPEATS = 3
+
+
 class ExtractiveSummarizer:
     """The deterministic default: the :func:`unit_lines` of each unit, a fact said before
     (the same text) kept once; never fails. ``goal``: the agent's goal (its words make a
-    fact more relevant)."""
+    fact more relevant); ``forms``: how often each shape of a tool-output fact occurs in the
+    run's ledger so far (a shape seen :data:`TEMPLATE_REPEATS` times is a template: its
+    later lines are plain)."""
 
     name = "extractive"
 
-    def __init__(self, goal: str = ""):
+    def __init__(self, goal: str = "", forms: Mapping[str, int] | None = None):
         self.goal = goal
+        self.forms = forms or {}
 
     def summarize(
         self, ctx: ModelCaller, units: Sequence[Unit], summary: Summary
@@ -313,11 +322,27 @@ class ExtractiveSummarizer:
         shapes.update(shape(x.text) for x in summary.lines if x.weight > 1)
         out: list[SummaryLine] = []
         known = {x.text for x in summary.lines if x.weight > 1}
+        # Novelty across the run: a line of a tool's output of a shape the run's ledger
+        # (``forms``; without one, the summary) already holds TEMPLATE_REPEATS times (a
+        # routine log line, a listing's row, a recurring warning) is a template, not news: it
+        # stays a plain line (the ledger keeps its fact).
+        seen: Counter[str] = Counter(self.forms)
+        if not self.forms:
+            seen.update(
+                shape(x.text)
+                for x in summary.lines
+                if x.fact is not None and x.fact.source in ("result", "args")
+            )
         for u in units:
             for line in unit_lines(u, goal=self.goal, shapes=shapes):
                 if line.weight > 1 and line.text in known:
                     continue  # said before: the older line stands
                 known.add(line.text)
+                if line.fact is not None and line.fact.source in ("result", "args"):
+                    form = shape(line.text)
+                    seen[form] += 1
+                    if seen[form] > TEMPLATE_REPEATS:
+                        line = line.model_copy(update={"weight": 1})
                 out.append(line)
         return out
 

@@ -305,7 +305,11 @@ def _segments(text: str, source: FactSource, key: str = "") -> list[Segment]:
             continue
         tail = len(lines) > 4 and i >= len(lines) - 3
         logline = bool(_LEVEL.search(line[:60]) or _TIMESTAMP.match(line.strip()))
-        parts = [line.strip()] if logline else _SPLIT.split(line.strip())
+        # A line short enough to be one fact stays whole (its sentences say one thing:
+        # "X it is. Y is out; Z." keeps the choice with its reason); a longer paragraph is
+        # split into its sentences.
+        whole = logline or len(line.strip()) <= FACT_CHARS
+        parts = [line.strip()] if whole else _SPLIT.split(line.strip())
         for p in parts:
             p = p.strip(" -*\t")
             if p:
@@ -384,12 +388,30 @@ def _score(
         score -= 1.5 + 0.1 * min(repeats, 10)
     if len(words) < 3 and not ids:
         score -= 1.2
+    if not strength and not _specific(t):
+        # Narration ("Reading the next module."): no identifier, number, name or cue says
+        # anything a later turn could need (Edmundson 1969's proper nouns and numbers).
+        score = min(score, NARRATION_SCORE)
     if not strength:
         kind = "identifier" if ids else "finding"
         if seg.source in ("result", "args"):
             # Evidence in an output, saying nothing itself: ranked below what the agent said.
             score = min(score, 1.4)
     return round(score, 3), kind
+
+
+#: Most a segment that only narrates scores (below :data:`MIN_SCORE`: never a fact).
+NARRATION_SCORE = 0.5
+_UPPER = re.compile(r"\b[A-Z][A-Z0-9_]{2,}\b")
+
+
+def _specific(text: str) -> bool:
+    """Whether ``text`` names something specific: an identifier or a number of 3+ digits
+    (:func:`identifiers`), a code-like name, a capitalised name mid-sentence, or an all-caps
+    token (``SIGBUS``, ``FIPS``)."""
+    return bool(
+        identifiers(text) or _CODE.search(text) or _CAPS.search(text) or _UPPER.search(text)
+    )
 
 
 def shorten(text: str, limit: int = FACT_CHARS) -> str:

@@ -48,6 +48,10 @@ LedgerKind = Literal[
 #: earlier in the context; an operator's later instruction on it too). Identifiers, failures
 #: and findings are evidence: they accumulate.
 SUPERSEDABLE = frozenset({"decision", "instruction", "commitment", "question"})
+#: Kinds whose records name different things when their identifiers differ: an open
+#: question about batch 95067 is not answered by one about batch 90135 (an instruction or a
+#: decision with a new value does replace the old one).
+DISTINCT_BY_IDS = frozenset({"question", "commitment"})
 #: Share of an older record's subject words a newer one of the same kind must repeat to
 #: supersede it (at least two words; :func:`torpor.memory.facts.supersede` asks 0.6 of an
 #: operator's instruction, whose words restate it; a decision names a new option).
@@ -239,11 +243,19 @@ def dedupe(known: Iterable[str], new: Iterable[LedgerRecord]) -> list[LedgerReco
 def replaces(newer: LedgerRecord, older: LedgerRecord) -> bool:
     """Whether ``newer`` supersedes ``older``: the same supersedable kind, a different fact,
     said no earlier, repeating at least :data:`SUBJECT_OVERLAP` of the older one's subject
-    words (and at least two of them)."""
+    words (and at least two of them) — and, for :data:`DISTINCT_BY_IDS` kinds, not about
+    other identifiers only."""
     if newer.kind != older.kind or newer.kind not in SUPERSEDABLE or newer.key == older.key:
         return False
     if (newer.compaction, newer.turn) < (older.compaction, older.turn):
         return False
+    if (
+        newer.kind in DISTINCT_BY_IDS
+        and older.ids
+        and newer.ids
+        and not set(older.ids) & set(newer.ids)
+    ):
+        return False  # a question (a commitment) about another id is another question
     mine = set(older.subject)
     shared = mine & set(newer.subject)
     return len(mine) > 0 and len(shared) >= 2 and len(shared) >= SUBJECT_OVERLAP * len(mine)

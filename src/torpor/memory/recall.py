@@ -16,13 +16,14 @@ working buffer are not either (the conversation holds them).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .context import RankedLine
-from .facts import IDENTIFIER, content_words
+from .facts import IDENTIFIER, content_words, shape
 from .ledger import LedgerRecord
 
 #: Most terms a recall query has (the most specific first).
@@ -76,10 +77,26 @@ QUOTE_CHARS = 320
 QUOTE_LINES = 2
 
 
-def _lines(r: LedgerRecord) -> list[str]:
-    if not r.body:
-        return [r.text]
-    return [r.text.split(" | ", 1)[0], *(x.strip() for x in r.body.splitlines() if x.strip())]
+#: Most records whose parsed lines :func:`_line_stems` keeps.
+PARSED_RECORDS = 8192
+
+
+def _line_stems(r: LedgerRecord) -> tuple[tuple[str, frozenset[str]], ...]:
+    """Each line of ``r`` (its text; a unit's words, then each line of its body) with the
+    stems of its words, parsed once per record (a bounded cache: recall re-ranks the same
+    records turn after turn, and parsing their lines was most of its cost; a record never
+    changes)."""
+    return _parse(r.key, r.text, r.body)
+
+
+@functools.lru_cache(maxsize=PARSED_RECORDS)
+def _parse(key: str, text: str, body: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    lines = (
+        [text]
+        if not body
+        else [text.split(" | ", 1)[0], *(x.strip() for x in body.splitlines() if x.strip())]
+    )
+    return tuple((x, frozenset(_stem(w) for w in _words(x))) for x in dict.fromkeys(lines))
 
 
 def rank(
@@ -95,15 +112,18 @@ def rank(
 
 
 def _scored(
-    records: Sequence[LedgerRecord], terms: Mapping[str, float]
+    records: Sequence[LedgerRecord], terms: Mapping[str, float], echo: frozenset[str] = frozenset()
 ) -> list[tuple[float, LedgerRecord, list[str]]]:
     wt: dict[str, float] = {}
     for t, v in terms.items():
         wt[_stem(t)] = max(wt.get(_stem(t), 0.0), v)
     stems = set(wt)
-    per: list[list[tuple[str, set[str]]]] = []
+    per: list[list[tuple[str, frozenset[str]]]] = []
     for r in records:
-        per.append([(x, {_stem(w) for w in _words(x)} & stems) for x in _lines(r)])
+        lines = [(x, b & stems) for x, b in _line_stems(r)]
+        if echo:  # the latest message said again in another turn is not a memory of it
+            lines = [(x, b) for x, b in lines if not b or shape(x) not in echo]
+        per.append(lines)
     n = len(records)
     df = {s: sum(1 for lines in per if any(s in b for _, b in lines)) for s in stems}
     idf = {s: wt[s] * math.log(1 + n / df[s]) for s in stems if df[s]}
@@ -146,18 +166,21 @@ def recalled(
     buffered_from: int | None = None,
     shown: Iterable[str] = (),
     limit: int = 16,
+    echo: Iterable[str] = (),
 ) -> Recalled:
     """The recall section's lines from the store's ``candidates`` for ``terms``: ranked
     (:func:`rank`), without the ``superseded`` keys, records of turns at or after
     ``buffered_from`` (still in the buffer) and texts already ``shown`` (pinned summary
     lines) or already quoted by the line of their turn, at most ``limit``, each line ranked by
-    its score."""
+    its score. A line of the shape of an ``echo`` text (the latest message: an agent's
+    routine sentence is said again turn after turn) is not a match."""
     gone = set(superseded)
     seen = set(shown)
     units: dict[int, str] = {}  # turn -> the text of its line shown
     lines: list[RankedLine] = []
     keys: list[str] = []
-    for score, r, best in _scored(candidates, terms):
+    forms = frozenset(shape(x) for x in echo if x.strip())
+    for score, r, best in _scored(candidates, terms, forms):
         if r.key in gone or r.text in seen:
             continue
         if buffered_from is not None and r.turn >= buffered_from:

@@ -35,7 +35,11 @@ def decision_line(
     run_id: str, aid: str, info: ApprovalInfo, d: DecisionInfo, trust: Trust | None
 ) -> Line:
     """One decision: who, how it is authenticated, and whether it verifies here."""
-    verb = "approved" if d.decision == "approve" else "denied"
+    verb = {"approve": "approved", "respond": "replied to"}.get(d.decision, "denied")
+    if d.edited:  # approve with edit (issue 39): the bytes that run are the edit's
+        verb = f"approved an edit (sha256:{d.edited[:12]}, {len(d.edited_content)} chars)"
+    if d.decision == "respond":
+        verb = f"replied ({d.comment[:60]!r}; nothing runs)"
     at = when(d.decided_at_ms)
     if d.scheme == "policy":
         flag = d.comment or f"the start flag (--auto-approve) of run {run_id}"
@@ -67,6 +71,15 @@ def approval_lines(
     lines: list[Line] = [(head, "bold" if info.status == "requested" else "")]
     lines += [(f"  sha256:{h}", "") for h in info.hashes]
     lines += [decision_line(run_id, aid, info, d, trust) for d in info.counted()]
+    if info.escalate_at_ms:  # its escalation chain (issue 39): stages reached, the next one
+        nxt = info.escalate_at_ms[info.escalations :]
+        more = f"; next at {when(nxt[0])}" if nxt and info.status == "requested" else ""
+        lines.append(
+            (
+                f"  escalation: {info.escalations} of {len(info.escalate_at_ms)} stages{more}",
+                "yellow",
+            )
+        )
     if info.refused:
         lines.append((f"  refused: {info.refused} decision(s); latest:", "red"))
         lines += [(f"    {r}", "red") for r in info.refusals]

@@ -160,6 +160,8 @@ class RunReport:
     #: run's children, oldest first (issue 37).
     parent: str | None = None
     children: list[RunRecord] = field(default_factory=list)
+    #: The forks made of this run, oldest first (issue 45; its own origin is ``state.fork``).
+    forks: list[RunRecord] = field(default_factory=list)
     #: Values recorded by reference in the artifact store (large results, payloads).
     offloaded: list[OffloadedValue] = field(default_factory=list)
     #: A past state (issue 45, :func:`torpor.report.past.gather_at`): ``(seq, last_seq)``, the
@@ -229,6 +231,8 @@ class RunReport:
             "storage": {**self.storage.__dict__, "total_bytes": self.storage.total_bytes},
             "parent": self.parent,
             "children": self.children,
+            "fork": st.fork,
+            "forks": self.forks,
             **(
                 {"as_of": {"seq": self.as_of[0], "of": self.as_of[1]}, "context": self.context}
                 if self.as_of
@@ -269,6 +273,7 @@ def gather(client: Client, run_id: str, *, events: bool = False) -> RunReport:
         events=client.events(run_id) if events else None,
         parent=client.parent(run_id),
         children=client.children(run_id),
+        forks=client.forks(run_id),
         offloaded=client.offloaded(run_id),
     )
 

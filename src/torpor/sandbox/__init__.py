@@ -17,6 +17,9 @@
 - :func:`sandbox_tools` (:mod:`.tools`): ``sandbox.exec`` (an effect the guest runs at most
   once and reports on after a crash), ``sandbox.exec_readonly``, ``sandbox.write``,
   ``sandbox.read``, ``sandbox.ls`` for an agent.
+- :meth:`Sandbox.sleep` (:mod:`.snapshot`): the VM saved to a hash-checked snapshot file and
+  stopped; the next start on its workspace wakes it. :func:`sleep_on_wait` does it when a
+  workflow's wait suspends the run.
 - :class:`ProcessSandbox` (:mod:`.process`): the same verbs in a child process of this user —
   **no isolation**, for development only, and loudly labelled so.
 - ``torpor sandbox doctor``: what this host has and lacks, one fact a line.
@@ -26,7 +29,7 @@ from .api import Entry, ExecResult, Limits, Network, OpStatus
 from .host import facts
 from .image import Image, build_image, current_image
 from .process import ProcessSandbox
-from .tools import sandbox_tools
+from .tools import sandbox_tools, sleep_on_wait
 from .vm import Sandbox, op_id
 
 
@@ -58,4 +61,5 @@ __all__ = [
     "op_id",
     "open_sandbox",
     "sandbox_tools",
+    "sleep_on_wait",
 ]

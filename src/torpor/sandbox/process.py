@@ -69,6 +69,17 @@ class ProcessSandbox:
         if self._temp:
             shutil.rmtree(self.workspace, ignore_errors=True)
 
+    def workspace_digest(self) -> str:
+        """A content digest of the workspace's files: sha256 over each file's relative path,
+        mode and sha256, in path order (prefixed ``tree:``)."""
+        h = hashlib.sha256()
+        for p in sorted(self.files.rglob("*")):
+            if p.is_file() and not p.is_symlink():
+                rel = p.relative_to(self.files).as_posix()
+                digest = hashlib.sha256(p.read_bytes()).hexdigest()
+                h.update(f"{rel}\0{p.stat().st_mode & 0o777:o}\0{digest}\n".encode())
+        return "tree:" + h.hexdigest()
+
     def _path(self, path: str) -> Path:
         p = (self.files / path).resolve()
         if not p.is_relative_to(self.files.resolve()):

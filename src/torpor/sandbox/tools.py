@@ -14,21 +14,29 @@
   leaves the same file).
 - ``sandbox.read``, ``sandbox.ls`` — **reads**.
 
+The two effects' results carry ``workspace``: the workspace's content digest right after the
+call (the disk's, :func:`torpor.sandbox.snapshot.disk_digest`), so the run's history records
+the state each effect left. It is the disk's, not the files': the guest's filesystem may still
+write metadata of its own afterwards (its journal), so a later digest can differ with the same
+files; the digest a sleeping sandbox's manifest holds is exact (taken with the VM stopped).
+
 The sandbox is started on first use (a new process attaches to the VM still running on the
 run's workspace, or boots one on its disk), so the reconciles work at takeover too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from ..agents.tools import Tool, Tools
 from ..engine.effects import Absent, Applied, EffectCall, Reconciliation, Unknown
-from ..errors import SandboxError
+from ..errors import SandboxError, Suspended
 from ..history import Policy
 from .api import Entry, ExecResult, OpStatus
-from .vm import op_id
+from .vm import Sandbox, op_id
 
 
 class SandboxLike(Protocol):
@@ -50,6 +58,29 @@ class SandboxLike(Protocol):
     def write_file(self, path: str, data: bytes | str, mode: int = ...) -> str: ...
     def read_file(self, path: str, max_bytes: int | None = ...) -> bytes: ...
     def ls(self, path: str = ...) -> list[Entry]: ...
+    def workspace_digest(self) -> str: ...
+
+
+@contextlib.contextmanager
+def sleep_on_wait(sandbox: SandboxLike) -> Iterator[None]:
+    """Around a durable wait in a workflow (``run.approval``, ``run.wait_for``, ``run.sleep``):
+    when the run suspends there (:class:`~torpor.errors.Suspended`), put the VM to sleep
+    (:meth:`Sandbox.sleep`) before the run lets go, so a waiting run holds a snapshot on disk,
+    not a process. When the run is resumed the wait returns and the next sandbox tool call
+    starts the sandbox, which wakes the snapshot (hash-checked). A ProcessSandbox, or a VM not
+    running, is left as it is; a wait that does not suspend changes nothing.
+
+    ::
+
+        with sleep_on_wait(sb):
+            decision = run.approval("ship", [ref], summary="push the patch")
+    """
+    try:
+        yield
+    except Suspended:
+        if isinstance(sandbox, Sandbox) and sandbox.running:
+            sandbox.sleep()
+        raise
 
 
 def sandbox_tools(
@@ -63,13 +94,15 @@ def sandbox_tools(
         argv: list[str], stdin: str = "", timeout_s: float = 60.0, idempotency_key: str = ""
     ) -> dict[str, object]:
         sandbox.start()
-        return sandbox.exec(argv, stdin, timeout_s, op=op_id(idempotency_key)).as_dict()
+        result = sandbox.exec(argv, stdin, timeout_s, op=op_id(idempotency_key)).as_dict()
+        return result | {"workspace": sandbox.workspace_digest()}
 
     def reconcile_exec(call: EffectCall) -> Reconciliation:
         sandbox.start()
         status = sandbox.status(op_id(call.idempotency_key))
         if status.state == "done" and status.result is not None:
-            return Applied({**status.result.as_dict(), "replayed": True})
+            done = status.result.as_dict() | {"replayed": True}
+            return Applied(done | {"workspace": sandbox.workspace_digest()})
         if status.state == "absent":
             return Absent()
         return Unknown(
@@ -85,7 +118,8 @@ def sandbox_tools(
 
     def write(path: str, content: str, mode: int = 0o644) -> dict[str, object]:
         sandbox.start()
-        return {"path": path, "sha256": sandbox.write_file(path, content, mode)}
+        sha = sandbox.write_file(path, content, mode)
+        return {"path": path, "sha256": sha, "workspace": sandbox.workspace_digest()}
 
     def reconcile_write(call: EffectCall) -> Reconciliation:
         path, content = call.kwargs.get("path"), call.kwargs.get("content")
@@ -97,7 +131,9 @@ def sandbox_tools(
             except SandboxError:
                 return Absent()
             if have == want:
-                return Applied({"path": path, "sha256": want})
+                return Applied(
+                    {"path": path, "sha256": want, "workspace": sandbox.workspace_digest()}
+                )
         return Absent()
 
     def read(path: str, max_bytes: int = 1 << 20) -> str:

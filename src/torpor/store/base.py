@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 from ..urls import display_url
 from .domain import EpisodeRows, EpisodeVectorRows, MaintenanceOps, QueueRows, ScheduleRows
 from .ledger_rows import LedgerRows
+from .stream_rows import StreamRows
 
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
 
@@ -283,6 +284,27 @@ class ChildRows(Protocol):
         ...
 
 
+class ForkRows(Protocol):
+    """A fork's row and copied history (:mod:`.forks`; :mod:`torpor.forks` makes forks)."""
+
+    def create_fork(
+        self, run_id: str, origin: str, at_seq: int, events: Sequence[Event], state: RunState
+    ) -> bool:
+        """Create run ``run_id`` as a fork of ``origin`` at its seq ``at_seq`` with the history
+        ``events`` (the origin's 1..``at_seq``, then its ``run_forked``), folded by the caller
+        into ``state`` (its checkpoint), in one transaction; False when ``run_id`` exists
+        (nothing written); RunNotFoundError for an unknown ``origin``."""
+        ...
+
+    def fork_origin(self, run_id: str) -> tuple[str, int] | None:
+        """``(origin, seq copied up to)`` of a fork; None for a run that is not one."""
+        ...
+
+    def run_forks(self, origin: str, *, limit: int = 1000) -> list[RunRecord]:
+        """The forks of ``origin``, oldest first (at most ``limit``)."""
+        ...
+
+
 class Driver(Protocol):
     """What a dialect provides: named queries and transactions on one database engine."""
 
@@ -343,6 +365,8 @@ class Store(
     LedgerRows,
     MaintenanceOps,
     ChildRows,
+    StreamRows,
+    ForkRows,
     Protocol,
 ):
     """The domain operations the engine, the client, workers and every layer above use — the
@@ -536,6 +560,7 @@ __all__ = [
     "Completion",
     "Dispatch",
     "Driver",
+    "ForkRows",
     "InboxMessage",
     "Lease",
     "RunRecord",

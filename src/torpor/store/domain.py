@@ -292,6 +292,14 @@ class EpisodeIndex(Protocol):
         ``cap``."""
         ...
 
+    def counted(
+        self, f: EpisodeFilter, words: Sequence[str], n_cap: int, cap: int
+    ) -> tuple[int, dict[str, int]] | None:
+        """``(episodes of f, {word: episodes of f holding it})`` in one step for a scope-only
+        filter — each count exact or at least its cap (``n_cap``, ``cap``); a word it cannot
+        answer is left out — or None (another filter: :meth:`count` counts instead)."""
+        ...
+
     def scored(self, f: EpisodeFilter, idf: Mapping[str, float], over: int) -> list[Row]:
         """``(id, score)`` of up to ``over`` episodes of ``f``, a word's weight in ``idf``
         added for each one it holds, best first (ties: newest)."""

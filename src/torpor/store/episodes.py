@@ -31,6 +31,9 @@ from .base import Driver, load_queries
 from .domain import EPISODE_OWNER_PREFIX, EpisodeIndex, EpisodeRecord, Row
 from .episode_index import SQLEpisodeIndex
 
+#: ``json.dumps(x, sort_keys=True)``, without building an encoder per call.
+_dumps = json.JSONEncoder(sort_keys=True).encode
+
 
 @functools.cache
 def load_episode_queries(dialect: str) -> dict[str, str]:
@@ -92,9 +95,9 @@ class EpisodeTables:
                 "outcome": ep.outcome,
                 "summary": ep.summary,
                 "lesson": ep.lesson,
-                "conditions": json.dumps(ep.conditions, sort_keys=True),
-                "refs": json.dumps(ep.refs, sort_keys=True),
-                "claims": json.dumps(ep.claims, sort_keys=True),
+                "conditions": _dumps(ep.conditions),
+                "refs": _dumps(ep.refs),
+                "claims": _dumps(ep.claims),
                 "tags": ep.tags,
                 "at_seq": ep.at_seq,
                 "created_at_ms": ep.created_at_ms,
@@ -151,7 +154,7 @@ class EpisodeTables:
                     continue
                 seen = [
                     (str(eid), claims)
-                    for eid, claims, _at in live
+                    for eid, claims in live
                     if eid not in gone and position.get(eid, -1) < i
                 ][:window]
                 if len(seen) < window and len(live) == limit:
@@ -159,19 +162,27 @@ class EpisodeTables:
                     self._supersede_contradicted(cur, ep, contradicts, window, later)
                     continue
                 for old_id, old_claims in seen:
-                    if contradicts(ep.claims, json.loads(old_claims)):
+                    if contradicts(ep.claims, old_claims):
                         by = {"episode_id": old_id, "by": ep.episode_id}
                         if self.driver.execute(cur, self._eq["supersede"], by):
                             gone.add(old_id)
 
     def _live_claims(
         self, cur: Any, wanted: Sequence[tuple[tuple[str, Any], int]]
-    ) -> dict[tuple[str, Any], list[Row]]:
-        """``{(scope, task type): [(episode_id, claims, created_at_ms)]}``: the latest ``limit``
-        live episodes of each, newest first — one statement per 50 of them (a ``UNION ALL`` of
-        the ``live_claims_batch`` query, each part along the scope's b-tree)."""
-        out: dict[tuple[str, Any], list[Row]] = {}
+    ) -> dict[tuple[str, Any], list[tuple[str, dict[str, str]]]]:
+        """``{(scope, task type): [(episode_id, claims)]}``: the latest ``limit`` live
+        episodes of each, newest first, their claims parsed once. SQLite runs the
+        ``live_claims_batch`` query once per group (one prepared statement, no round trips);
+        PostgreSQL one statement per 50 groups (a ``UNION ALL`` of it, each part along the
+        scope's b-tree)."""
+        out: dict[tuple[str, Any], list[tuple[str, dict[str, str]]]] = {}
         one = self._eq["live_claims_batch"].strip().rstrip(";")
+        if self.driver.dialect == "sqlite":
+            for (scope, task_type), limit in wanted:
+                params = {"scope": scope, "task_type": task_type, "limit": limit}
+                rows = self.driver.fetchall(cur, one, params)
+                out[(scope, task_type)] = [(str(e), json.loads(c)) for e, c, _at in rows]
+            return out
         for lo in range(0, len(wanted), 50):
             parts, params = [], {}
             for n, ((scope, task_type), limit) in enumerate(wanted[lo : lo + 50]):
@@ -180,8 +191,8 @@ class EpisodeTables:
                 params.update({f"s{n}": scope, f"t{n}": task_type, f"l{n}": limit})
                 out[(scope, task_type)] = []
             keys = [k for k, _ in wanted[lo : lo + 50]]
-            for g, *row in self.driver.fetchall(cur, " UNION ALL ".join(parts), params):
-                out[keys[int(g)]].append(tuple(row))
+            for g, eid, claims, _at in self.driver.fetchall(cur, " UNION ALL ".join(parts), params):
+                out[keys[int(g)]].append((str(eid), json.loads(claims)))
         return out
 
     def _supersede_contradicted(

@@ -121,6 +121,12 @@ class LedgerTables:
         gone = {str(x) for _, s in keys for x in json.loads(s)}
         return known, gone, [_row(r) for r in live]
 
+    def ledger_output_facts(self, run_id: str, *, upto: int | None = None) -> list[str]:
+        params = {"run_id": run_id, "upto": _ALL if upto is None else upto}
+        with self.driver.read() as cur:
+            rows = self.driver.fetchall(cur, self._lq["output_facts"], params)
+        return [str(r[0]) for r in rows]
+
     def search_ledger(
         self, run_id: str, terms: Sequence[str], *, upto: int | None = None, limit: int = 200
     ) -> list[LedgerRow]:

@@ -102,6 +102,12 @@ class LedgerRows(Protocol):
         """``(keys, superseded keys, supersedable records)`` of ``run_id``'s ledger."""
         ...
 
+    def ledger_output_facts(self, run_id: str, *, upto: int | None = None) -> list[str]:
+        """The texts of ``run_id``'s fact records found in tool outputs (source ``result`` or
+        ``args``, not ``unit`` records), in the order written: what run-level novelty counts
+        (:class:`torpor.memory.compaction.ExtractiveSummarizer`)."""
+        ...
+
     def search_ledger(
         self, run_id: str, terms: Sequence[str], *, upto: int | None = None, limit: int = 200
     ) -> list[LedgerRow]:

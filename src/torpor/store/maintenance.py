@@ -32,6 +32,7 @@ from .base import Driver
 from .chunkio import ChunkIO
 from .domain import RetentionPolicy, RunSize
 from .ledger import delete_ledger
+from .streams import delete_streams
 
 #: The first line of a run's archive (JSON Lines): its format.
 ARCHIVE_FORMAT = "torpor-run-archive/1"
@@ -93,7 +94,8 @@ class MaintenanceStore:
     # ------------------------------------------------------------- deletion
 
     def delete_run(self, run_id: str) -> bool:
-        """Delete a finished, not reopenable run: its row, events, inbox and blob references,
+        """Delete a finished, not reopenable run: its row, events, inbox, blob references and
+        stream items,
         in one transaction. False (nothing deleted) when it is not such a run (any more)."""
         with self.driver.transaction() as cur:
             if self.driver.fetchone(cur, self.q["delete_run"], {"run_id": run_id}) is None:
@@ -101,6 +103,7 @@ class MaintenanceStore:
             for name in ("delete_run_events", "delete_run_inbox", "delete_run_refs"):
                 self.driver.execute(cur, self.q[name], {"run_id": run_id})
             delete_ledger(self.driver, cur, run_id)
+            delete_streams(self.driver, cur, run_id)
         self.chunkio.forget(run_id)
         return True
 

@@ -62,11 +62,13 @@ from .claims import claim
 from .episode_scopes import EpisodeScopeTables
 from .episode_vectors import EpisodeVectorTables
 from .episodes import EpisodeTables
+from .forks import ForkStore
 from .ledger import LedgerTables
 from .maintenance import MaintenanceStore
 from .queues import QueueStore
 from .reads import HistoryReads
 from .schedules import ScheduleStore
+from .streams import StreamTables
 
 #: What a store remembers of its latest append to a run under a lease, so the next append can
 #: take the plain path: (lease epoch, last seq, checkpoint seq, the row's status columns).
@@ -85,6 +87,8 @@ class SQLStore(
     LedgerTables,
     MaintenanceStore,
     ChildStore,
+    StreamTables,
+    ForkStore,
 ):
     """Domain operations over a :class:`~torpor.store.base.Driver`. Thread-safe when the
     driver is.
@@ -136,6 +140,7 @@ class SQLStore(
 
     def close(self) -> None:
         """Release connections."""
+        self.stop_stream_listener()
         self.driver.close()
 
     def check_database_file(self) -> None:

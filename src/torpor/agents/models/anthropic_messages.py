@@ -9,7 +9,7 @@ one user turn; the SDK's own retries (``max_retries``) honour ``retry-after`` an
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .base import (
@@ -20,6 +20,7 @@ from .base import (
     ToolCall,
     ToolSpec,
     sdk_errors,
+    stream_errors,
 )
 
 
@@ -59,7 +60,8 @@ def to_wire(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
 class AnthropicModel:
     """``AnthropicModel("claude-sonnet-4-5")``. ``api_key`` defaults to
     ``$TORPOR_MODEL_API_KEY`` then ``$ANTHROPIC_API_KEY``; ``max_tokens`` is required by the
-    API (default 1024)."""
+    API (default 1024). ``stream="reply"``: each recorded call streams its reply to that
+    stream of the run (:meth:`complete_stream`, :mod:`torpor.streams`)."""
 
     def __init__(
         self,
@@ -73,9 +75,13 @@ class AnthropicModel:
         price: Price | None = None,
         temperature: float | None = None,
         client: Any = None,
+        stream: str | None = None,
     ):
         import anthropic
 
+        #: The run stream each call's reply is streamed to (``"reply"``), or None: calls are
+        #: not streamed (:mod:`torpor.streams`).
+        self.stream = stream
         self.model_id = model
         self.max_tokens = max_tokens
         self.price = price
@@ -90,11 +96,7 @@ class AnthropicModel:
             base_url=base_url, api_key=key, timeout=timeout, max_retries=max_retries
         )
 
-    def complete(
-        self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()
-    ) -> ModelResponse:
-        import anthropic
-
+    def _request(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
         system, wire = to_wire(messages)
         req: dict[str, Any] = {
             "model": self.model_id,
@@ -110,8 +112,42 @@ class AnthropicModel:
             ]
         if self.temperature is not None:
             req["temperature"] = self.temperature
+        return req
+
+    def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()
+    ) -> ModelResponse:
+        import anthropic
+
+        req = self._request(messages, tools)
         with sdk_errors(self.model_id, anthropic, anthropic.AnthropicError):
             resp = self.client.messages.create(**req)
+        return self._parse(resp)
+
+    def complete_stream(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        on_text: Callable[[str], None],
+    ) -> ModelResponse:
+        """:meth:`complete` over server-sent events (the SDK's ``messages.stream``: the
+        Messages API's ``message_start`` … ``content_block_delta`` … ``message_stop``): each
+        ``text_delta`` goes to ``on_text`` as it arrives; the final message (tool uses with
+        their assembled input, usage, stop reason) is read as :meth:`complete` reads one."""
+        import anthropic
+
+        req = self._request(messages, tools)
+        with (
+            sdk_errors(self.model_id, anthropic, anthropic.AnthropicError),
+            stream_errors(self.model_id),
+            self.client.messages.stream(**req) as events,
+        ):
+            for text in events.text_stream:
+                on_text(text)
+            resp = events.get_final_message()
+        return self._parse(resp)
+
+    def _parse(self, resp: Any) -> ModelResponse:
         texts: list[str] = []
         calls: list[ToolCall] = []
         for block in resp.content:

@@ -136,6 +136,21 @@ def sdk_errors(model_id: str, sdk: Any, base: type[BaseException]) -> Iterator[N
         raise ModelError(model_id, f"{type(exc).__name__}: {exc}") from exc
 
 
+@contextmanager
+def stream_errors(model_id: str) -> Iterator[None]:
+    """A stream that breaks after its answer began (the SDKs raise the transport's own
+    ``httpx`` error while it is read) as :class:`ModelUnavailableError` (the call may be made
+    again); inside :func:`sdk_errors`, which maps what the SDK raised itself."""
+    import httpx
+
+    try:
+        yield
+    except httpx.TransportError as exc:
+        raise ModelUnavailableError(
+            model_id, f"the stream broke: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
 __all__ = [
     "Message",
     "Model",
@@ -151,4 +166,5 @@ __all__ = [
     "ToolSpec",
     "retry_after_s",
     "sdk_errors",
+    "stream_errors",
 ]

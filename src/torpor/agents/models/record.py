@@ -6,6 +6,10 @@ the cost (a ``model_called`` event the budget is summed from). On replay the rec
 is returned without calling the model; a prompt that differs from the recorded one is
 non-determinism (the code building the prompt changed), reported instead of guessed at. A call
 that never returned (a crash, an error) left nothing and is made again.
+
+An adapter made with ``stream="<name>"`` (and a ``complete_stream`` method) streams the call's
+reply to that stream of the run as it arrives (:mod:`torpor.streams`): one part per attempt,
+ended when the call returns, retracted when it raises or its process died.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from ... import faults, serde
 from ...errors import NonDeterminismError
 from ...history import ModelCalled, Payload
 from ...run import Run
+from ...scrub import Scrubber
+from ...streams import open_part
 from .base import Message, Model, ModelResponse, ToolSpec
 
 
@@ -83,16 +89,19 @@ def call_model_step(
     before_call: Callable[[], None] | None = None,
     redact: Callable[[ModelResponse], ModelResponse] | None = None,
     facts: Callable[[str], list[Payload]] | None = None,
+    scrubber: Scrubber | None = None,
 ) -> tuple[ModelResponse, str]:
     """:func:`call_model`, giving back the step id too; ``facts(step_id)``: more events
-    recorded in the same step as the call (what context was sent: ``context_built``)."""
+    recorded in the same step as the call (what context was sent: ``context_built``);
+    ``scrubber``: secrets taken out of the streamed deltas besides those the process knows
+    (the agent's vault)."""
     ph = prompt_hash(model.model_id, messages, tools)
     ch = context_hash(messages, tools)
 
     def work(sid: str) -> tuple[Any, list[Payload]]:
         if before_call is not None:
             before_call()
-        resp = model.complete(list(messages), list(tools))
+        resp = _complete(run, model, messages, tools, sid, scrubber)
         if redact is not None:
             resp = redact(resp)
         called = ModelCalled(
@@ -118,3 +127,24 @@ def call_model_step(
             "that builds the prompt changed since the call was recorded"
         )
     return ModelResponse.model_validate(result["response"]), rec.step_id
+
+
+def _complete(
+    run: Run,
+    model: Model,
+    messages: Sequence[Message],
+    tools: Sequence[ToolSpec],
+    sid: str,
+    scrubber: Scrubber | None,
+) -> ModelResponse:
+    """The call itself: streamed to the run's stream ``model.stream`` when the adapter names
+    one and can stream (``complete_stream``), as one part of it (``<step>@<epoch>``: ended
+    when the call returns, retracted when it raises, retracted by the next writer when the
+    process dies in it: :mod:`torpor.streams`); else ``complete``."""
+    stream = getattr(model, "stream", None)
+    complete_stream = getattr(model, "complete_stream", None)
+    if not isinstance(stream, str) or not stream or complete_stream is None:
+        return model.complete(list(messages), list(tools))
+    with open_part(run.journal, stream, sid, scrubber) as part:
+        resp: ModelResponse = complete_stream(list(messages), list(tools), part.write)
+    return resp

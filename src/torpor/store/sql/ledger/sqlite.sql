@@ -31,6 +31,12 @@ ORDER BY seq, idx;
 -- name: keys
 SELECT key, supersedes FROM ledger WHERE run_id = :run_id AND compaction <= :upto;
 
+-- name: output_facts
+SELECT text FROM ledger
+WHERE run_id = :run_id AND compaction <= :upto AND kind <> 'unit'
+  AND source IN ('result', 'args')
+ORDER BY seq, idx;
+
 -- name: search
 SELECT {{ columns }} FROM ledger
 WHERE id IN (
