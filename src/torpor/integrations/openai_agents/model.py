@@ -28,8 +28,9 @@ from pydantic import BaseModel, TypeAdapter
 
 from ... import faults
 from ...engine.journal import step_work
-from ...errors import ConfigError, NonDeterminismError
-from ...history import ModelCalled, Policy
+from ...errors import ConfigError
+from ...history import ModelCalled
+from .. import model_calls
 
 if TYPE_CHECKING:
     from ...run import Run
@@ -114,19 +115,10 @@ class DurableModel(Model):
         tools = args[1] if len(args) > 1 else kw.get("tools", [])
         handoffs = args[3] if len(args) > 3 else kw.get("handoffs", [])
         ph = prompt_hash(self.model_id, system_instructions, input, [*tools, *handoffs])
+        sid, recorded = model_calls.begin(self.run, f"oa.model:{self.agent}", ph)
+        if recorded is not None:
+            return load_response(recorded)
         j = self.run.journal
-        sid = j.next_id(f"oa.model:{self.agent}")
-        j.boundary()
-        comp = j.recorded(sid, Policy.READ)
-        if comp is not None:
-            recorded = j.value(sid, comp.result)
-            if recorded.get("prompt_hash") != ph:
-                raise NonDeterminismError(
-                    f"run {j.run_id!r} step {sid!r}: the recorded model call had prompt hash "
-                    f"{str(recorded.get('prompt_hash'))[:12]}, the replay builds {ph[:12]}; the "
-                    "agent's instructions, input or tools changed since the call was recorded"
-                )
-            return load_response(recorded["response"])
         faults.note("step", sid, j.run_id)  # (the explorer's check: a recorded call never again)
         with step_work(j, sid):
             resp = await self.inner.get_response(system_instructions, input, *args, **kw)
@@ -138,11 +130,10 @@ class DurableModel(Model):
             output_tokens=max(0, resp.usage.output_tokens),
             cost_usd=None,
         )
-        data = j.jsonable(sid, {"prompt_hash": ph, "response": dump_response(resp)})
         purpose = f"model call ({self.model_id}) for agent {self.agent}"
-        j.append(*j.step_events(sid, Policy.READ, data, [called], purpose))
-        faults.point("model.recorded")
-        return load_response(j.value(sid, data)["response"])
+        return load_response(
+            model_calls.finish(self.run, sid, ph, dump_response(resp), called, purpose)
+        )
 
     def stream_response(self, *args: Any, **kw: Any) -> AsyncIterator[Any]:
         raise ConfigError(
