@@ -12,7 +12,8 @@ code or instructions that build the prompt changed) and raises NonDeterminismErr
 
 What is not recorded: the request's ``ModelSettings``, the tool and handoff definitions beyond
 their names (they are part of the prompt hash) and the SDK's tracing spans. ``stream_response``
-is refused: resumable streaming is torpor's stream tables' work (issue 40), the seam is here.
+is refused: this runner is not wired to torpor's resumable streams (``torpor.streams``, issue 40)
+yet; the seam is here.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ class DurableModel(Model):
     def stream_response(self, *args: Any, **kw: Any) -> AsyncIterator[Any]:
         raise ConfigError(
             "torpor.integrations.openai_agents: streamed model calls are not recorded yet "
-            "(resumable streams are issue 40); use Runner.run, not Runner.run_streamed"
+            "(not wired to torpor.streams, issue 40, yet); use Runner.run, not Runner.run_streamed"
         )
 
     async def close(self) -> None:

@@ -71,8 +71,9 @@ class _Graph:
             return found
         if agent.mcp_servers:
             raise ConfigError(
-                f"agent {agent.name!r}: MCP servers are not recorded by this runner yet (torpor's "
-                "durable MCP tools are issue 41); give the agent function tools instead"
+                f"agent {agent.name!r}: MCP servers are not recorded by this runner yet "
+                "(torpor.mcp's durable MCP tools, issue 41, are not wired to it); give the "
+                "agent function tools instead"
             )
         clone = agent.clone()
         self.copies[id(agent)] = clone  # before the handoffs: a cycle finds it
@@ -179,10 +180,10 @@ class Runner:
 
     @classmethod
     def run_streamed(cls, *args: Any, **kwargs: Any) -> Any:
-        """Not recorded yet: resumable streams are torpor's stream tables (issue 40)."""
+        """Refused: not wired to torpor's resumable streams (``torpor.streams``, issue 40) yet."""
         raise ConfigError(
-            "Runner.run_streamed: streamed runs are not recorded yet (resumable streams are "
-            "issue 40); use Runner.run"
+            "Runner.run_streamed: streamed runs are not recorded yet (not wired to "
+            "torpor.streams, issue 40); use Runner.run"
         )
 
 
