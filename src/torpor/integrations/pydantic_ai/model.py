@@ -28,10 +28,11 @@ from pydantic_ai.models import ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
-from ... import faults, serde
-from ...errors import NonDeterminismError, TorporError
-from ...history import ModelCalled, Policy
+from ... import serde
+from ...errors import TorporError
+from ...history import ModelCalled
 from ...run import Run
+from .. import model_calls
 
 #: Keys whose values differ between two executions of one run (left out of the prompt hash).
 _VOLATILE = frozenset({"timestamp", "run_id", "conversation_id"})
@@ -75,23 +76,13 @@ class TorporModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        j = self.run.journal
-        sid = j.next_id("model")
-        j.boundary()
         tools = [t.name for t in model_request_parameters.function_tools] + [
             t.name for t in model_request_parameters.output_tools
         ]
         ph = prompt_hash(self.wrapped.model_name, messages, tools)
-        comp = j.recorded(sid, Policy.READ)
-        if comp is not None:
-            data = j.value(sid, comp.result)
-            if data.get("prompt_hash") != ph:
-                raise NonDeterminismError(
-                    f"run {j.run_id!r} step {sid!r}: the recorded model request had prompt hash "
-                    f"{str(data.get('prompt_hash'))[:12]}, the replay builds {ph[:12]}; the code "
-                    "that builds the agent's messages changed since the request was recorded"
-                )
-            return _response(data["response"])
+        sid, recorded = model_calls.begin(self.run, "model", ph)
+        if recorded is not None:
+            return _response(recorded)
         if self.before_call is not None:
             self.before_call()
         resp = await self.wrapped.request(messages, model_settings, model_request_parameters)
@@ -106,11 +97,8 @@ class TorporModel(WrapperModel):
             cost_usd=float(cost) if isinstance(cost, int | float) else None,
         )
         dumped = ModelMessagesTypeAdapter.dump_python([resp], mode="json")[0]
-        data = j.jsonable(sid, {"prompt_hash": ph, "response": dumped})
         purpose = f"pydantic-ai model request ({self.wrapped.model_name})"
-        j.append(*j.step_events(sid, Policy.READ, data, [called], purpose))
-        faults.point("model.recorded")
-        return _response(j.value(sid, data)["response"])  # what a replay hands back
+        return _response(model_calls.finish(self.run, sid, ph, dumped, called, purpose))
 
     @asynccontextmanager
     async def request_stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[StreamedResponse]:
