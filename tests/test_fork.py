@@ -382,6 +382,38 @@ def test_an_origin_that_goes_on_after_the_fork_is_still_not_repeated(store_url: 
         rt.close()
 
 
+def test_whichever_of_a_family_pushes_first_the_others_do_not_repeat_it(store_url: str) -> None:
+    """Found by an attack: the check was one-way and one level deep. (1) The fork pushes
+    first, then its origin resumes: the origin is refused (it used to push too, under its own
+    key). (2) A fork of a fork made before the first origin pushed: the first origin pushes,
+    then the grandchild is refused (it used to ask its own origin alone)."""
+    rt = torpor.Runtime(store_url)
+    client = torpor.Client(rt.store)
+    try:
+        assert rt.run(ship, {"content": "patch v1\n"}, run_id="a1").wait_kind == "approval"
+        client.fork("a1", client.get("a1").last_seq, fork_id="a1-f")
+        client.decide("a1-f", None, "approve", "bob")
+        assert rt.resume("a1-f").outcome == "succeeded"  # the fork pushes first
+        client.decide("a1", None, "approve", "alice")
+        res = rt.resume("a1")
+        assert res.outcome == "blocked" and "'a1-f/push'" in res.reason, res
+        assert "a fork of this run" in res.reason, res
+        assert [p["key"] for p in kit.ledger_entries("push")] == ["a1-f/push"]
+
+        assert rt.run(ship, {"content": "patch v1\n"}, run_id="b1").wait_kind == "approval"
+        client.fork("b1", client.get("b1").last_seq, fork_id="b1-f")  # not run
+        client.decide("b1", None, "approve", "alice")
+        assert rt.resume("b1").outcome == "succeeded"  # the first origin pushes
+        client.fork("b1-f", client.get("b1-f").last_seq, fork_id="b1-ff")
+        client.decide("b1-ff", None, "approve", "bob")
+        res = rt.resume("b1-ff")
+        assert res.outcome == "blocked" and "'b1/push'" in res.reason, res
+        pushes = [p["key"] for p in kit.ledger_entries("push")]
+        assert pushes == ["a1-f/push", "b1/push"], pushes
+    finally:
+        rt.close()
+
+
 def test_keys_in_a_fork_are_its_own() -> None:
     """Pure: outside a fork a key is as asked; in one, the default key is the fork's and an
     explicit one is derived from the fork; an effect of the origin's operation identity (the
