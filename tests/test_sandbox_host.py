@@ -13,7 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 from torpor.engine.effects import Absent, Applied, EffectCall, Unknown
-from torpor.errors import IsolationUnavailableError, SandboxError, SandboxImageError
+from torpor.errors import (
+    EffectNotApplied,
+    IsolationUnavailableError,
+    SandboxError,
+    SandboxGoneError,
+    SandboxImageError,
+)
 from torpor.history import Policy
 from torpor.sandbox import ProcessSandbox, Sandbox, cpio, op_id, open_sandbox, sandbox_tools
 from torpor.sandbox.image import load_image
@@ -133,3 +139,21 @@ def test_a_runs_sandbox_lives_in_its_own_folder_under_torpor_home(tmp_path: Path
     one, again, other = (Sandbox.for_run(r, home=tmp_path) for r in ("run-1", "run-1", "run-2"))
     assert one.workspace == again.workspace != other.workspace
     assert one.workspace.parent == tmp_path / "sandboxes" and "run-1" not in str(one.workspace)
+
+
+def test_an_effect_on_a_sandbox_that_does_not_start_certainly_did_not_happen(
+    tmp_path: Path,
+) -> None:
+    """A sandbox that does not boot was sent nothing: the effect tools say so
+    (EffectNotApplied: recorded absent), where a raised boot error used to be left to a
+    reconcile that could not reach the guest either (the run ended ``unresolved``)."""
+
+    class Unbootable(ProcessSandbox):
+        def start(self) -> ProcessSandbox:
+            raise SandboxGoneError("sandbox did not boot (tcg): QEMU exited at boot")
+
+    tools = sandbox_tools(Unbootable(tmp_path / "ws"))
+    with pytest.raises(EffectNotApplied, match="nothing was sent to it: sandbox did not boot"):
+        tools["sandbox.exec"].fn(["true"], idempotency_key="run/step-1")
+    with pytest.raises(EffectNotApplied, match="did not start"):
+        tools["sandbox.write"].fn("a.txt", "x")

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from ..agents.tools import Tool, Tools
 from ..engine.effects import Absent, Applied, EffectCall, Reconciliation, Unknown
-from ..errors import SandboxError, Suspended
+from ..errors import EffectNotApplied, SandboxError, Suspended
 from ..history import Policy
 from .api import Entry, ExecResult, OpStatus
 from .vm import Sandbox, op_id
@@ -83,6 +83,17 @@ def sleep_on_wait(sandbox: SandboxLike) -> Iterator[None]:
         raise
 
 
+def _started_for_effect(sandbox: SandboxLike) -> None:
+    """Start the sandbox before an effect's command: a sandbox that does not start has been
+    sent nothing, so the effect certainly did not happen (EffectNotApplied: recorded absent,
+    never left to a reconcile that cannot reach the guest either, which made the run
+    ``unresolved``)."""
+    try:
+        sandbox.start()
+    except SandboxError as exc:
+        raise EffectNotApplied(f"the sandbox did not start, nothing was sent to it: {exc}") from exc
+
+
 def sandbox_tools(
     sandbox: SandboxLike, *, tools: Tools | None = None, prefix: str = "sandbox"
 ) -> Tools:
@@ -93,7 +104,7 @@ def sandbox_tools(
     def exec_(
         argv: list[str], stdin: str = "", timeout_s: float = 60.0, idempotency_key: str = ""
     ) -> dict[str, object]:
-        sandbox.start()
+        _started_for_effect(sandbox)
         result = sandbox.exec(argv, stdin, timeout_s, op=op_id(idempotency_key)).as_dict()
         return result | {"workspace": sandbox.workspace_digest()}
 
@@ -117,7 +128,7 @@ def sandbox_tools(
         return sandbox.exec(argv, stdin, timeout_s, read_only=True).as_dict()
 
     def write(path: str, content: str, mode: int = 0o644) -> dict[str, object]:
-        sandbox.start()
+        _started_for_effect(sandbox)
         sha = sandbox.write_file(path, content, mode)
         return {"path": path, "sha256": sha, "workspace": sandbox.workspace_digest()}
 

@@ -89,7 +89,9 @@ class Sandbox:
             raise ValueError(f"accel must be auto, kvm or tcg, got {accel!r}")
         self._temp = workspace is None
         self.workspace = (
-            Path(tempfile.mkdtemp(prefix="torpor-ws-")) if workspace is None else Path(workspace)
+            Path(tempfile.mkdtemp(prefix="torpor-ws-"))
+            if workspace is None
+            else Path(workspace).absolute()  # (QEMU runs in it: its paths are not relative)
         )
         self.limits, self.network, self.accel_wanted = limits, network, accel
         self._image, self.boot_timeout_s, self.grace_s, self.idle_s = (
