@@ -80,6 +80,15 @@ def test_an_edited_approval_runs_exactly_the_edited_bytes(
             cli_main(["--db", store_url, "approve", "e1", "--as", "alice", "--edit", "-"])
         assert out.value.code == 0 and json.loads(capsys.readouterr().out) == json.loads(proposed)
         edit_file = tmp_path / "edit.json"
+        # An edit that is not JSON (the proposed content is): refused before anything is signed.
+        edit_file.write_text(edited[:-3])
+        with pytest.raises(SystemExit) as out:
+            cli_main(
+                ["--db", store_url, "approve", "e1", "--as", "alice", "--edit", str(edit_file)]
+            )
+        err = capsys.readouterr().err
+        assert out.value.code == 2 and "the edit is not (" in err and err.count("\n") == 1, err
+        assert client.state("e1").wait is not None and not client.store.pending_inbox("e1")
         edit_file.write_text(edited)
         with pytest.raises(SystemExit) as out:
             cli_main(
@@ -88,6 +97,8 @@ def test_an_edited_approval_runs_exactly_the_edited_bytes(
         shown = capsys.readouterr().out
         assert out.value.code == 0, shown
         assert '+    "version": "2.1"' in shown
+        # The hash printed for what runs is the edit's (it printed the proposal's alone).
+        assert f"sha256:{sha256_hex(edited)} (the edited content: what runs)" in shown, shown
 
         res = rt.resume("e1")
         assert res.outcome == "succeeded", res

@@ -5,6 +5,7 @@ raise its budget (``budget``). Each records its decision; the run applies it whe
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Annotated, Any
@@ -69,7 +70,12 @@ def _decide(
     via = f" (signed by delegate {delegate})" if delegate else ""
     out.print(plain(f"{verb} {aid} of run {run_id} as {approver}{via}; the decision binds:"))
     for h in hashes:
-        out.print(plain(f"  sha256:{h}"))
+        out.print(plain(f"  sha256:{h}" + (" (the proposed content)" if edited else "")))
+    if edited is not None:
+        from ..serde import sha256_hex
+
+        digest = sha256_hex(edited.encode())
+        out.print(plain(f"  sha256:{digest} (the edited content: what runs)"))
     out.print(plain(f"it applies when the run resumes: {resume}", style="cyan"))
 
 
@@ -165,6 +171,18 @@ def edited_text(client: Any, run_id: str, approval_id: str | None, path: Path) -
         typer.echo(proposed, nl=False)
         raise typer.Exit(0)
     edited = read_edit(path)
+    try:
+        json.loads(proposed)
+    except ValueError:
+        pass  # (a text document: any edit is text)
+    else:
+        try:
+            json.loads(edited)
+        except ValueError as exc:
+            raise BadInputError(
+                f"--edit {path}: the proposed content is JSON and the edit is not ({exc}); "
+                "nothing was signed"
+            ) from None
     diff = edit_diff(proposed, edited)
     if not diff:
         raise BadInputError(f"the edit {path} is the proposed content: approve it without --edit")
