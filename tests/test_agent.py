@@ -211,6 +211,19 @@ def test_steps_budget_counts_model_and_tool_calls(runtime: Runtime, client: Clie
         client.reopen("steps", "bob", steps=7)
 
 
+def test_an_agents_run_records_the_module_that_built_it(runtime: Runtime, client: Client) -> None:
+    """So `torpor resume RUN` imports it by itself, as for a plain workflow (it recorded
+    torpor's own module, and a resume without --import found no such workflow)."""
+    agent = Agent(
+        fresh("where"),
+        goal="add",
+        tools=counting_tools([]),
+        planner=ReActPlanner(ScriptedModel([say("2")])),
+    )
+    assert runtime.run(agent, None, run_id="where").outcome == "succeeded"
+    assert client.state("where").module == __name__
+
+
 # ------------------------------------------------------------------ invalid arguments
 
 

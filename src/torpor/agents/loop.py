@@ -39,6 +39,7 @@ ReAct model call gets a context within ``Agent(memory=Memory(...))``'s token bud
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,6 +156,10 @@ class Agent:
             return AgentContext(self, run, input).execute()
 
         agent_workflow.__qualname__ = f"agent:{name}"
+        # The module that built this agent (recorded with its runs): a resume imports it by
+        # itself, as for a plain workflow (it recorded torpor's own module, so `torpor resume
+        # RUN` needed --import).
+        agent_workflow.__module__ = sys._getframe(1).f_globals.get("__name__", __name__)
         # A new lease owner reconciles an in-flight tool effect before the loop replays.
         reconcilers = {
             t.name: t.reconcile for t in tools if t.policy is Policy.EFFECT and t.reconcile
