@@ -68,4 +68,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except torpor.TorporError as exc:  # (a bad run id, an unreachable server: one line)
+        sys.stderr.write(f"error: {exc}\n")
+        sys.exit(3)

@@ -118,7 +118,7 @@ class Toolset(Tools):
             try:  # (listed again at each execution: the server may have been upgraded)
                 live: dict[str, Any] = {"tools": self.refresh(name)[name]}
             except McpError as exc:
-                why = f"MCP server {name!r} cannot be reached: {exc}"
+                why = f"{exc}; the run is left as it is: resume it when the server answers"
                 _note_attention(run, why)
                 raise McpToolsChangedError(why) from None
             live["digest"] = serde.hash_value(live["tools"])
