@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agents import Model, ModelResponse, Usage
 from openai.types.responses import ResponseOutputItem
@@ -36,7 +36,8 @@ from .. import model_calls
 if TYPE_CHECKING:
     from ...run import Run
 
-_OUTPUT_ITEM: TypeAdapter[Any] = TypeAdapter(ResponseOutputItem)  # type: ignore[arg-type]
+#: (cast: the union's static type differs between openai releases; pydantic takes it either way)
+_OUTPUT_ITEM: TypeAdapter[Any] = TypeAdapter(cast(Any, ResponseOutputItem))
 
 
 def plain(value: Any) -> Any:
