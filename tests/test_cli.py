@@ -91,6 +91,7 @@ COMMANDS = [
     "resolve",
     "steer",
     "respond",
+    "watch",
     "artifacts",
     "worker",
     "budget",

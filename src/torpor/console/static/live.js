@@ -28,6 +28,7 @@
 
   source.addEventListener("item", function (ev) {
     var item = JSON.parse(ev.data);
+    box.hidden = false;  // (hidden while nothing was streamed)
     var span = partOf(item.part);
     if (item.kind === "data") {
       var piece = typeof item.data === "string" ? item.data : JSON.stringify(item.data) + "\n";
