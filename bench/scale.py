@@ -25,6 +25,7 @@ small store in the suite).
 
     uv run python bench/scale.py                     # 1,000,000 finished + 100,000 waiting
     uv run python bench/scale.py --finished 100000 --waiting 10000 --reps 15  # a quick try
+    uv run python bench/scale.py --drain [--drain-runs 20000]  # PostgreSQL drain (bench/drain.py)
 
 Results: ``bench/results/scale.json`` and the table on stdout (and in ``python -m bench``'s
 report, section ``scale``).
@@ -331,7 +332,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--waiting", type=int, default=100_000)
     ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    ap.add_argument(
+        "--drain", action="store_true", help="PostgreSQL: 8 workers x 4 drain --drain-runs runs"
+    )
+    ap.add_argument(
+        "--drain-runs", type=int, default=2_000, help="default 2,000; the issue's size: 20000"
+    )
     args = ap.parse_args(argv)
+    if args.drain:
+        import drain
+
+        got = drain.drain(args.drain_runs)
+        print("\n".join(drain.lines(got)))
+        print(save("scale_drain", got))
+        return 0
     res = run(args.finished, args.waiting, args.reps, args.backend)
     print("\n".join(lines(res)))
     print(save("scale" if args.backend == "sqlite" else "scale_postgres", res))
