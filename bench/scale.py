@@ -7,7 +7,8 @@ ratio big/empty (goal <= 1.5x):
 - ``ls``: the newest page (``Client.runs(limit=50)``, what ``torpor ls`` reads);
 - ``show``: the report of one finished run (``torpor.report.run.gather``, what ``torpor show``
   reads);
-- ``claim``: a ready run started through the API, then ``Store.claim_next`` takes it;
+- ``claim``: a ready run started through the API, then ``Store.claim_next`` takes it (with the
+  ``accept`` of the workflows registered, as a worker claims);
 - ``wake``: a signal sent to one waiting run (``Client.signal``), then ``claim_next`` takes it.
 
 How the big store is made: through the public API, one run of each kind is executed (a one-step
@@ -213,8 +214,10 @@ def measure(stores: dict[str, dict[str, Any]], reps: int) -> dict[str, dict[str,
     """Milliseconds of each operation on each store, ``reps`` times, alternating stores."""
     import torpor
     from torpor.report.run import gather
+    from torpor.workflows import accepted_versions
 
     _workflows()
+    accept = accepted_versions()  # what a worker's claim passes
     ms: dict[str, dict[str, list[float]]] = {k: {op: [] for op in OPS} for k in stores}
     open_ = {k: torpor.Runtime(s["url"]) for k, s in stores.items()}
     try:
@@ -235,14 +238,14 @@ def measure(stores: dict[str, dict[str, Any]], reps: int) -> dict[str, dict[str,
 
                 rid = rt.start("bench.scale.done", rep)
                 t = time.perf_counter()
-                lease = rt.store.claim_next(owner, 300)
+                lease = rt.store.claim_next(owner, 300, accept=accept)
                 ms[key]["claim"].append((time.perf_counter() - t) * 1e3)
                 assert lease is not None and lease.run_id == rid, (key, lease, rid)
 
                 waiter = s["waiters"][rep]
                 t = time.perf_counter()
                 client.signal(waiter, "go", rep)
-                lease = rt.store.claim_next(owner, 300)
+                lease = rt.store.claim_next(owner, 300, accept=accept)
                 ms[key]["wake"].append((time.perf_counter() - t) * 1e3)
                 assert lease is not None and lease.run_id == waiter, (key, lease, waiter)
     finally:
