@@ -7,7 +7,8 @@ ratio big/empty (goal <= 1.5x):
 - ``ls``: the newest page (``Client.runs(limit=50)``, what ``torpor ls`` reads);
 - ``show``: the report of one finished run (``torpor.report.run.gather``, what ``torpor show``
   reads);
-- ``claim``: a ready run started through the API, then ``Store.claim_next`` takes it;
+- ``claim``: a ready run started through the API, then ``Store.claim_next`` takes it (with the
+  ``accept`` of the workflows registered, as a worker claims);
 - ``wake``: a signal sent to one waiting run (``Client.signal``), then ``claim_next`` takes it.
 
 How the big store is made: through the public API, one run of each kind is executed (a one-step
@@ -25,6 +26,7 @@ small store in the suite).
 
     uv run python bench/scale.py                     # 1,000,000 finished + 100,000 waiting
     uv run python bench/scale.py --finished 100000 --waiting 10000 --reps 15  # a quick try
+    uv run python bench/scale.py --drain [--drain-runs 20000]  # PostgreSQL drain (bench/drain.py)
 
 Results: ``bench/results/scale.json`` and the table on stdout (and in ``python -m bench``'s
 report, section ``scale``).
@@ -212,8 +214,10 @@ def measure(stores: dict[str, dict[str, Any]], reps: int) -> dict[str, dict[str,
     """Milliseconds of each operation on each store, ``reps`` times, alternating stores."""
     import torpor
     from torpor.report.run import gather
+    from torpor.workflows import accepted_versions
 
     _workflows()
+    accept = accepted_versions()  # what a worker's claim passes
     ms: dict[str, dict[str, list[float]]] = {k: {op: [] for op in OPS} for k in stores}
     open_ = {k: torpor.Runtime(s["url"]) for k, s in stores.items()}
     try:
@@ -234,14 +238,14 @@ def measure(stores: dict[str, dict[str, Any]], reps: int) -> dict[str, dict[str,
 
                 rid = rt.start("bench.scale.done", rep)
                 t = time.perf_counter()
-                lease = rt.store.claim_next(owner, 300)
+                lease = rt.store.claim_next(owner, 300, accept=accept)
                 ms[key]["claim"].append((time.perf_counter() - t) * 1e3)
                 assert lease is not None and lease.run_id == rid, (key, lease, rid)
 
                 waiter = s["waiters"][rep]
                 t = time.perf_counter()
                 client.signal(waiter, "go", rep)
-                lease = rt.store.claim_next(owner, 300)
+                lease = rt.store.claim_next(owner, 300, accept=accept)
                 ms[key]["wake"].append((time.perf_counter() - t) * 1e3)
                 assert lease is not None and lease.run_id == waiter, (key, lease, waiter)
     finally:
@@ -331,7 +335,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--waiting", type=int, default=100_000)
     ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    ap.add_argument(
+        "--drain", action="store_true", help="PostgreSQL: 8 workers x 4 drain --drain-runs runs"
+    )
+    ap.add_argument(
+        "--drain-runs", type=int, default=2_000, help="default 2,000; the issue's size: 20000"
+    )
     args = ap.parse_args(argv)
+    if args.drain:
+        import drain
+
+        got = drain.drain(args.drain_runs)
+        print("\n".join(drain.lines(got)))
+        print(save("scale_drain", got))
+        return 0
     res = run(args.finished, args.waiting, args.reps, args.backend)
     print("\n".join(lines(res)))
     print(save("scale" if args.backend == "sqlite" else "scale_postgres", res))

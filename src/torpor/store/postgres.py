@@ -66,6 +66,18 @@ def _psycopg() -> Any:
     return psycopg
 
 
+def _configure(conn: Any) -> None:
+    """Session settings of every store connection (pooled or an appender), one round trip
+    when it opens: ``jit = off``. The store's statements are short index searches, but the
+    planner's cost of the claim (``claim_next`` with a worker's ``accept``) passes
+    ``jit_above_cost`` on a store of a million runs, and compiling it took 113-174 ms of a
+    0.1 ms execution (``EXPLAIN (ANALYZE)`` on the scale bench's store, ``bench/pg_plans.py``;
+    PostgreSQL's docs, "When to JIT?": JIT pays off for long-running CPU-bound queries)."""
+    conn.execute("SET jit = off")
+    if not conn.autocommit:
+        conn.commit()
+
+
 class _Appender:
     """A thread's own autocommit connection for one-statement transactions (see
     :meth:`PostgresDriver.execute_one`), with one cursor kept open. Closed — and its slot given
@@ -106,6 +118,7 @@ class PostgresDriver:
             max_size=max_size,
             open=True,
             kwargs={"autocommit": False},
+            configure=_configure,
             timeout=30,
         )
         self._lock = threading.Lock()
@@ -212,6 +225,7 @@ class PostgresDriver:
             return None
         try:
             conn = self._connect(self.url, autocommit=True, **self._connect_kw)
+            _configure(conn)
         except self._errors.OperationalError as exc:
             self._appender_slots.release()
             raise StoreError(f"postgres: {exc}".strip()) from exc

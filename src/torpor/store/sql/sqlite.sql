@@ -315,14 +315,24 @@ RETURNING 0, run_id, lease_epoch, lease_taken_from, 0, queue;
 SELECT :run_id;
 
 -- name: next_wake_at
--- The earliest timer of a waiting run, or delayed start of a pending one.
+-- The earliest timer of a waiting run, or delayed start of a pending one. The timers as a walk
+-- of runs_dispatch in deadline order that stops at the first one :accept takes (issue 48: not
+-- a min() over every waiting run on each idle worker's poll).
 -- (A hand-damaged value that is not a number is left to `ls` and `doctor` to name.)
-SELECT min(CASE WHEN status = 'pending' THEN not_before_ms ELSE wake_at_ms END) FROM runs
-WHERE ((status = 'waiting' AND typeof(wake_at_ms) = 'integer')
-       OR (status = 'pending' AND typeof(not_before_ms) = 'integer' AND not_before_ms > :now_ms))
-  AND (:accept IS NULL OR EXISTS (
-       SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
-       WHERE w.key = runs.workflow AND v.value = runs.version));
+SELECT min(t) FROM (
+    SELECT * FROM (
+        SELECT wake_at_ms AS t FROM runs
+        WHERE status = 'waiting' AND wake_at_ms IS NOT NULL AND typeof(wake_at_ms) = 'integer'
+          AND (:accept IS NULL OR EXISTS (
+               SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
+               WHERE w.key = runs.workflow AND v.value = runs.version))
+        ORDER BY wake_at_ms LIMIT 1)
+    UNION ALL
+    SELECT not_before_ms FROM runs
+    WHERE status = 'pending' AND typeof(not_before_ms) = 'integer' AND not_before_ms > :now_ms
+      AND (:accept IS NULL OR EXISTS (
+           SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
+           WHERE w.key = runs.workflow AND v.value = runs.version)));
 
 -- name: damaged_runs
 -- Run rows with a number column that holds something else (SQLite stores any value in any
