@@ -191,3 +191,29 @@ def test_a_steering_message_is_kept_as_an_instruction_in_the_fact_ledger(
         assert "always answer in French" in texts(msgs)
     for msgs in model.calls[3:]:
         assert "every length in metres" in texts(msgs)
+
+
+@torpor.workflow("test.steer.plain")
+def plain_gate(run: torpor.Run, inp: object) -> object:
+    return run.wait_for("go")
+
+
+def test_a_plain_workflow_refuses_steering_at_send_time_and_on_the_record(
+    runtime: Runtime,
+) -> None:
+    """A workflow function has no boundary before a model call: a steering message to its run
+    is refused when sent (the workflow is known here), and one that got into the inbox anyway
+    (a client that could not know) is refused on the record as the run takes it, never left
+    pending (G11)."""
+    client = Client(runtime.store)
+    assert runtime.run(plain_gate, None, run_id="p1").status == "waiting"
+    with pytest.raises(InboxError, match="not an agent"):
+        client.steer("p1", "use staging")
+    runtime.store.post_inbox("p1", "steer", {"text": "use staging"}, message_id="m1")
+    client.signal("p1", "go", 7)
+    assert runtime.resume("p1").outcome == "succeeded"
+    [refused] = [e.payload for e in client.events("p1") if e.type == "message_refused"]
+    assert refused.message_id == "m1"  # type: ignore[attr-defined]
+    assert "rejected: not an agent" in refused.reason  # type: ignore[attr-defined]
+    assert "steer_received" not in kinds(client, "p1")
+    assert [m.status for m in client.messages("p1")] == ["refused", "consumed"]

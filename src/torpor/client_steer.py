@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ArtifactNotFoundError, InboxError
+from .errors import ArtifactNotFoundError, InboxError, TorporError
 
 if TYPE_CHECKING:
     from .history import RunState
@@ -56,15 +56,17 @@ class ClientSteering:
         fact ledger until a later one supersedes it. ``interrupt``: a model reply in flight
         when it arrives is retracted (``reply_retracted``; its tokens still count) and the
         model is asked again with the message. A message no boundary took before the run
-        ended is refused on the record. InboxError for an empty or oversized text,
-        RunFinishedError for a finished run."""
+        ended is refused on the record. InboxError for an empty or oversized text, or for a
+        run of a plain workflow function (not an agent: it has no boundary that takes one) when
+        its workflow can be found here; otherwise such a run refuses the message on the record
+        when it arrives. RunFinishedError for a finished run."""
         if not text.strip():
             raise InboxError("a steering message needs its text")
         if len(text) > MAX_STEER_CHARS:
             raise InboxError(
                 f"the steering message has {len(text)} characters; at most {MAX_STEER_CHARS}"
             )
-        self._open(run_id)
+        refuse_unsteerable(self._open(run_id))
         mid = message_id or f"steer:{run_id}:{uuid.uuid4().hex[:16]}"
         body = {"text": text, "by": by, "interrupt": bool(interrupt)}
         self.store.post_inbox(run_id, "steer", body, message_id=mid)
@@ -109,6 +111,24 @@ class ClientSteering:
             return json.dumps(json.loads(raw), indent=2, sort_keys=True) + "\n"
         except ValueError:
             return raw
+
+
+def refuse_unsteerable(st: RunState) -> None:
+    """InboxError when run ``st`` runs a workflow registered (or importable from the module
+    recorded with the run) that takes no steering message: a plain workflow function, not an
+    agent. A workflow unknown here is let through: the run refuses the message on the record
+    when it arrives (:func:`torpor.engine.inbox.not_steerable`)."""
+    from .workflows import get_workflow
+
+    try:
+        wf = get_workflow(st.workflow, st.module)
+    except TorporError:
+        return
+    if not wf.steerable:
+        raise InboxError(
+            f"run {st.run_id!r} runs workflow {wf.name!r}, not an agent: a workflow function "
+            f"takes no steering message (send it a signal: torpor signal {st.run_id} NAME)"
+        )
 
 
 def edit_diff(proposed: str, edited: str, name: str = "arguments") -> str:

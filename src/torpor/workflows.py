@@ -66,6 +66,10 @@ class WorkflowDef:
     #: The task type its runs' episodes are filed under (:mod:`torpor.episodes`); None: its
     #: runs get no episodes. Agents declare one (their name by default).
     task_type: str | None = None
+    #: Whether its runs take an operator's steering messages (``torpor steer``): an agent's
+    #: loop does, before each model call; a plain workflow function has no such boundary, so
+    #: a steering message to its run is refused on the record when it arrives (G11).
+    steerable: bool = False
 
     def accepts(self, recorded_version: str) -> bool:
         return recorded_version == self.version or recorded_version in self.compatible
@@ -96,6 +100,7 @@ def workflow(
     reconcilers: Mapping[str, Callable[[Any], Any]] | None = None,
     crash_limit: int = 5,
     task_type: str | None = None,
+    steerable: bool = False,
 ) -> Callable[[F], F]:
     """Register ``fn(run, input)`` (sync or async) as a workflow.
 
@@ -117,6 +122,7 @@ def workflow(
             reconcilers=dict(reconcilers or {}),
             crash_limit=crash_limit,
             task_type=task_type,
+            steerable=steerable,
         )
         fn.__torpor_workflow__ = wname  # type: ignore[attr-defined]
         return fn

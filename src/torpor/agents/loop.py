@@ -172,6 +172,7 @@ class Agent:
             goal=goal,
             reconcilers=reconcilers,
             task_type=self.task_type,
+            steerable=True,  # its loop takes steering messages before each model call
         )(agent_workflow)
         self.__torpor_workflow__ = name
 

@@ -122,6 +122,7 @@ class Execution:
         self.journal = Journal(host, lease, state, replay)
         self.journal.sync_inbox = inbox.sync
         self.journal.crash_limit = wf.crash_limit
+        self.journal.steerable = wf.steerable
 
     @property
     def state(self) -> RunState:

@@ -16,7 +16,8 @@ validated by the fold like any other. Every message gets a recorded disposition 
 - a message that reached a run after its outcome (a reopening that does not apply, a message
   posted before the store refused them) is refused with the outcome;
 - an operator's steering message (``steer``) is recorded (``steer_received``) and taken by the
-  agent's next boundary (``steer_taken``), or refused when the run ends first;
+  agent's next boundary (``steer_taken``), or refused when the run ends first; a run of a
+  plain workflow function (not ``steerable``) refuses it as it arrives (``not an agent``);
 - a child run's outcome (``child``, posted by the store with the child's ``run_finished``) is
   recorded as ``child_ended`` (:mod:`.children`);
 - a message the fold refuses, or whose body is malformed, becomes a warning naming it, so a bad
@@ -100,7 +101,10 @@ def sync(j: Journal) -> None:
 def _trial(j: Journal, trial: RunState, m: InboxMessage) -> list[Payload]:
     """``m``'s events, folded into ``trial`` (TransitionError when refused or malformed)."""
     try:
-        converted = convert(m, trial, lambda wid: j.store.step_completion(j.run_id, wid))
+        if m.kind == "steer" and not j.steerable:
+            converted: list[Payload] = [not_steerable(m, trial.workflow)]
+        else:
+            converted = convert(m, trial, lambda wid: j.store.step_completion(j.run_id, wid))
     except (InboxError, KeyError, TypeError, ValueError) as bad:
         # A malformed body (missing fields, unknown kind, wrong types) is refused like an
         # impossible transition: a warning, never an error that blocks the run for good.
@@ -115,6 +119,19 @@ def _trial(j: Journal, trial: RunState, m: InboxMessage) -> list[Payload]:
         except PayloadError as big:
             raise TransitionError(trial.run_id, ev.seq, ev.type, str(big)) from big
     return converted
+
+
+def not_steerable(m: InboxMessage, workflow: str) -> MessageRefused:
+    """The refusal of steering message ``m`` to a run of ``workflow``, a plain workflow
+    function: it has no boundary before a model call to take it (G11: refused as it arrives,
+    not left pending)."""
+    return MessageRefused(
+        message_id=m.message_id,
+        kind="steer",
+        reason=f"rejected: not an agent (workflow {workflow!r} takes no steering message; "
+        "signal it instead)",
+        arrived_at_ms=m.at_ms,
+    )
 
 
 def _apply(state: RunState, p: Payload, epoch: int) -> Event:

@@ -194,6 +194,9 @@ class Journal:
         #: Crashed attempts of one step after which the run is parked ``blocked`` (the
         #: workflow's ``crash_limit``; 0: no limit).
         self.crash_limit = DEFAULT_CRASH_LIMIT
+        #: Whether the workflow takes steering messages (its ``steerable``, set by the
+        #: execution): when not, the inbox refuses one on the record as it arrives.
+        self.steerable = True
         #: Told of every boundary and append (telemetry); None when nothing watches.
         self.observer: Observer | None = None
         #: Events folded into the state but not yet written (:meth:`defer`): an effect's plain
