@@ -82,7 +82,14 @@ def test_grandchild_blocked_by_the_roots_budget_then_reopened(store_url: str) ->
             app, ["--db", store_url, "budget", "tb1", "--steps", "20", "--as", "alice", "--json"]
         )
         assert out.exit_code == 0, out.output
-        assert json.loads(out.output)["reopened"] == [gc_rec.run_id]
+        raised = json.loads(out.output)
+        assert raised["reopened"] == [gc_rec.run_id]
+        # What the limits are checked against: the tree's total, and the run's own part.
+        assert (raised["tree"]["runs"], raised["tree"]["steps"], raised["usage"]["steps"]) == (
+            3,
+            5,
+            0,
+        )
         done = rt.resume("tb1")
         assert (done.status, done.outcome, done.result) == ("finished", "succeeded", "succeeded")
         assert sorted(RAN) == [0, 1, 2, 3, 4, 5, 6, 7]  # each call once, before and after the block
@@ -119,7 +126,12 @@ def test_a_slice_of_its_own_holds_the_child_and_is_not_raised_by_the_root(db_url
             st.outcome_reason
         )
         # Raising the root's budget leaves it blocked: its own limit holds it, not the root's.
-        assert client.reopen("tb2", "alice", steps=50)["reopened"] == []
+        out = CliRunner().invoke(app, ["--db", db_url, "budget", "tb2", "--steps", "50"])
+        assert "reopened below" not in out.output, out.output
+        # The limits are checked against the tree's total: shown with the run's own part.
+        assert "steps         used 2 by the 2 runs of its tree (this run 0)  limit 50" in (
+            out.output
+        ), out.output
         # Raising its own slice lets it go on — until the root's limit over the tree.
         client.reopen(kid.run_id, "alice", steps=50)
         rt.resume("tb2")

@@ -501,8 +501,10 @@ class Client(ClientSteering, ClientReads):
         where it stopped. Given limits replace the recorded ones (a running run takes them at
         its next boundary without reopening). A run's limits hold for its whole tree of runs
         (:mod:`torpor.engine.budgets`): raising them also reopens the runs below it that they
-        blocked. Returns the run's usage and limits as they will be (usage keys: tokens,
-        cost_usd, steps, wall_clock_s) and ``reopened``: the runs below reopened."""
+        blocked. Returns the run's own usage and its limits as they will be (usage keys:
+        tokens, cost_usd, steps, wall_clock_s), ``tree``: the usage its limits are checked
+        against, of the run and every run below it (keys: runs, tokens, cost_usd, steps), and
+        ``reopened``: the runs below reopened."""
         limits = {
             k: v
             for k, v in {
@@ -534,7 +536,10 @@ class Client(ClientSteering, ClientReads):
         below = budgets.reopen_blocked(self.store, run_id, by) if limits else []
         u = st.usage
         now = self.store.now_ms()
+        acc = budgets.account(self.store, run_id, now, st)
+        tree = {"runs": acc.runs, "tokens": acc.tokens, "steps": acc.steps}
         return {
+            "tree": {**tree, "cost_usd": round(acc.cost_usd, 6)},
             "usage": {
                 "tokens": u.tokens,
                 "cost_usd": round(u.cost_usd, 6),

@@ -428,12 +428,14 @@ def budget(
     if json_out:
         emit_json({"run_id": run_id, "by": by, **info})
         return
-    u, lim = info["usage"], info["limits"]
+    u, lim, tree = info["usage"], info["limits"], info["tree"]
     for k in ("tokens", "cost_usd", "steps", "wall_clock_s"):
         limit = lim.get(k)
-        console().print(
-            plain(f"{k:<13} used {u[k]}  limit {limit if limit is not None else 'none'}")
-        )
+        # The limits hold for the run's whole tree (issue 38): the tree's total, its own part.
+        used = f"used {u[k]}"
+        if tree["runs"] > 1 and k != "wall_clock_s":
+            used = f"used {tree[k]} by the {tree['runs']} runs of its tree (this run {u[k]})"
+        console().print(plain(f"{k:<13} {used}  limit {limit if limit is not None else 'none'}"))
     if info.get("reopened"):
         console().print(plain("reopened below it: " + ", ".join(info["reopened"])))
     console().print(plain(f"continue the run: {resume}", style="cyan"))
