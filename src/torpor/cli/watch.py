@@ -14,15 +14,18 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..errors import RunNotFoundError, StoreError, StoreMissingError
+from ..errors import BadInputError, RunNotFoundError, StoreError, StoreMissingError
 from ..streams import REPLY, StreamItem
 from .context import open_client
 from .render import console, plain
 from .root import JsonFlag, RunId
+
+if TYPE_CHECKING:
+    from ..client import Client
 
 #: The longest pause between two tries to reach the store again, seconds.
 MAX_PAUSE_S = 5.0
@@ -84,17 +87,20 @@ def watch(
     Example: torpor watch chat-7 --stream reply
     """
     printer = _Printer(json_out)
-    offset, pause = after, 0.2
+    offset, pause, checked = after, 0.2, False
     while True:
         try:
             with open_client(ctx, read_only=True, say_store=False) as client:
+                if not checked:
+                    _check_stream(client, run_id, stream, follow)
+                    checked = True
                 reader = client.stream(run_id, stream, after=offset, follow=follow)
                 for item in reader:
                     printer.item(item)
                     offset, pause = item.offset, 0.2
             printer._newline()
             return
-        except (RunNotFoundError, StoreMissingError):
+        except (RunNotFoundError, StoreMissingError, BadInputError):
             raise
         except StoreError as exc:
             console(stderr=True).print(
@@ -106,6 +112,25 @@ def watch(
             )
             time.sleep(pause)
             pause = min(MAX_PAUSE_S, pause * 2)
+
+
+def _check_stream(client: Client, run_id: str, stream: str, follow: bool) -> None:
+    """BadInputError when the run has no stream ``stream`` and will write none (it finished,
+    or ``--no-follow``), naming the streams it has; for a live run, the same said on stderr
+    (the stream may still come) before waiting for it."""
+    names = dict(client.store.stream_names(run_id))
+    if stream in names:
+        return
+    known = ", ".join(sorted(names)) or "none"
+    if not follow or client.store.get_run(run_id).status == "finished":
+        raise BadInputError(f"run {run_id!r} has no stream {stream!r} (its streams: {known})")
+    console(stderr=True).print(
+        plain(
+            f"run {run_id!r} has no stream {stream!r} yet (its streams: {known}); waiting for "
+            "it until the run finishes",
+            style="yellow",
+        )
+    )
 
 
 def register(app: typer.Typer) -> None:
