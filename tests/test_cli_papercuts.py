@@ -35,3 +35,18 @@ def test_watch_names_a_stream_the_run_does_not_have(
     one_line(err, "run 'w1' has no stream 'nosuch'", "its streams: progress")
     code, out, _ = cli(capsys, "--db", db_url, "watch", "w1", "--stream", "progress", "--json")
     assert code == 0 and out.count("\n") == 2  # the stream it has: both items
+
+
+@torpor.workflow("papercuts.gate")
+def gate(run: torpor.Run, inp: object) -> object:
+    return run.wait_for("go")
+
+
+def test_approve_with_no_approval_pending_says_what_the_run_is_doing(
+    runtime: torpor.Runtime, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert runtime.run(gate, None, run_id="a1").status == "waiting"
+    for extra in (["--edit", "-"], []):
+        code, out, err = cli(capsys, "--db", db_url, "approve", "a1", "--as", "alice", *extra)
+        assert (code, out) == (1, "")
+        one_line(err, "run 'a1' has no approval pending (it is waiting for signal 'go')")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from . import blobs, forks, serde
 from .client_reads import ClientReads
-from .client_steer import ClientSteering
+from .client_steer import ClientSteering, pending_approval
 from .config import Settings
 from .errors import (
     DecisionRefusedError,
@@ -234,12 +234,7 @@ class Client(ClientSteering, ClientReads):
         st = self._open(run_id)
         pending = st.open_approvals()
         if approval_id is None:
-            if len(pending) != 1:
-                raise InboxError(
-                    f"run {run_id!r} has {len(pending)} pending approvals "
-                    f"({', '.join(pending) or 'none'}); name one"
-                )
-            approval_id = next(iter(pending))
+            approval_id = pending_approval(st)
         info = st.approvals.get(approval_id)
         if info is None:
             raise InboxError(f"run {run_id!r} has no approval {approval_id!r}")

@@ -95,12 +95,9 @@ class ClientSteering:
         agent's tool call the JSON document ``{"tool": …, "args": …}`` it binds, pretty-printed.
         ArtifactNotFoundError when the approval binds no text document."""
         st = self.state(run_id)
-        pending = st.open_approvals()
-        aid = approval_id or (next(iter(pending)) if len(pending) == 1 else None)
-        if aid is None or aid not in st.approvals:
-            raise InboxError(
-                f"run {run_id!r}: name the approval ({', '.join(pending) or 'none pending'})"
-            )
+        aid = approval_id or pending_approval(st)
+        if aid not in st.approvals:
+            raise InboxError(f"run {run_id!r} has no approval {aid!r}")
         bound = set(st.approvals[aid].hashes)
         refs = [a for a in self.artifacts(run_id) if a.sha256 in bound]
         docs = [a for a in refs if a.media_type == "application/json"] or refs
@@ -111,6 +108,28 @@ class ClientSteering:
             return json.dumps(json.loads(raw), indent=2, sort_keys=True) + "\n"
         except ValueError:
             return raw
+
+
+def pending_approval(st: RunState) -> str:
+    """The id of the one approval run ``st`` has pending (what a decision without an
+    approval id is about); InboxError saying what the run is doing when none is pending, or
+    naming them when several are."""
+    pending = st.open_approvals()
+    if len(pending) == 1:
+        return next(iter(pending))
+    if pending:
+        raise InboxError(
+            f"run {st.run_id!r} has {len(pending)} approvals pending ({', '.join(pending)}); "
+            "name one"
+        )
+    w = st.wait
+    if st.outcome is not None:
+        doing = f"it finished {st.outcome.value}"
+    elif w is not None:
+        doing = f"it is waiting for {w.kind} {w.name!r}"
+    else:
+        doing = f"it is {st.status.value}"
+    raise InboxError(f"run {st.run_id!r} has no approval pending ({doing}): nothing to decide")
 
 
 def refuse_unsteerable(st: RunState) -> None:
