@@ -50,3 +50,18 @@ def test_approve_with_no_approval_pending_says_what_the_run_is_doing(
         code, out, err = cli(capsys, "--db", db_url, "approve", "a1", "--as", "alice", *extra)
         assert (code, out) == (1, "")
         one_line(err, "run 'a1' has no approval pending (it is waiting for signal 'go')")
+
+
+def test_fork_reports_a_seq_past_the_history_before_the_code_it_cannot_find(
+    runtime: torpor.Runtime, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from torpor.history import RunStarted
+
+    started = RunStarted(workflow="gone.flow", version="1", module="papercuts_no_such_module")
+    assert runtime.store.create_run("f1", started)
+    code, _, err = cli(capsys, "--db", db_url, "fork", "f1", "--at", "999")
+    assert code == 2
+    one_line(err, "run 'f1' has no event at seq 999: its history is seq 1..1")
+    code, _, err = cli(capsys, "--db", db_url, "fork", "f1", "--at", "1")  # a good point: then
+    one_line(err, "papercuts_no_such_module", "cannot be imported")  # the missing code
+    assert code == 1

@@ -86,6 +86,18 @@ def resolve_point(run_id: str, events: list[Event], at: int | str) -> int:
     return first - 1
 
 
+def check_point(store: Store, run_id: str, at: int | str) -> int:
+    """The seq a fork of run ``run_id`` at ``at`` would copy up to, checked as
+    :func:`fork_run` checks it (RunNotFoundError, BadInputError), without making the fork: a
+    bad point is reported before anything else is looked for (the code the fork runs on)."""
+    rec = store.get_run(run_id)
+    events = store.read_events(run_id, 0, rec.last_seq)
+    seq = resolve_point(run_id, events, at)
+    prefix_state, _, rest = _fold_points(events, seq)
+    _check_point(run_id, events, seq, prefix_state, rest)
+    return seq
+
+
 def _fold_points(events: list[Event], seq: int) -> tuple[RunState, RunState, set[int]]:
     """One fold of the whole history: the state at ``seq`` (a copy), the state at the end,
     and the seqs a fork may copy up to."""

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from ..client import Client
-from ..forks import KEEP
+from ..forks import KEEP, check_point
 from ..runtime import RunResult
 from .context import open_runtime, parse_json
 from .exits import EXIT_OUTCOME
@@ -84,7 +84,10 @@ def fork(
     data = KEEP if input_json is None else parse_json("--input", input_json)
     with open_runtime(ctx, imports) as rt:
         client = Client(rt.store, settings=rt.settings)
-        if not no_execute:  # the code it runs on is found before the fork is made
+        # The point is checked first (a seq past the history is the mistake to report),
+        # then the code it runs on is found, both before the fork is made.
+        check_point(rt.store, run_id, at)
+        if not no_execute:
             from ..workflows import get_workflow
 
             origin = client.state(run_id)
