@@ -13,8 +13,9 @@ same run left out (timestamps, Pydantic AI's per-execution ``run_id`` / ``conver
 a replay whose messages still differ raises NonDeterminismError (the code building the prompt
 changed), as torpor's own model calls do.
 
-Streaming (``request_stream``) is not recorded here: resumable streams are issue 40's
-(``torpor.streams``); this class refuses it with that reason rather than stream unrecorded.
+Streaming (``request_stream``) is not recorded here: torpor's resumable streams
+(``torpor.streams``) are not wired to it yet; this class refuses it with that reason
+rather than stream unrecorded.
 """
 
 from __future__ import annotations
@@ -103,8 +104,8 @@ class TorporModel(WrapperModel):
     @asynccontextmanager
     async def request_stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[StreamedResponse]:
         raise TorporError(
-            "a durable Pydantic AI agent does not stream yet: resumable streams are torpor's "
-            "streaming issue (40); call run() instead of run_stream()"
+            "a durable Pydantic AI agent does not stream yet: torpor's resumable streams "
+            "(torpor.streams) are not wired to it; call run() instead of run_stream()"
         )
         yield  # pragma: no cover (makes this an async generator)
 
