@@ -44,6 +44,8 @@ def test_doctor_says_what_the_host_lacks_one_fact_a_line(no_qemu: None) -> None:
     assert [line.split()[0] for line in lines] == ["qemu", "kvm", "accel", "image", "isolation"]
     assert lines[0].split()[1] == "no" and "qemu-system-x86_64 not on PATH" in lines[0]
     assert lines[3].split()[1] == "no" and "torpor sandbox build" in lines[3]
+    assert "not probed yet" not in lines[2]  # decided (KVM unusable) or how to probe it
+    assert "decided without a boot" in lines[2] or "boots a stock kernel" in lines[2]
     assert (
         "torpor refuses" in lines[4] and "isolation='process' is for development only" in lines[4]
     )

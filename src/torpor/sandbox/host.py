@@ -112,10 +112,19 @@ def facts() -> list[Fact]:
     kvm = kvm_unusable_reason()
     out.append(Fact("kvm", kvm is None, kvm or "/dev/kvm usable (a boot probe decides)"))
     accel = recorded_accel()
-    if accel is None:
-        guess = "tcg" if kvm else "kvm (unprobed)"
+    if accel is None and kvm:
+        # Known without booting anything: KVM cannot boot a stock kernel here, so TCG.
+        out.append(Fact("accel", qemu is not None, f"tcg: {kvm} (decided without a boot)"))
+    elif accel is None:
         out.append(
-            Fact("accel", qemu is not None, f"{guess}: not probed yet (the first sandbox probes)")
+            Fact(
+                "accel",
+                qemu is not None,
+                "kvm or tcg: /dev/kvm is usable, so the first sandbox that starts boots a stock "
+                "kernel under KVM to decide (at most a few seconds, recorded for this host); "
+                "start one to probe now: python -c 'from torpor.sandbox import Sandbox; "
+                "Sandbox().start().close()'",
+            )
         )
     else:
         again = f"(recorded in {_record_path()}; delete it to probe again)"
