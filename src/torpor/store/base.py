@@ -49,12 +49,18 @@ _INCLUDE_RE = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 def load_queries(dialect: str, folder: Path | None = None) -> dict[str, str]:
     """Parse ``<folder>/<dialect>.sql`` (by default ``sql/`` beside this module) into
     ``{name: sql}``. A block may name a fragment that others include as ``{{ name }}`` (an
-    expression several queries share, written once)."""
+    expression several queries share, written once); a fragment may include another."""
     folder = folder or Path(__file__).parent / "sql"
     text = (folder / f"{dialect}.sql").read_text()
     parts = _NAME_RE.split(text)
     blocks = {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
-    return {n: _INCLUDE_RE.sub(lambda m: blocks[m.group(1)], sql) for n, sql in blocks.items()}
+
+    def expand(sql: str, depth: int = 0) -> str:
+        if depth > 4:
+            raise StoreError(f"{dialect}.sql: fragments included more than 4 deep: {sql[:60]!r}")
+        return _INCLUDE_RE.sub(lambda m: expand(blocks[m.group(1)], depth + 1), sql)
+
+    return {n: expand(sql) for n, sql in blocks.items()}
 
 
 def check_schema(found: int | None, known: int, url: str) -> None:

@@ -78,6 +78,20 @@ def _configure(conn: Any) -> None:
         conn.commit()
 
 
+def _configure_appender(conn: Any) -> None:
+    """:func:`_configure`, and ``plan_cache_mode = force_generic_plan``: an appender runs only
+    the one-statement writes and the claim (:meth:`PostgresDriver.write_one`,
+    :meth:`PostgresDriver.fetch_one`), each a search by key or of short index walks whose plan
+    has the same shape whatever the arguments, and psycopg prepares each after its first uses.
+    Under the default (``auto``) PostgreSQL keeps a generic plan only while its estimated cost
+    is not above the custom plans': on a store of a million runs the claim's generic estimate
+    came out above them (an ``accept`` unknown to it, on the ~34,000 waiting runs it guesses
+    due), so every claim was planned again, ~1.5 ms of a 0.2 ms execution (issue 48,
+    ``bench/scale.py --backend postgres``). The generic plan is planned once per connection."""
+    conn.execute("SET jit = off")
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+
+
 class _Appender:
     """A thread's own autocommit connection for one-statement transactions (see
     :meth:`PostgresDriver.execute_one`), with one cursor kept open. Closed — and its slot given
@@ -225,7 +239,7 @@ class PostgresDriver:
             return None
         try:
             conn = self._connect(self.url, autocommit=True, **self._connect_kw)
-            _configure(conn)
+            _configure_appender(conn)
         except self._errors.OperationalError as exc:
             self._appender_slots.release()
             raise StoreError(f"postgres: {exc}".strip()) from exc

@@ -260,8 +260,10 @@ class SQLStore(
             "attention": attention,
             "limit": limit,
         }
+        # the runs needing attention are few: a walk of their partial index (migration 0022)
+        query = "list_runs_attention" if attention is True else "list_runs"
         with self.driver.read() as cur:
-            rows = self.driver.fetchall(cur, self.q["list_runs"], params)
+            rows = self.driver.fetchall(cur, self.q[query], params)
         return [run_record(r) for r in rows]
 
     def damaged_runs(self, *, limit: int = 100) -> list[tuple[str, str]]:

@@ -312,14 +312,29 @@ ORDER BY seq DESC LIMIT 1;
 SELECT seq, type, epoch, at_ms, v, payload FROM events
 WHERE run_id = :run_id AND step_id = :step_id ORDER BY seq;
 
--- name: list_runs
-SELECT run_id, workflow, version, status, outcome, created_at_ms,
+-- name: listed_run
+-- A fragment: the columns of a listed run (list_runs, list_runs_attention).
+run_id, workflow, version, status, outcome, created_at_ms,
        GREATEST(updated_at_ms, (SELECT at_ms FROM events e WHERE e.run_id = runs.run_id
                                 ORDER BY seq DESC LIMIT 1)),
        wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
        (SELECT seq FROM events e WHERE e.run_id = runs.run_id ORDER BY seq DESC LIMIT 1),
        checkpoint_seq, attention, infra_retries,
        NULL  -- damage: PostgreSQL's typed columns hold numbers only (SQLite's can be damaged)
+
+-- name: list_runs_attention
+-- `ls --attention`: the newest runs that need attention, a walk of runs_attention (migration
+-- 0022, a partial index of those runs alone) that stops at the page.
+SELECT {{ listed_run }}
+FROM runs
+WHERE attention IS NOT NULL
+  AND (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))
+  AND (CAST(:outcome AS text) IS NULL OR outcome = CAST(:outcome AS text))
+  AND (CAST(:workflow AS text) IS NULL OR workflow = CAST(:workflow AS text))
+ORDER BY created_at_ms DESC, run_id LIMIT :limit;
+
+-- name: list_runs
+SELECT {{ listed_run }}
 FROM runs
 WHERE (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))
   AND (CAST(:outcome AS text) IS NULL OR outcome = CAST(:outcome AS text))
@@ -398,7 +413,8 @@ SELECT pg_notify('torpor_wake', :run_id);
 -- name: next_wake_at
 -- The earliest timer of a waiting run, or delayed start of a pending one. The timers as a walk
 -- of runs_dispatch in deadline order that stops at the first one :accept takes (issue 48: a
--- min() over every waiting run read 100,000 of them, 130-170 ms, on each idle worker's poll).
+-- min() over every waiting run read 100,000 of them, 130-170 ms, on each idle worker's poll);
+-- the delayed starts likewise, a walk of runs_delayed (migration 0023), not every pending run.
 SELECT min(t) FROM (
     (SELECT wake_at_ms AS t FROM runs
      WHERE status = 'waiting' AND wake_at_ms IS NOT NULL
@@ -408,12 +424,13 @@ SELECT min(t) FROM (
             WHERE w.name = runs.workflow AND v.version = runs.version))
      ORDER BY wake_at_ms LIMIT 1)
     UNION ALL
-    SELECT not_before_ms FROM runs
-    WHERE status = 'pending' AND not_before_ms > torpor_now_ms()
-      AND (CAST(:accept AS jsonb) IS NULL OR EXISTS (
-           SELECT 1 FROM jsonb_each(CAST(:accept AS jsonb)) AS w(name, versions),
-                         jsonb_array_elements_text(w.versions) AS v(version)
-           WHERE w.name = runs.workflow AND v.version = runs.version))
+    (SELECT not_before_ms FROM runs
+     WHERE status = 'pending' AND not_before_ms > torpor_now_ms()
+       AND (CAST(:accept AS jsonb) IS NULL OR EXISTS (
+            SELECT 1 FROM jsonb_each(CAST(:accept AS jsonb)) AS w(name, versions),
+                          jsonb_array_elements_text(w.versions) AS v(version)
+            WHERE w.name = runs.workflow AND v.version = runs.version))
+     ORDER BY not_before_ms LIMIT 1)
 ) AS due;
 
 -- name: damaged_runs

@@ -150,18 +150,32 @@ ORDER BY seq DESC LIMIT 1;
 SELECT seq, type, epoch, at_ms, v, payload FROM events INDEXED BY events_step
 WHERE run_id = :run_id AND step_id = :step_id ORDER BY seq;
 
--- name: list_runs
-SELECT run_id, workflow, version, status, outcome, created_at_ms,
+-- name: listed_run
+-- A fragment: the columns of a listed run (list_runs, list_runs_attention).
+run_id, workflow, version, status, outcome, created_at_ms,
        max(updated_at_ms, (SELECT at_ms FROM events e WHERE e.run_id = runs.run_id
                            ORDER BY seq DESC LIMIT 1)),
        wake_at_ms, lease_owner, lease_epoch, lease_expires_at_ms,
        (SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id),
        checkpoint_seq, attention, infra_retries,
        {{ run_damage }}
+
+-- name: list_runs
+SELECT {{ listed_run }}
 FROM runs
 WHERE (:status IS NULL OR status = :status) AND (:outcome IS NULL OR outcome = :outcome)
   AND (:workflow IS NULL OR workflow = :workflow)
   AND (:attention IS NULL OR (attention IS NOT NULL) = :attention)
+ORDER BY created_at_ms DESC, run_id LIMIT :limit;
+
+-- name: list_runs_attention
+-- `ls --attention`: the newest runs that need attention, a walk of runs_attention (migration
+-- 0022, a partial index of those runs alone) that stops at the page.
+SELECT {{ listed_run }}
+FROM runs
+WHERE attention IS NOT NULL
+  AND (:status IS NULL OR status = :status) AND (:outcome IS NULL OR outcome = :outcome)
+  AND (:workflow IS NULL OR workflow = :workflow)
 ORDER BY created_at_ms DESC, run_id LIMIT :limit;
 
 -- name: count_runs
@@ -317,7 +331,8 @@ SELECT :run_id;
 -- name: next_wake_at
 -- The earliest timer of a waiting run, or delayed start of a pending one. The timers as a walk
 -- of runs_dispatch in deadline order that stops at the first one :accept takes (issue 48: not
--- a min() over every waiting run on each idle worker's poll).
+-- a min() over every waiting run on each idle worker's poll); the delayed starts likewise, a
+-- walk of runs_delayed (migration 0023), not every pending run.
 -- (A hand-damaged value that is not a number is left to `ls` and `doctor` to name.)
 SELECT min(t) FROM (
     SELECT * FROM (
@@ -328,11 +343,14 @@ SELECT min(t) FROM (
                WHERE w.key = runs.workflow AND v.value = runs.version))
         ORDER BY wake_at_ms LIMIT 1)
     UNION ALL
-    SELECT not_before_ms FROM runs
-    WHERE status = 'pending' AND typeof(not_before_ms) = 'integer' AND not_before_ms > :now_ms
-      AND (:accept IS NULL OR EXISTS (
-           SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
-           WHERE w.key = runs.workflow AND v.value = runs.version)));
+    SELECT * FROM (
+        SELECT not_before_ms FROM runs
+        WHERE status = 'pending' AND not_before_ms > :now_ms
+          AND typeof(not_before_ms) = 'integer'
+          AND (:accept IS NULL OR EXISTS (
+               SELECT 1 FROM json_each(:accept) AS w, json_each(w.value) AS v
+               WHERE w.key = runs.workflow AND v.value = runs.version))
+        ORDER BY not_before_ms LIMIT 1));
 
 -- name: damaged_runs
 -- Run rows with a number column that holds something else (SQLite stores any value in any
