@@ -15,8 +15,9 @@ import pytest
 
 import torpor
 
-#: The tiers (fast / default / slow) and the check that a fast-tier test starts no process.
-pytest_plugins = ("tiers",)
+#: The tiers (fast / default / slow) and the check that a fast-tier test starts no process; the
+#: console fixtures (``console_env``, ``console``) of the console's test files.
+pytest_plugins = ("tiers", "console_kit")
 
 ROOT = Path(__file__).resolve().parents[1]
 # Tables printed by CLI subprocesses are read by the tests: one width everywhere (pytest-xdist

@@ -4,6 +4,10 @@ own store, users file, delegate key and keyring; and a small HTTP client with co
 One console serves a whole test module (starting one costs about a second); each test makes
 runs with ids of its own. Tests point their own process at the console's store and keyring with
 :meth:`ConsoleEnv.use` (after the autouse ``torpor_home`` fixture isolated them).
+
+Also a pytest plugin (``pytest_plugins`` in ``conftest.py``): the fixtures ``console_env`` (the
+module's console) and ``console`` (that console, with this test process pointed at it), so test
+files ask for them instead of defining them (importing fixtures trips ruff F811).
 """
 
 from __future__ import annotations
@@ -194,3 +198,22 @@ def csrf_of(page: str) -> str:
 
 def path_of(run_id: str) -> str:
     return "/runs/" + urllib.parse.quote(run_id, safe="")
+
+
+@pytest.fixture(scope="module")
+def console_env(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ConsoleEnv]:
+    """One console for the whole test module (its folder named after the module)."""
+    name = request.module.__name__.rpartition(".")[2].removeprefix("test_")
+    with running_console(tmp_path_factory.mktemp(name.replace("_", "-"))) as env:
+        yield env
+
+
+@pytest.fixture
+def console(
+    console_env: ConsoleEnv, torpor_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> ConsoleEnv:
+    """The module's console, with this test process pointed at its store, keys and keyring."""
+    console_env.use(monkeypatch)
+    return console_env

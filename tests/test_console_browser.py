@@ -30,7 +30,6 @@ from console_kit import (
     SCREENSHOTS,
     ConsoleEnv,
     path_of,
-    running_console,
 )
 
 if str(ROOT) not in sys.path:  # the examples package lives at the repository root
@@ -43,20 +42,6 @@ pytestmark = pytest.mark.slow
 #: Generous: the suite runs on two busy cores.
 WAIT_MS = 60_000
 DIFF = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old\n+new\n"
-
-
-@pytest.fixture(scope="module")
-def console_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleEnv]:
-    with running_console(tmp_path_factory.mktemp("console")) as env:
-        yield env
-
-
-@pytest.fixture
-def console(
-    console_env: ConsoleEnv, torpor_home: Path, monkeypatch: pytest.MonkeyPatch
-) -> ConsoleEnv:
-    console_env.use(monkeypatch)
-    return console_env
 
 
 @pytest.fixture(scope="module")

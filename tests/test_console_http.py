@@ -11,14 +11,13 @@ import io
 import json
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import console_flows  # noqa: F401  (registers the workflows)
 import torpor
-from console_kit import PASSWORD, ConsoleEnv, Http, csrf_of, path_of, running_console
+from console_kit import PASSWORD, ConsoleEnv, Http, csrf_of, path_of
 from torpor.cli import main
 from torpor.config import Settings
 from torpor.console import routes
@@ -27,20 +26,6 @@ from torpor.console.views import looks_like_diff, parse_diff
 from torpor.errors import InboxError, KeyringError, UsersFileError
 
 DIFF = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old\n+new\n"
-
-
-@pytest.fixture(scope="module")
-def console_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleEnv]:
-    with running_console(tmp_path_factory.mktemp("console")) as env:
-        yield env
-
-
-@pytest.fixture
-def console(
-    console_env: ConsoleEnv, torpor_home: Path, monkeypatch: pytest.MonkeyPatch
-) -> ConsoleEnv:
-    console_env.use(monkeypatch)
-    return console_env
 
 
 def _ship(env: ConsoleEnv, run_id: str, **inp: str) -> None:

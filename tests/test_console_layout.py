@@ -18,7 +18,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 import console_flows  # noqa: F401  (registers the workflows)
 import torpor
-from console_kit import CHROMIUM, PASSWORD, ConsoleEnv, path_of, running_console
+from console_kit import CHROMIUM, PASSWORD, ConsoleEnv, path_of
 
 pytestmark = pytest.mark.slow  # a real browser and a console process
 
@@ -36,20 +36,6 @@ def long_run(run: torpor.Run, n: int) -> Any:
     for i in range(12):
         run.artifact(f"patch/{LONG}{i}.py", f"patch {i}\n", media_type="text/x-diff")
     return run.wait_for(f"go_{LONG}")
-
-
-@pytest.fixture(scope="module")
-def console_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleEnv]:
-    with running_console(tmp_path_factory.mktemp("console-layout")) as env:
-        yield env
-
-
-@pytest.fixture
-def console(
-    console_env: ConsoleEnv, torpor_home: Path, monkeypatch: pytest.MonkeyPatch
-) -> ConsoleEnv:
-    console_env.use(monkeypatch)
-    return console_env
 
 
 @pytest.fixture(scope="module")

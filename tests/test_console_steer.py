@@ -8,14 +8,12 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import torpor
-from console_kit import ConsoleEnv, Http, csrf_of, path_of, running_console
+from console_kit import ConsoleEnv, Http, csrf_of, path_of
 from torpor import Agent, CodePlanner, PlanView, Tools
 
 pytestmark = pytest.mark.proc  # the console fixture is a server process
@@ -39,20 +37,6 @@ def _plan(view: PlanView) -> Any:
 
 
 agent = Agent("test.console.steer", goal="ship", tools=tools, planner=CodePlanner(_plan))
-
-
-@pytest.fixture(scope="module")
-def console_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleEnv]:
-    with running_console(tmp_path_factory.mktemp("console")) as env:
-        yield env
-
-
-@pytest.fixture
-def console(
-    console_env: ConsoleEnv, torpor_home: Path, monkeypatch: pytest.MonkeyPatch
-) -> ConsoleEnv:
-    console_env.use(monkeypatch)
-    return console_env
 
 
 def _flash(http: Http, run_id: str) -> str:

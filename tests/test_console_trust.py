@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 import console_flows  # noqa: F401  (registers the workflows)
-from console_kit import ConsoleEnv, Http, csrf_of, path_of, running_console
+from console_kit import ConsoleEnv, Http, csrf_of, path_of
 
 pytestmark = pytest.mark.proc  # a console server process
 
@@ -27,20 +25,6 @@ TRICK = (
     "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-ok = True\n"
     "+ok = False \u202e# admin only\u2066 x\u200b\n"
 )
-
-
-@pytest.fixture(scope="module")
-def console_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleEnv]:
-    with running_console(tmp_path_factory.mktemp("console-trust")) as env:
-        yield env
-
-
-@pytest.fixture
-def console(
-    console_env: ConsoleEnv, torpor_home: Path, monkeypatch: pytest.MonkeyPatch
-) -> ConsoleEnv:
-    console_env.use(monkeypatch)
-    return console_env
 
 
 def _ship(env: ConsoleEnv, run_id: str, diff: str) -> tuple[str, list[str]]:

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import pytest
 import streams_kit  # noqa: F401  (registers the workflows)
 from agent_kit import loopback, openai_reply, pieces
 from conftest import HANG_S
-from console_kit import CHROMIUM, PASSWORD, ConsoleEnv, Http, path_of, running_console
+from console_kit import CHROMIUM, PASSWORD, ConsoleEnv, Http, path_of
 
 #: A real console process.
 pytestmark = pytest.mark.proc
@@ -40,20 +39,6 @@ def _until(cond: Any) -> None:
     while not cond():
         assert time.monotonic() < deadline, "a hang guard"
         time.sleep(0.02)
-
-
-@pytest.fixture(scope="module")
-def console_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleEnv]:
-    with running_console(tmp_path_factory.mktemp("console")) as env:
-        yield env
-
-
-@pytest.fixture
-def console(
-    console_env: ConsoleEnv, torpor_home: Path, monkeypatch: pytest.MonkeyPatch
-) -> ConsoleEnv:
-    console_env.use(monkeypatch)
-    return console_env
 
 
 def _events(body: str) -> list[dict[str, Any]]:
