@@ -23,9 +23,11 @@ the static model ranks by itself. Nothing here was tuned to this data.
 
 **Own labelled set** (``bench/episodes_labelled.py``): 30 decisions, failures and
 instructions an agent may record, each with a question asking for it in other words, mixed
-in one scope with 600 distractor episodes of the synthetic workload of
-``bench/episodes_workload.py``. Written by this bench's author, so it can be made to favour
-either ranking: no target; reported for what it shows about paraphrase.
+in one scope with 600 English distractor episodes, the answers written at seeded places among
+them (``episodes_labelled.labelled_episodes``; until issue 31 the distractors were the
+synthetic workload's pseudo-words, written after the answers). Written by this bench's
+author, so it can be made to favour either ranking: no target; reported for what it shows
+about paraphrase.
 
 **Write cost**: the LoCoMo turns written through the public call into two fresh stores of the
 same backend, one without an embedder and one with, each session to both in alternating
@@ -60,7 +62,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from common import percentile, pg_schema, save, table  # noqa: E402
-from episodes_labelled import LABELLED  # noqa: E402
+from episodes_labelled import LABELLED, labelled_episodes  # noqa: E402
 from episodes_workload import Workload  # noqa: E402
 
 from torpor.episodes import Episode, EpisodeStore  # noqa: E402
@@ -229,39 +231,23 @@ def locomo(backend: str, path: Path, emb: Embedder) -> dict[str, Any]:
 
 
 def labelled(backend: str, emb: Embedder, n_distractors: int = 600) -> dict[str, Any]:
-    wl = Workload()
-    eps = [
-        Episode(
-            episode_id=f"own:{i}",
-            run_id=f"own-{i}",
-            boundary="ended@1",
-            scope="own",
-            agent="agent",
-            task_type="ops",
-            kind="ended",
-            outcome="succeeded",
-            summary=text,
-            lesson="",
-            at_seq=1,
-            created_at_ms=1_000_000 + i * 1000,
-        )
-        for i, (text, _) in enumerate(LABELLED)
-    ]
-    for r in wl.episodes(0, n_distractors):
+    eps, of = [], {}
+    for n, (text, i) in enumerate(labelled_episodes(n_distractors)):  # (issue 31: English)
+        of[i] = f"own:{n}"
         eps.append(
             Episode(
-                episode_id=f"noise:{r.n}",
-                run_id=f"noise-{r.n}",
+                episode_id=f"own:{n}",
+                run_id=f"own-{n}",
                 boundary="ended@1",
                 scope="own",
                 agent="agent",
                 task_type="ops",
                 kind="ended",
-                outcome=r.outcome,
-                summary=r.summary,
-                lesson=r.lesson,
+                outcome="succeeded",
+                summary=text,
+                lesson="",
                 at_seq=1,
-                created_at_ms=2_000_000 + r.n * 1000,
+                created_at_ms=1_000_000 + n * 1000,
             )
         )
     out: dict[str, Any] = {"backend": backend, "pairs": len(LABELLED), "distractors": n_distractors}
@@ -272,7 +258,7 @@ def labelled(backend: str, emb: Embedder, n_distractors: int = 600) -> dict[str,
             ("hybrid", EpisodeStore(store, embedder=emb)),
         ):
             found = [
-                f"own:{i}" in [h.episode_id for h in es.search(q, scope="own", limit=10)]
+                of[i] in [h.episode_id for h in es.search(q, scope="own", limit=10)]
                 for i, (_, q) in enumerate(LABELLED)
             ]
             out[f"{name}_recall10"] = sum(found) / len(found)

@@ -147,7 +147,9 @@ def test_ls_export_import_and_the_scope_refusal(store_url: str, tmp_path: Path) 
         lines = [json.loads(x) for x in dump.read_text().splitlines()]
         assert [x["episode_id"] for x in lines] == [first.episode_id, second.episode_id]
         assert lines[0]["valid_until_ms"] == 1_000_002
-        assert es.forget("acme") == {"episodes": 2, "artifact_refs": 0, "episode_vectors": 0}
+        assert es.forget("acme") == {
+            "episodes": 2, "artifact_refs": 0, "episode_vectors": 0, "ledger_conflicts": 0
+        }  # fmt: skip
         assert "imported 2 new episode(s)" in _cli(store_url, "import", str(dump)).output
         assert "imported 0 new episode(s)" in _cli(store_url, "import", str(dump)).output
         back = list(es.iter_scope("acme", page=1))

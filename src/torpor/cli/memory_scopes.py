@@ -36,7 +36,8 @@ def ls(
     json_out: JsonFlag = False,
 ) -> None:
     """List the scopes holding episodes (with how many), or with --scope the scope's
-    episodes in the order written (superseded ones marked).
+    episodes in the order written (superseded ones marked), then the facts of its ledgers
+    that changed (the newer holds; `torpor memory conflicts` lists them all).
 
     Example: torpor memory ls --scope acme
     """
@@ -52,6 +53,7 @@ def ls(
                 eps.append(ep)
                 if len(eps) == limit:
                     break
+            changed = es.conflicts(scope, limit=limit)
     if scope is None:
         if json_out:
             emit_json([{"scope": s, "episodes": n} for s, n in scopes.items()])
@@ -71,6 +73,48 @@ def ls(
             table, e.episode_id, when(e.created_at_ms), e.task_type, e.outcome, until, e.summary
         )
     console().print(table if eps else f"no episodes in scope {scope!r}")
+    if changed:
+        console().print(_conflict_table(changed))
+
+
+def _conflict_table(changed: list[Any]) -> Any:
+    table = new_table(
+        "SUBJECT", "NOW", "STATED BY", "WHEN", "WAS", "STATED BY (SUPERSEDED)",
+        title="facts that changed (the newer holds)",
+    )  # fmt: skip
+    for c in changed:
+        add_row(
+            table,
+            c.subject,
+            c.new_value,
+            f"{c.newer.run_id}@{c.newer.seq}: {c.newer.text}",
+            when(c.newer.at_ms),
+            c.old_value,
+            f"{c.older.run_id}@{c.older.seq}: {c.older.text}",
+        )
+    return table
+
+
+def conflicts(
+    ctx: typer.Context,
+    scope: ScopeRequired,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=100_000)] = 50,
+    json_out: JsonFlag = False,
+) -> None:
+    """List the contradictions recorded among the fact-ledger records of a scope's runs, newest
+    first: two records giving one subject different values (a port, a version, a decision and
+    its reversal), the newer superseding the older.
+
+    Example: torpor memory conflicts --scope acme
+    """
+    from ..episodes import EpisodeStore
+
+    with open_client(ctx, read_only=True) as client:
+        changed = EpisodeStore(client.store).conflicts(scope, limit=limit)
+    if json_out:
+        emit_json([dataclasses.asdict(c) for c in changed])
+        return
+    console().print(_conflict_table(changed) if changed else f"no conflicts in scope {scope!r}")
 
 
 def _record(ep: Any) -> dict[str, Any]:
@@ -174,9 +218,10 @@ def forget(
 def add_commands(memory_app: typer.Typer) -> None:
     """Add ``ls``, ``export``, ``import`` and ``forget`` to the ``memory`` group."""
     memory_app.command("ls")(ls)
+    memory_app.command("conflicts")(conflicts)
     memory_app.command("export")(export)
     memory_app.command("import")(import_)
     memory_app.command("forget")(forget)
 
 
-__all__ = ["add_commands", "export", "forget", "import_", "ls"]
+__all__ = ["add_commands", "conflicts", "export", "forget", "import_", "ls"]

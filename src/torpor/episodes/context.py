@@ -9,11 +9,16 @@ from collections.abc import Callable
 
 from ..store.base import Store
 from ..tokens import estimate_text
+from .contradict import Conflict
 from .embed import Embedder
 from .model import Episode
 from .store import FROM_ENV, EpisodeStore
 
 SECTION_TITLE = "Episodes: what earlier runs of this task did, what failed and why"
+#: The heading of the changed facts in the section (:meth:`EpisodeStore.conflicts`).
+CHANGED_TITLE = "Facts that changed in this scope (the newer holds):"
+#: Most changed facts the section shows (the newest).
+CHANGED_LIMIT = 5
 
 
 def _when(ms: int) -> str:
@@ -25,6 +30,15 @@ def render_episode(ep: Episode) -> str:
     head = f"- run {ep.run_id}, {ep.kind} {ep.outcome}, {_when(ep.created_at_ms)}: {ep.summary}"
     lesson = "\n".join("  " + ln for ln in ep.lesson.splitlines())
     return head + ("\n" + lesson if lesson else "")
+
+
+def render_conflict(c: Conflict) -> str:
+    """One recorded contradiction as context text: the value in force, the one it replaced
+    and the runs that stated each."""
+    return (
+        f"- {c.subject}: {c.new_value} (run {c.newer.run_id}, {_when(c.newer.at_ms)}; "
+        f'was {c.old_value}, run {c.older.run_id}: "{c.older.text}")'
+    )
 
 
 def select_episodes(
@@ -76,18 +90,23 @@ def episodes_section(
     embedder: Embedder | None = FROM_ENV,
 ) -> str:
     """The episodes section text for a run of ``agent``/``task_type`` in ``scope`` pursuing
-    ``goal``, at most ``token_budget`` tokens (``count_tokens(text) -> int`` when given, else
-    :func:`torpor.tokens.estimate_text`, the estimate the rest of an agent's context is counted
-    with); ``""`` when there is nothing to say or no room. ``exclude_run``: the run the
-    context is for (its own episodes are not lessons of earlier runs); ``until_ms``: only
-    episodes created by then (epoch ms). ``embedder``: episodes are found by meaning too
-    (hybrid search, :mod:`.hybrid`); by default the one ``TORPOR_EMBEDDER`` names, None:
-    full-text search alone."""
+    ``goal`` — the chosen episodes, then the latest :data:`CHANGED_LIMIT` contradictions
+    recorded among the scope's ledger facts (:meth:`EpisodeStore.conflicts`: which value holds
+    now, which it replaced), those of ``until_ms`` too — at most ``token_budget`` tokens
+    (``count_tokens(text) -> int`` when given, else :func:`torpor.tokens.estimate_text`, the
+    estimate the rest of an agent's context is counted with); ``""`` when there is nothing to
+    say or no room. ``exclude_run``: the run the context is for (its own episodes are not
+    lessons of earlier runs); ``until_ms``: only episodes created (and conflicts recorded) by
+    then (epoch ms). ``embedder``: episodes are found by meaning too (hybrid search,
+    :mod:`.hybrid`); by default the one ``TORPOR_EMBEDDER`` names, None: full-text search
+    alone."""
     if token_budget <= 0:
         return ""
     count = count_tokens or estimate_text
+    es = EpisodeStore(store, embedder=embedder)
+    changed = es.conflicts(scope, until_ms=until_ms, limit=CHANGED_LIMIT)
     chosen = select_episodes(
-        EpisodeStore(store, embedder=embedder),
+        es,
         scope=scope,
         agent=agent,
         task_type=task_type,
@@ -96,7 +115,7 @@ def episodes_section(
         until_ms=until_ms,
         limit=limit,
     )
-    if not chosen:
+    if not chosen and not changed:
         return ""
     text = SECTION_TITLE + "\n"
     if count(text) > token_budget:
@@ -106,6 +125,13 @@ def episodes_section(
         if count(text + block) > token_budget:
             break
         text += block
+    if changed and count(text + CHANGED_TITLE + "\n") <= token_budget:
+        head = CHANGED_TITLE + "\n"
+        for c in changed:
+            line = render_conflict(c) + "\n"
+            if count(text + head + line) > token_budget:
+                break
+            text, head = text + head + line, ""
     return text.rstrip("\n") if text != SECTION_TITLE + "\n" else ""
 
 
@@ -144,8 +170,11 @@ def section_for_run(
 
 
 __all__ = [
+    "CHANGED_LIMIT",
+    "CHANGED_TITLE",
     "SECTION_TITLE",
     "episodes_section",
+    "render_conflict",
     "render_episode",
     "section_for_run",
     "select_episodes",

@@ -36,6 +36,7 @@ from ..history.events import SHA256_RE
 from ..store.base import Store
 from ..store.domain import EpisodeRecord
 from ..store.episodes import load_episode_queries
+from .contradict import Conflict, Stated, contradictions, involving
 from .derive import RunFiling, derive
 from .embed import Embedder, embedder_from_env
 from .hybrid import embed_episodes, hybrid_search
@@ -45,6 +46,10 @@ from .search import Filters, Searcher
 #: How many of the latest live episodes of a scope and task type a new one is checked
 #: against for contradiction.
 SUPERSEDE_WINDOW = 200
+
+#: How many of a scope's latest episodes name the runs whose ledgers a capture compares the
+#: run's own ledger records with (:mod:`.contradict`).
+CONFLICT_RUNS = 200
 
 #: Episodes as written (summary, lesson, conditions): no secret this process knows (G12).
 EPISODES = scrub.sink("episodes", "episode summaries, lessons and conditions as written")
@@ -142,17 +147,42 @@ class EpisodeStore:
         if not events or events[-1].seq <= after:
             return []
         drafts = derive(events, filing, after_seq=after)
+        conflicts = self._ledger_conflicts(filing.scope, run_id)
         faults.point("episodes.derived")
-        return self.write(drafts, captured=(run_id, events[-1].seq))
+        return self.write(drafts, captured=(run_id, events[-1].seq), conflicts=conflicts)
+
+    def _ledger_conflicts(self, scope: str, run_id: str) -> list[tuple[Any, ...]]:
+        """The ``ledger_conflicts`` rows a capture of ``run_id`` records: the contradictions
+        (:func:`.contradict.contradictions`) among the fact-ledger records of the run and of
+        the runs of the scope's latest :data:`CONFLICT_RUNS` episodes that involve one of the
+        run's own records."""
+        rows = self.store.scope_ledger_facts(scope, run_id, runs=CONFLICT_RUNS)
+        facts = [
+            Stated(str(r), int(q), int(i), int(at), str(k), str(t), str(key))
+            for r, q, i, at, k, t, key in rows
+        ]
+        out = []
+        for c in involving(contradictions(facts), run_id):
+            o, n = c.older, c.newer
+            old = (o.run_id, o.seq, o.idx, o.at_ms, o.text, c.old_value)
+            new = (n.run_id, n.seq, n.idx, n.text, c.new_value, n.at_ms)
+            out.append((scope, c.subject, *old, *new))
+        return out
 
     def write(
-        self, episodes: Sequence[Episode], *, captured: tuple[str, int] | None = None
+        self,
+        episodes: Sequence[Episode],
+        *,
+        captured: tuple[str, int] | None = None,
+        conflicts: Sequence[tuple[Any, ...]] = (),
     ) -> list[Episode]:
         """Write ``episodes`` in one transaction (each one once: an episode whose
         ``(run_id, boundary)`` exists is left as it is), superseding the live episodes of their
         scope and task type whose claims they contradict. ``captured``: ``(run_id, seq)`` to
-        record on the run row as captured. Returns the episodes newly written. ConfigError for
-        an episode whose ``refs["artifacts"]`` holds anything but sha256 hex digests."""
+        record on the run row as captured; ``conflicts``: ``ledger_conflicts`` rows to record
+        in the same transaction (what :meth:`capture` found). Returns the episodes newly
+        written. ConfigError for an episode whose ``refs["artifacts"]`` holds anything but
+        sha256 hex digests."""
         for ep in episodes:
             bad = [a for a in ep.refs.get("artifacts", []) if not SHA256_RE.fullmatch(str(a))]
             if bad:
@@ -163,7 +193,11 @@ class EpisodeStore:
         records = [_record(ep) for ep in episodes]
         of = {id(r): ep for r, ep in zip(records, episodes, strict=True)}  # (the same objects)
         written = self.store.write_episodes(
-            records, captured=captured, contradicts=contradicts, window=SUPERSEDE_WINDOW
+            records,
+            captured=captured,
+            contradicts=contradicts,
+            window=SUPERSEDE_WINDOW,
+            conflicts=conflicts,
         )
         embedder = self._embedder_or_none() if written else None
         if embedder is not None:
@@ -271,6 +305,27 @@ class EpisodeStore:
         hits = [_row((*r, score)) for r, score in found]
         return rerank(query, hits) if rerank is not None else hits
 
+    def conflicts(
+        self, scope: str, *, until_ms: int | None = None, limit: int = 50
+    ) -> list[Conflict]:
+        """The contradictions recorded among the fact-ledger records of ``scope``'s runs
+        (:mod:`.contradict`: two records giving one subject different values, the newer
+        superseding the older), newest first, at most ``limit``, those recorded by
+        ``until_ms`` (epoch ms) when given. Each is recorded by the capture of the run that
+        stated one of its records (:meth:`capture`); the records' ``kind`` and ``key`` are
+        not kept (``""``). ConfigError for ``limit`` < 1."""
+        if limit < 1:
+            raise ConfigError(f"conflict limit must be at least 1, not {limit}")
+        rows = self.store.scope_conflicts(
+            scope, until_ms=2**62 if until_ms is None else until_ms, limit=limit
+        )
+        out = []
+        for r in rows:
+            older = Stated(str(r[2]), int(r[3]), int(r[4]), int(r[5]), "", str(r[6]))
+            newer = Stated(str(r[8]), int(r[9]), int(r[10]), int(r[13]), "", str(r[11]))
+            out.append(Conflict(str(r[1]), older, newer, str(r[7]), str(r[12])))
+        return out
+
     def count(self) -> int:
         """How many episodes the store holds (all scopes)."""
         return self.store.count_episodes()
@@ -350,6 +405,7 @@ def _record(ep: Episode) -> EpisodeRecord:
 
 
 __all__ = [
+    "CONFLICT_RUNS",
     "FROM_ENV",
     "SUPERSEDE_WINDOW",
     "EpisodeStore",

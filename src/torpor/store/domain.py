@@ -336,12 +336,16 @@ class EpisodeRows(Protocol):
         captured: tuple[str, int] | None,
         contradicts: Callable[[dict[str, str], dict[str, str]], bool],
         window: int,
+        conflicts: Sequence[Row] = (),
     ) -> list[EpisodeRecord]:
         """Write ``records`` in one transaction (one whose ``(run_id, boundary)`` exists is
         left as it is), each new one superseding the live episodes of its scope and task type
         (the latest ``window``) whose claims it ``contradicts(new, old)``; the artifacts in
-        ``refs["artifacts"]`` recorded in ``blob_refs``. ``captured``: ``(run id, seq)`` to
-        record as captured. Returns the records newly written (the objects given, in order)."""
+        ``refs["artifacts"]`` recorded in ``blob_refs``; ``conflicts``: ``ledger_conflicts``
+        rows to record in the same transaction, each once
+        (:data:`torpor.store.episode_scopes.CONFLICT_COLUMNS`). ``captured``: ``(run id,
+        seq)`` to record as captured. Returns the records newly written (the objects given,
+        in order)."""
         ...
 
     def supersede_episode(self, old_id: str, new_id: str) -> bool:
@@ -387,6 +391,17 @@ class EpisodeRows(Protocol):
     def scope_episode_rows(self, scope: str, *, after: int, limit: int) -> list[Row]:
         """Up to ``limit`` rows of ``scope`` in the order written after position ``after``
         (an episode row, then its position)."""
+        ...
+
+    def scope_ledger_facts(self, scope: str, run_id: str, *, runs: int) -> list[Row]:
+        """``[(run_id, seq, idx, at_ms, kind, text, key)]``: the non-``unit`` ledger records
+        of run ``run_id`` and of the runs of the scope's latest ``runs`` episodes, in the
+        order stated; ``[]`` when ``run_id`` has none."""
+        ...
+
+    def scope_conflicts(self, scope: str, *, until_ms: int, limit: int) -> list[Row]:
+        """Up to ``limit`` ``ledger_conflicts`` rows of the scope recorded by ``until_ms``,
+        newest first."""
         ...
 
     def forget_scope(self, scope: str) -> dict[str, int]:

@@ -13,6 +13,7 @@ history and goes with the run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .base import Driver
@@ -45,6 +46,25 @@ def _exists(driver: Driver, cur: Any, table: str) -> bool:
     return driver.fetchone(cur, sql, {"t": table}) is not None
 
 
+#: Columns of a ``ledger_conflicts`` row (schema v27), in the order rows are given and read.
+CONFLICT_COLUMNS = (
+    "scope, subject, older_run, older_seq, older_idx, older_at_ms, older_text, old_value, "
+    "newer_run, newer_seq, newer_idx, newer_text, new_value, at_ms"
+)
+
+
+def insert_conflicts(driver: Driver, cur: Any, rows: Sequence[Row]) -> None:
+    """Inside a transaction: the ``ledger_conflicts`` rows (:data:`CONFLICT_COLUMNS`), each
+    once (``ON CONFLICT DO NOTHING`` on its primary key)."""
+    names = [c.strip() for c in CONFLICT_COLUMNS.split(",")]
+    sql = (
+        f"INSERT INTO ledger_conflicts ({CONFLICT_COLUMNS}) VALUES "
+        f"({', '.join(':' + n for n in names)}) ON CONFLICT DO NOTHING"
+    )
+    for r in rows:
+        driver.execute(cur, sql, dict(zip(names, r, strict=True)))
+
+
 class EpisodeScopeTables:
     """See :class:`~torpor.store.domain.EpisodeRows` for each method's rows."""
 
@@ -74,6 +94,35 @@ class EpisodeScopeTables:
         )
         with self.driver.read() as cur:
             params = {"scope": scope, "after": after, "limit": limit}
+            return self.driver.fetchall(cur, sql, params)
+
+    def scope_ledger_facts(self, scope: str, run_id: str, *, runs: int) -> list[Row]:
+        """``[(run_id, seq, idx, at_ms, kind, text, key)]``: the fact-ledger records (not the
+        ``unit`` ones) of run ``run_id`` and of the runs of ``scope``'s latest ``runs``
+        episodes, in the order stated (at most 5,000); ``[]`` when ``run_id`` has none."""
+        sql = (
+            "SELECT run_id, seq, idx, at_ms, kind, text, key FROM ledger WHERE kind <> 'unit' "
+            "AND run_id IN (SELECT CAST(:run_id AS text) UNION SELECT run_id FROM (SELECT "
+            "run_id FROM episodes WHERE scope = :scope ORDER BY created_at_ms DESC LIMIT :runs) e) "
+            "ORDER BY at_ms, run_id, seq, idx LIMIT 5000"
+        )
+        own = "SELECT 1 FROM ledger WHERE run_id = :run_id AND kind <> 'unit' LIMIT 1"
+        with self.driver.read() as cur:
+            if self.driver.fetchone(cur, own, {"run_id": run_id}) is None:
+                return []
+            params = {"scope": scope, "run_id": run_id, "runs": runs}
+            return self.driver.fetchall(cur, sql, params)
+
+    def scope_conflicts(self, scope: str, *, until_ms: int, limit: int) -> list[Row]:
+        """Up to ``limit`` ``ledger_conflicts`` rows of ``scope`` (:data:`CONFLICT_COLUMNS`)
+        recorded at or before ``until_ms``, newest first."""
+        sql = (
+            f"SELECT {CONFLICT_COLUMNS} FROM ledger_conflicts WHERE scope = :scope AND "
+            "at_ms <= :until ORDER BY at_ms DESC, newer_run, newer_seq DESC, newer_idx DESC "
+            "LIMIT :limit"
+        )
+        with self.driver.read() as cur:
+            params = {"scope": scope, "until": until_ms, "limit": limit}
             return self.driver.fetchall(cur, sql, params)
 
     def forget_scope(self, scope: str) -> dict[str, int]:
@@ -115,4 +164,12 @@ class EpisodeScopeTables:
         return {"episodes": out.pop("episodes"), **out}
 
 
-__all__ = ["SCOPED_TABLES", "EpisodeScopeTables", "register_scoped_table"]
+register_scoped_table("ledger_conflicts")
+
+__all__ = [
+    "CONFLICT_COLUMNS",
+    "SCOPED_TABLES",
+    "EpisodeScopeTables",
+    "insert_conflicts",
+    "register_scoped_table",
+]

@@ -30,6 +30,7 @@ from .. import faults
 from .base import Driver, load_queries
 from .domain import EPISODE_OWNER_PREFIX, EpisodeIndex, EpisodeRecord, Row
 from .episode_index import SQLEpisodeIndex
+from .episode_scopes import insert_conflicts
 
 #: ``json.dumps(x, sort_keys=True)``, without building an encoder per call.
 _dumps = json.JSONEncoder(sort_keys=True).encode
@@ -62,6 +63,7 @@ class EpisodeTables:
         captured: tuple[str, int] | None,
         contradicts: Callable[[dict[str, str], dict[str, str]], bool],
         window: int,
+        conflicts: Sequence[Row] = (),
     ) -> list[EpisodeRecord]:
         """Write ``records`` in one transaction; see :meth:`.EpisodeRows.write_episodes`. The
         rows go in one statement on PostgreSQL (``insert_episodes``), one prepared statement
@@ -73,6 +75,8 @@ class EpisodeTables:
             if records:
                 written = self._insert_batch(cur, records)
                 self._supersede_batch(cur, written, contradicts, window)
+            if conflicts:
+                insert_conflicts(self.driver, cur, conflicts)
             if captured is not None:
                 params = {"run_id": captured[0], "seq": captured[1]}
                 self.driver.execute(cur, self._eq["mark_captured"], params)
