@@ -107,7 +107,45 @@ def recall_section(
 ) -> ContextSection | None:
     """The ``recall`` section (priority :data:`~torpor.memory.context.PRIORITIES`
     ``["recall"]``) within ``tokens``: its best lines first (a cut keeps the best), or None
-    when nothing relevant was found. ``gone``: the keys the ledger's records supersede."""
+    when nothing relevant was found. ``gone``: the keys the ledger's records supersede.
+
+    The ledger as of compaction ``upto`` never changes, so the section is a function of these
+    arguments: the last one is kept and given again when asked with the same ones (an agent
+    builds its context more than once a turn)."""
+    last = units[-1] if units else None
+    key = (
+        id(store),
+        run_id,
+        upto,
+        tuple((u.turn, u.kind, u.text) for u in units),
+        tuple((c.tool, json.dumps(c.args, default=str)) for c in last.calls) if last else (),
+        step,
+        goal,
+        tuple(pinned),
+        len(gone),
+        tokens,
+    )
+    if _LAST and _LAST[0] == key:
+        return _LAST[1]
+    out = _recall_section(store, run_id, upto, units, step, goal, pinned, gone, tokens)
+    _LAST[:] = [key, out]
+    return out
+
+
+_LAST: list[Any] = []  # [key, section]: the last recall section built (see recall_section)
+
+
+def _recall_section(
+    store: LedgerRows,
+    run_id: str,
+    upto: int,
+    units: Sequence[Unit],
+    step: str,
+    goal: str,
+    pinned: Sequence[str],
+    gone: set[str],
+    tokens: int,
+) -> ContextSection | None:
     habits = [u.text for u in units[:-1] if u.kind in ("model", "plan")]
     terms = query_terms(focus_texts(units, step), common=_goal_words(goal), habits=habits)
     if not terms or tokens <= 0:

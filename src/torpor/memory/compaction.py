@@ -29,11 +29,11 @@ from ..errors import SummaryFailed, TorporError
 from ..messages import Message, Model, ModelResponse, ToolSpec
 from .buffer import Buffer, CallItem, Unit
 from .context import RankedLine
+from .decoding import decode_result
 from .facts import (
     Fact,
     candidates,
     content_words,
-    decode_result,
     identifiers,
     result_facts,
     shape,
@@ -41,6 +41,7 @@ from .facts import (
     text_segments,
     value_segments,
 )
+from .shares import fact_rank, positions
 from .tokens import estimate_text
 
 
@@ -114,9 +115,18 @@ class Summary(BaseModel):
     def ranked(self) -> tuple[RankedLine, ...]:
         """The lines with their rank for the context builder (a pinned line is never cut;
         plain lines rank below every fact)."""
+        pos = positions(self.lines)
         return tuple(
-            RankedLine(x.shown(), x.score + (100.0 if x.weight > 1 else 0.0), x.pinned)
-            for x in self.lines
+            RankedLine(
+                x.shown(),
+                x.score + 100.0
+                if x.pinned and x.weight > 1
+                else fact_rank(pos[i])
+                if x.weight > 1
+                else x.score,
+                x.pinned,
+            )
+            for i, x in enumerate(self.lines)
         )
 
     def folded(
@@ -155,7 +165,11 @@ class Summary(BaseModel):
                 stage, (True, True)
             )
             pick = [i for i, x in enumerate(lines) if (x.weight > 1) == fact and x.pinned == pinned]
-            pick.sort(key=lambda i: (lines[i].score, lines[i].turn, i))
+            if stage == "facts":  # by origin's share (:mod:`.shares`), then least salient
+                pos = positions(lines)
+                pick.sort(key=lambda i: (-pos[i], lines[i].score, lines[i].turn, i))
+            else:
+                pick.sort(key=lambda i: (lines[i].score, lines[i].turn, i))
             gone: set[int] = set()
             for i in pick:
                 if size <= max_tokens:
@@ -197,7 +211,9 @@ OPERATOR_CHARS = 600
 
 def _args_text(args: object) -> str:
     text = json.dumps(args, sort_keys=True, default=str, separators=(",", ":"))
-    return text if len(text) <= 120 else text[:117] + "..."
+    # Within 120 characters keeping the head and the tail (a command's last flags say what
+    # was tried as often as its first words say what ran).
+    return text if len(text) <= 120 else text[:72] + "..." + text[-45:]
 
 
 def call_label(tool: str, args: object, status: str, step: str | None) -> str:

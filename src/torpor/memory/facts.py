@@ -34,14 +34,23 @@ when the context has no room for all of them (:mod:`.context`): the least releva
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+
+from .decoding import leaves
+from .facts_output import (
+    is_underline,
+    named_value,
+    prose_key,
+    setext_heading,
+    skeleton,
+    table_rows,
+)
 
 FactKind = Literal[
     "instruction", "decision", "failure", "commitment", "question", "identifier", "finding"
@@ -131,7 +140,8 @@ _FAIL = re.compile(
 )
 _DECIDE = re.compile(
     r"\b(decid\w*|decision|chose|choose|chosen|choosing|pick(ed|ing)?|opt(ed|ing)? (for|to)|"
-    r"go(ing)? with|went with|settle[ds]? on|adopt\w*|prefer\w*|select\w*|switch(ed|ing)? to|"
+    r"go(ing)? with|went with|settle[ds]? on|adopt\w*|prefer\w*|selected|selecting|"
+    r"switch(ed|ing)? to|"
     r"mov(e|ed|ing) to|migrat\w* to|replac\w*|instead( of)?|rather than|in favou?r of|"
     r"rul(e|ed|ing) out|stick(ing)? with|stay(ing)? with|keep using|standardi[sz]\w* on|"
     r"agreed|approved|conclu\w*|verdict|accepted|resolution|trade-?offs?|alternative\w*|"
@@ -174,7 +184,10 @@ _QUIET_LEVELS = {"TRACE", "DEBUG", "INFO", "NOTICE"}
 _LOUD_LEVELS = {"WARN", "WARNING", "ERROR", "ERR", "FATAL", "CRITICAL", "SEVERE"}
 _EXC_LINE = re.compile(r"^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Failure|Fault)\b.*:")
 _HEADING = re.compile(r"^\s*(?:#{1,6}\s+(.+?)\s*#*\s*$|([A-Z][\w /-]{1,40}):\s*$)")
-_LABEL = re.compile(r"^\s*[-*]?\s*([A-Za-z][\w /-]{1,30}):\s+\S")
+_ASSIGN = re.compile(r"->|=>|\u2192|[:=]\s")
+_TABLE_LINE = re.compile(r"^\s*\|.*\|\s*$")
+#: Headings over a comparison (what a decision record's options sit under).
+_OPTIONS = re.compile(r"\b(options?|considered|choices?|comparison|candidates)\b", re.I)
 _SALIENT_KEYS = re.compile(
     r"^(error|errors|err|exception|stderr|reason|cause|message|msg|detail|details|decision|"
     r"decisions|outcome|status|warning|warnings|failure|failures|note|notes|summary|"
@@ -210,69 +223,6 @@ def shape(text: str) -> str:
     return re.sub(r"\d+", "0", masked).lower().strip()
 
 
-# ------------------------------------------------------------------ decoding
-
-
-def decode_result(text: str) -> Any:
-    """A buffered result's JSON text as its value; a clipped one (not valid JSON any more) as
-    its decoded string literals joined by line breaks (never the escaped text)."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        pass
-    out: list[str] = []
-    for m in re.finditer(r'"((?:[^"\\]|\\.)*)"', text):
-        try:
-            out.append(json.loads(f'"{m.group(1)}"'))
-        except ValueError:
-            out.append(m.group(1))
-    return "\n".join(out) if out else text
-
-
-def leaves(value: Any, key: str = "") -> Iterator[tuple[str, str]]:
-    """``(key, text)`` for every scalar of a JSON value (a string holding JSON is decoded and
-    walked in turn; a number or boolean becomes ``key: value``)."""
-    if isinstance(value, dict):
-        if 1 < len(value) <= 12 and all(_short(v) for v in value.values()):
-            # A record (an event, a row): one segment, so what it says stays together.
-            yield key, "; ".join(f"{k}: {_scalar(value[k])}" for k in value)
-            return
-        for k in value:
-            yield from leaves(value[k], str(k))
-    elif isinstance(value, list | tuple):
-        for x in value:
-            yield from leaves(x, key)
-    elif isinstance(value, str):
-        s = value.strip()
-        if len(s) > 1 and s[0] in "[{" and s[-1] in "]}":
-            try:
-                inner = json.loads(s)
-            except ValueError:
-                inner = None
-            if isinstance(inner, dict | list):
-                yield from leaves(inner, key)
-                return
-        # A short value says what it is by its key ("release: rel-…"); a long one is a text.
-        yield key, f"{key}: {value}" if key and len(value) < 80 and "\n" not in value else value
-    elif value is not None and not isinstance(value, bool):
-        if key:
-            yield key, f"{key}: {value}"
-    elif isinstance(value, bool) and key:
-        yield key, f"{key}: {str(value).lower()}"
-
-
-def _short(v: Any) -> bool:
-    return (
-        v is None
-        or isinstance(v, bool | int | float)
-        or (isinstance(v, str) and len(v) < 80 and "\n" not in v)
-    )
-
-
-def _scalar(v: Any) -> str:
-    return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
-
-
 # ------------------------------------------------------------------ segments and scores
 
 
@@ -289,6 +239,12 @@ class Segment:
     tail: bool = False
     logline: bool = False
     last_exc: bool = False
+    #: A markdown table row read as a record (:mod:`.facts_output`); ``emphasised``: a cell
+    #: of it was marked; ``authored``: a person's comment (a one-line prose value of a JSON
+    #: ``body``, ``comment``, ``text`` … key).
+    row: bool = False
+    emphasised: bool = False
+    authored: bool = False
 
 
 def _segments(text: str, source: FactSource, key: str = "") -> list[Segment]:
@@ -298,10 +254,21 @@ def _segments(text: str, source: FactSource, key: str = "") -> list[Segment]:
     out: list[Segment] = []
     heading = ""
     exc_idx = max((i for i, x in enumerate(lines) if _EXC_LINE.match(x)), default=-1)
+    rows = table_rows(lines)
+    authored = prose_key(key) and len(lines) == 1 and len(text.strip()) <= FACT_CHARS
     for i, line in enumerate(lines):
         h = _HEADING.match(line)
-        if h:
-            heading = (h.group(1) or h.group(2) or "").strip()
+        if h and h.group(1) and _ASSIGN.search(line) and STRONG_IDENTIFIER.search(line):
+            h = None  # a comment line of a script or a listing (``# latest x -> id``)
+        under = setext_heading(lines, i)
+        if h or under:
+            heading = under or (h.group(1) or h.group(2) or "").strip() if h else under
+            continue
+        if is_underline(line) or (_TABLE_LINE.match(line) and i not in rows):
+            continue  # a heading's underline, a table's header or separator
+        if i in rows:
+            r = rows[i]
+            out.append(Segment(r.text, source, key, heading, row=True, emphasised=r.emphasised))
             continue
         tail = len(lines) > 4 and i >= len(lines) - 3
         logline = bool(_LEVEL.search(line[:60]) or _TIMESTAMP.match(line.strip()))
@@ -313,7 +280,8 @@ def _segments(text: str, source: FactSource, key: str = "") -> list[Segment]:
         for p in parts:
             p = p.strip(" -*\t")
             if p:
-                out.append(Segment(p, source, key, heading, tail, logline, i == exc_idx))
+                seg = Segment(p, source, key, heading, tail, logline, i == exc_idx)
+                out.append(seg if not authored else replace(seg, authored=True))
     return out
 
 
@@ -350,6 +318,8 @@ def _score(
         for k, pat in structural:
             if pat.search(context):
                 cls[k] = max(cls[k], 1.2)
+        if seg.row and _OPTIONS.search(context):
+            cls["decision"] = max(cls["decision"], 1.2)
     if lvl in _LOUD_LEVELS or seg.last_exc:
         loud = 1.0 if lvl.startswith("WARN") else 1.5
         cls["failure"] = max(cls["failure"], loud)
@@ -368,7 +338,7 @@ def _score(
         if _EVENT.search(t):
             score += 0.5
         before = t[: t.find(ids[0])] if ids[0] in t else ""
-        if _NAMING.search(before[-40:]):
+        if _NAMING.search(before[-40:]) or named_value(t, ids):
             score += 0.9
         if not seg.logline:
             score += 0.4
@@ -384,10 +354,14 @@ def _score(
         score += 0.4
     if lvl in _QUIET_LEVELS and not strength:
         score -= 0.7 if unique else 1.5
-    if repeats >= 3 and strength < 1.2:
-        score -= 1.5 + 0.1 * min(repeats, 10)
+    if repeats >= 3 and strength < 1.5 and lvl not in _LOUD_LEVELS:
+        score -= 2.0 + 0.1 * min(repeats, 10)
     if len(words) < 3 and not ids:
         score -= 1.2
+    # Layout (:mod:`.facts_output`): a table row of a document, a person's comment.
+    laid_out = (seg.row and len(words) >= 3) or (seg.authored and _authored(t))
+    if laid_out:
+        score += 1.0 + (0.5 if seg.emphasised else 0.0)
     if not strength and not _specific(t):
         # Narration ("Reading the next module."): no identifier, number, name or cue says
         # anything a later turn could need (Edmundson 1969's proper nouns and numbers).
@@ -395,9 +369,20 @@ def _score(
     if not strength:
         kind = "identifier" if ids else "finding"
         if seg.source in ("result", "args"):
-            # Evidence in an output, saying nothing itself: ranked below what the agent said.
-            score = min(score, 1.4)
+            # Evidence in an output, saying nothing itself: ranked below the output's
+            # statements (its laid-out records and named values rank above its plain lines).
+            score = min(score, 2.4 if laid_out or named_value(t, ids) else 1.4)
     return round(score, 3), kind
+
+
+def _authored(text: str) -> bool:
+    """A comment that says something: three content words besides its identifiers' and the
+    key it sits under, and something specific (``LGTM``, ``+1, seen on x-2 too`` do not)."""
+    rest = IDENTIFIER.sub(" ", text.split(": ", 1)[1] if ": " in text[:24] else text)
+    return len(content_words(rest)) >= 3 and _specific(text)
+
+
+_SKEL = "\x00"  # (a skeleton's key among the shapes counted)
 
 
 #: Most a segment that only narrates scores (below :data:`MIN_SCORE`: never a fact).
@@ -446,7 +431,8 @@ def candidates(
     segment shapes where they were found; ``lines``: segments in the output they came from)."""
     out: list[Fact] = []
     for seg in segs:
-        score, kind = _score(seg, goal_words, shapes[shape(seg.text)], lines=lines)
+        repeats = max(shapes[shape(seg.text)], shapes[_SKEL + skeleton(seg.text)])
+        score, kind = _score(seg, goal_words, repeats, lines=lines)
         if seg.source == "operator":
             kind = "instruction" if kind in ("finding", "identifier") else kind
         if score < MIN_SCORE:
@@ -511,16 +497,30 @@ def result_facts(
     error as a ``failure`` fact first, prefixed with ``label`` (the call's description). A
     string of the result that only echoes one of the call's ``args`` is not searched."""
     goal_words = frozenset(content_words(goal))
-    source: FactSource = "result" if status == "succeeded" else "error"
-    segs = value_segments(observation, source, known=strings(args))
+    # Every line of an output is the tool's evidence, an error's detail too (a failed call's
+    # own error is the head fact below): a long log raised with ranks as a log.
+    segs = value_segments(observation, "result", known=strings(args))
     shapes = Counter(shape(s.text) for s in segs)
+    shapes.update(_SKEL + skeleton(s.text) for s in segs)  # rows of one template
     facts = candidates(segs, goal_words, shapes, turn, step, lines=len(segs))
+    order = {id(s): i for i, s in enumerate(facts)}
     facts.sort(key=lambda f: -f.score)
     facts = facts[:MAX_RESULT_FACTS]
-    order = {id(s): i for i, s in enumerate(facts)}
+    best_failure = next((f for f in facts if f.kind == "failure"), None)
     facts.sort(key=lambda f: order[id(f)])
+    if status == "succeeded" and label and best_failure is not None:
+        # What was tried stays with what went wrong: the call (its tail too: the flags).
+        tried = label.rsplit(" -> ", 1)[0]
+        text = shorten(f"{tried} printed: {best_failure.text}")
+        facts = [
+            f
+            if f is not best_failure
+            else f.model_copy(update={"text": text, "ids": identifiers(text)})
+            for f in facts
+        ]
     if status not in ("succeeded", "pending") and label:
-        err = [f.text for f in facts if f.kind == "failure"] or [f.text for f in facts[:1]]
+        ranked = sorted(facts, key=lambda f: (-f.score, -order[id(f)]))
+        err = [f.text for f in ranked if f.kind == "failure"] or [f.text for f in ranked[:1]]
         text = shorten(f"{label}: {' '.join(err[:2]) or status}")
         head = Fact(
             kind="failure", text=text, ids=identifiers(text), turn=turn, source="error",

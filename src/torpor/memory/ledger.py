@@ -166,7 +166,7 @@ def unit_record(
 def unit_body(u: Unit) -> str:
     """A unit's text as the buffer holds it, decoded: its words, then each call's arguments
     and result, every string of them on lines of its own (never JSON-escaped)."""
-    from .facts import decode_result, leaves
+    from .decoding import decode_result, leaves
 
     out = [u.text]
     for c in u.calls:

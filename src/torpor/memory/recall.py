@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -125,7 +126,9 @@ def _scored(
             lines = [(x, b) for x, b in lines if not b or shape(x) not in echo]
         per.append(lines)
     n = len(records)
-    df = {s: sum(1 for lines in per if any(s in b for _, b in lines)) for s in stems}
+    df: Counter[str] = Counter()
+    for lines in per:  # one pass over each record's matched stems (not stems x records)
+        df.update(frozenset().union(*(b for _, b in lines)))
     idf = {s: wt[s] * math.log(1 + n / df[s]) for s in stems if df[s]}
     out = []
     for r, lines in zip(records, per, strict=True):
