@@ -113,11 +113,21 @@ def _started_for_effect(sandbox: SandboxLike) -> None:
 
 
 def sandbox_tools(
-    sandbox: SandboxLike, *, tools: Tools | None = None, prefix: str = "sandbox"
+    sandbox: SandboxLike,
+    *,
+    tools: Tools | None = None,
+    prefix: str = "sandbox",
+    sleep_on_approval: bool = True,
 ) -> Tools:
     """Register ``<prefix>.exec``, ``.exec_readonly``, ``.write``, ``.read`` and ``.ls`` on
-    ``tools`` (a new :class:`~torpor.agents.tools.Tools` by default) for ``sandbox``; returns it."""
+    ``tools`` (a new :class:`~torpor.agents.tools.Tools` by default) for ``sandbox``; returns it.
+    ``sleep_on_approval``: an Agent using these tools saves the workspace and puts the VM to
+    sleep before each approval it waits for (``sleep_on_wait(sandbox, run, name=prefix)``,
+    through :attr:`Tools.around_waits`); the next sandbox call wakes it."""
     reg = tools if tools is not None else Tools()
+    if sleep_on_approval and isinstance(sandbox, Sandbox):
+        name = "workspace" if prefix == "sandbox" else f"{prefix}.workspace"
+        reg.around_waits.append(lambda run: sleep_on_wait(sandbox, run, name=name))
 
     def exec_(
         argv: list[str], stdin: str = "", timeout_s: float = 60.0, idempotency_key: str = ""

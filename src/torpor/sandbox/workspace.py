@@ -210,7 +210,8 @@ def save_workspace(run: Run, sandbox: Sleeper, name: str = "workspace") -> dict[
         "chunks": len(manifest["chunks"]),
         "new_blobs": len(facts),
     }
-    j.append(*j.step_events(sid, Policy.COMPUTE, result, facts, f"save workspace {name}"))
+    purpose = f"save the sandbox workspace as artifacts {name}/*"
+    j.append(*j.step_events(sid, Policy.COMPUTE, result, facts, purpose))
     mark_checkpoint(sandbox.workspace, digest)
     sandbox.expect(digest, artifacts)
     return result
