@@ -156,7 +156,14 @@ def resume(qmp_path: Path, deadline: float) -> None:
         if time.monotonic() > deadline:
             raise SandboxGoneError(f"QMP socket {qmp_path} did not appear")
         time.sleep(0.005)
-    qmp = QMP(qmp_path, max(1.0, deadline - time.monotonic()))
+    while True:  # the socket exists from QEMU's bind(), it answers from its listen()
+        try:
+            qmp = QMP(qmp_path, max(1.0, deadline - time.monotonic()))
+            break
+        except SandboxGoneError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
     try:
         while qmp.call("query-status").get("status") == "inmigrate":
             if time.monotonic() > deadline:
