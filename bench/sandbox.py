@@ -8,8 +8,11 @@ Sleep and wake (issue 44): each cold-booted VM is put to sleep (:meth:`Sandbox.s
 (a new ``Sandbox`` on its workspace: hash checks, QEMU ``-incoming``, ``cont``) through its
 first exec, interleaved with the cold boots it is a ratio to (goal <= 0.5x on the same
 accelerator); then ``--sleepers`` workspaces cloned (``cp --sparse=always``) from the last
-sleeping one each woken, exec'd and put back to sleep — restore p50/p99 over all of them — with
-their idle footprint (bytes allocated on disk; no process runs while asleep).
+sleeping one, each woken, given a file of its own and put back to sleep: their idle footprint
+(bytes allocated on disk) and the processes naming them while all sleep (0), then each woken
+again through its first exec — restore p50/p99 over all restores, and over these — and saved to
+one artifact store (:func:`torpor.sandbox.workspace.pack`: its bytes for all, chunks stored by
+content) and restored from it alone into an empty folder, as on another machine.
 
     uv run python bench/sandbox.py [--boots 3] [--reps 30] [--sleepers 20]
 """
@@ -51,6 +54,53 @@ def _wake(ws: Path, **kw: Any) -> tuple[float, Any]:
     return time.perf_counter() - t, sb
 
 
+def _processes_naming(workspaces: list[Path]) -> int:
+    """How many processes name one of these workspaces on their command line."""
+    names = [str(w).encode() for w in workspaces]
+    n = 0
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and any(x in (proc / "cmdline").read_bytes() for x in names):
+                n += 1
+        except OSError:
+            continue
+    return n
+
+
+def _through_artifacts(asleep: list[Path], tmp: Path, kw: dict[str, Any]) -> dict[str, Any]:
+    """The sleeping workspaces saved to one artifact store (disk chunks by content: what they
+    share is stored once) and, for each, restored from it alone into an empty folder (another
+    machine's) through its first exec."""
+    from torpor.artifacts import ArtifactStore
+    from torpor.sandbox.workspace import materialize, pack
+
+    store = ArtifactStore(str(tmp / "artifacts"))
+    manifests, pack_s, rebuild_s, wake_s = [], [], [], []
+    for w in asleep:
+        t = time.perf_counter()
+        raw, _ = pack(w, store, lambda _sha, _n: None)
+        manifests.append(store.put(raw))
+        pack_s.append(time.perf_counter() - t)
+    stored = sum(p.stat().st_blocks * 512 for p in (tmp / "artifacts").rglob("*") if p.is_file())
+    for j, digest in enumerate(manifests):
+        there = tmp / f"elsewhere{j}"
+        t = time.perf_counter()
+        materialize(there, store, digest)
+        rebuild_s.append(time.perf_counter() - t)
+        took, sb = _wake(there, **kw)
+        wake_s.append(took)
+        assert sb.read_file("mine.txt") == f"sleeper {j}".encode()
+        sb.kill()
+    total = [a + b for a, b in zip(rebuild_s, wake_s, strict=True)]
+    return {
+        "store_bytes": stored,
+        "save_s": {"median_s": statistics.median(pack_s), "p99_s": percentile(pack_s, 99)},
+        "restore_s": {"median_s": statistics.median(total), "p99_s": percentile(total, 99),
+                      "rebuild_median_s": statistics.median(rebuild_s), "n": len(total)},
+        "samples": {"save_s": pack_s, "rebuild_s": rebuild_s, "wake_s": wake_s},
+    }  # fmt: skip
+
+
 def run(boots: int, reps: int, sleepers: int, tmp: Path) -> dict[str, Any]:
     from torpor.sandbox import Limits, Sandbox, build_image
     from torpor.sandbox.snapshot import footprint
@@ -79,18 +129,29 @@ def run(boots: int, reps: int, sleepers: int, tmp: Path) -> dict[str, Any]:
         restore_s.append(took)
         assert sb.read_file("state.txt") == f"boot {i}".encode()
         sb.sleep()
+    # Twenty sleeping workspaces of their own: each cloned from the last sleeping one, woken,
+    # given a file of its own and put back to sleep; then all asleep at once (no process), and
+    # each woken again to its first exec (the restores measured against cold boot).
     asleep = []
     for j in range(sleepers):
         clone = tmp / f"sleeper{j}"
         subprocess.run(["cp", "-a", "--sparse=always", str(ws), str(clone)], check=True)
+        _, sb = _wake(clone, **kw)
+        sb.write_file("mine.txt", f"sleeper {j}")
+        sb.sleep()
         asleep.append(clone)
     idle = [footprint(w) for w in asleep] or [footprint(ws)]
-    for clone in asleep:
+    running = _processes_naming(asleep)
+    own_s: list[float] = []
+    for j, clone in enumerate(asleep):
         took, sb = _wake(clone, **kw)
-        restore_s.append(took)
+        own_s.append(took)
+        assert sb.read_file("mine.txt") == f"sleeper {j}".encode()
         t = time.perf_counter()
         sb.sleep()
         sleep_s.append(time.perf_counter() - t)
+    restore_s += own_s
+    shared = _through_artifacts(asleep, tmp, kw)
     exec_s: list[float] = []
     base_s: list[float] = []
     with Sandbox(image=image) as sb:
@@ -146,8 +207,14 @@ def run(boots: int, reps: int, sleepers: int, tmp: Path) -> dict[str, Any]:
             "idle footprint bytes": {
                 "per_workspace_median": statistics.median(idle),
                 "total": sum(idle),
-                "processes": 0,
+                "processes": running,
             },
+            "own sleepers restore to first exec": {
+                "median_s": statistics.median(own_s) if own_s else None,
+                "p99_s": percentile(own_s, 99) if own_s else None,
+                "ratio_to_cold_boot": statistics.median(own_s) / boot if own_s else None,
+            },
+            "through the artifact store": shared,
             "goal": f"restore to first exec <= {GOAL_RESTORE}x cold boot to first exec",
             "holds": restore / boot <= GOAL_RESTORE,
         },
@@ -158,6 +225,7 @@ def run(boots: int, reps: int, sleepers: int, tmp: Path) -> dict[str, Any]:
             "restore_s": restore_s,
             "sleep_s": sleep_s,
             "idle_bytes": idle,
+            "own_restore_s": own_s,
         },
     }
 
@@ -193,10 +261,38 @@ def _sleep_lines(sl: dict[str, Any]) -> list[str]:
          f"{r['ratio_to_cold_boot']:.2f}x cold boot"],
         ["sleep", f"{z['median_s'] * 1e3:.0f}", f"{z['p99_s'] * 1e3:.0f}", ""],
     ]  # fmt: skip
+    o, a = sl["own sleepers restore to first exec"], sl["through the artifact store"]
+    if o["median_s"] is not None:
+        rows.append(
+            [
+                "  of which the 20 sleepers' own",
+                f"{o['median_s'] * 1e3:.0f}",
+                f"{o['p99_s'] * 1e3:.0f}",
+                f"{o['ratio_to_cold_boot']:.2f}x cold boot",
+            ]
+        )
+        rows.append(
+            [
+                "save to the artifact store",
+                f"{a['save_s']['median_s'] * 1e3:.0f}",
+                f"{a['save_s']['p99_s'] * 1e3:.0f}",
+                "",
+            ]
+        )
+        rows.append(
+            [
+                "restore from the artifact store (empty folder)",
+                f"{a['restore_s']['median_s'] * 1e3:.0f}",
+                f"{a['restore_s']['p99_s'] * 1e3:.0f}",
+                f"rebuild {a['restore_s']['rebuild_median_s'] * 1e3:.0f} ms of it",
+            ]
+        )
     return [
         f"Sleep and wake, guest {sl['limits']}; {r['n']} restores ({sl['sleepers']} sleeping "
-        f"workspaces): idle footprint {f['per_workspace_median'] / 2**20:.1f} MiB each, "
-        f"{f['total'] / 2**20:.0f} MiB for all, no process.",
+        f"workspaces, each with a file of its own): idle footprint "
+        f"{f['per_workspace_median'] / 2**20:.1f} MiB each, {f['total'] / 2**20:.0f} MiB for "
+        f"all, {f['processes']} processes while all asleep; in one artifact store (chunks by "
+        f"content) {a.get('store_bytes', 0) / 2**20:.0f} MiB for all.",
         "",
         table(["measure", "median ms", "p99 ms", "ratio"], rows),
         "",

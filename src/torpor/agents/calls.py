@@ -5,6 +5,7 @@ or an ``effect`` — its outcome recorded by the loop (``tool_call_settled``).""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -167,12 +168,15 @@ def prepare(ctx: Context, c: PlannedCall) -> Prepared | Decided:
         ref = run.artifact(f"tool-args/{base}", doc, media_type="application/json")
         hashes = sorted({ref.sha256, *tool.artifact_hashes(validated)})
         try:
-            approval = run.approval(
-                f"tool:{base}",
-                hashes,
-                summary=clip(f"{tool.name}({json.dumps(c.args, sort_keys=True)})", 300),
-                escalate=getattr(ctx.agent, "escalate", ()),
-            )
+            with contextlib.ExitStack() as around:
+                for enter in ctx.agent.tools.around_waits:  # e.g. a sandbox's VM sleeps
+                    around.enter_context(enter(run))
+                approval = run.approval(
+                    f"tool:{base}",
+                    hashes,
+                    summary=clip(f"{tool.name}({json.dumps(c.args, sort_keys=True)})", 300),
+                    escalate=getattr(ctx.agent, "escalate", ()),
+                )
         except ApprovalRespondedError as exc:
             # A reply instead of a decision (issue 39): nothing runs; the model reads it.
             return Decided("responded", {"reply": exc.reply, "replied_by": exc.by}, None)

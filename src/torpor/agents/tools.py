@@ -37,6 +37,7 @@ import inspect
 import time
 import typing
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -269,6 +270,11 @@ class Tools:
 
     def __init__(self, *tools: Tool):
         self._tools: dict[str, Tool] = {}
+        #: ``fn(run)`` -> a context manager an Agent enters around each durable wait it makes
+        #: for a call of these tools (an approval), in order: e.g. the sandbox's
+        #: :func:`~torpor.sandbox.sleep_on_wait`, so a run waiting for a person holds its
+        #: workspace on disk, not a VM.
+        self.around_waits: list[Callable[[Any], AbstractContextManager[object]]] = []
         for t in tools:
             self.add(t)
 

@@ -20,6 +20,10 @@
 - :meth:`Sandbox.sleep` (:mod:`.snapshot`): the VM saved to a hash-checked snapshot file and
   stopped; the next start on its workspace wakes it. :func:`sleep_on_wait` does it when a
   workflow's wait suspends the run.
+- :func:`save_workspace` (:mod:`.workspace`): the sleeping workspace (disk chunks, saved state,
+  manifest) recorded as artifacts of its run — retention, gc and archives cover it, and a
+  resume on another machine with the same artifact store rebuilds it from there.
+  ``sleep_on_wait(sb, run)`` saves before the wait.
 - :class:`ProcessSandbox` (:mod:`.process`): the same verbs in a child process of this user —
   **no isolation**, for development only, and loudly labelled so.
 - ``torpor sandbox doctor``: what this host has and lacks, one fact a line.
@@ -31,6 +35,7 @@ from .image import Image, build_image, current_image
 from .process import ProcessSandbox
 from .tools import sandbox_tools, sleep_on_wait
 from .vm import Sandbox, op_id
+from .workspace import save_workspace
 
 
 def open_sandbox(
@@ -61,5 +66,6 @@ __all__ = [
     "op_id",
     "open_sandbox",
     "sandbox_tools",
+    "save_workspace",
     "sleep_on_wait",
 ]

@@ -156,7 +156,14 @@ def resume(qmp_path: Path, deadline: float) -> None:
         if time.monotonic() > deadline:
             raise SandboxGoneError(f"QMP socket {qmp_path} did not appear")
         time.sleep(0.005)
-    qmp = QMP(qmp_path, max(1.0, deadline - time.monotonic()))
+    while True:  # the socket exists from QEMU's bind(), it answers from its listen()
+        try:
+            qmp = QMP(qmp_path, max(1.0, deadline - time.monotonic()))
+            break
+        except SandboxGoneError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
     try:
         while qmp.call("query-status").get("status") == "inmigrate":
             if time.monotonic() > deadline:
@@ -166,6 +173,50 @@ def resume(qmp_path: Path, deadline: float) -> None:
         if state != "completed":
             raise SandboxGoneError(f"restoring the snapshot: migration {state}")
         qmp.call("cont")
+    finally:
+        qmp.close()
+
+
+#: Run states of a VM stopped by :func:`migrate_out` or not yet continued by :func:`resume`.
+PAUSED = frozenset({"paused", "postmigrate", "finish-migrate", "prelaunch"})
+
+
+def unpause(qmp_path: Path, workspace: Path, timeout_s: float) -> str | None:
+    """Continue the VM behind ``qmp_path`` if a host that died left it paused: in
+    :meth:`~torpor.sandbox.Sandbox.sleep` (stopped, its state being or already written, never
+    sealed: the outgoing migration is cancelled, its unsealed stream deleted) or in a wake
+    (``-incoming`` read in, never continued). Returns the run state it found (None: no QMP
+    socket, or QEMU did not answer — the caller's ping decides). A VM that runs is left alone."""
+    if not qmp_path.exists():
+        return None
+    try:
+        qmp = QMP(qmp_path, timeout_s)
+    except (SandboxGoneError, OSError):
+        return None
+    deadline = time.monotonic() + timeout_s
+    try:
+        status = str(qmp.call("query-status").get("status"))
+        while status == "inmigrate" and time.monotonic() < deadline:  # a wake still reading
+            time.sleep(0.01)
+            status = str(qmp.call("query-status").get("status"))
+        outgoing = (qmp.call("query-migrate") or {}).get("status")
+        if status != "inmigrate" and outgoing in ("setup", "active", "device", "pre-switchover"):
+            qmp.call("migrate_cancel")
+            while (qmp.call("query-migrate") or {}).get("status") not in (
+                "cancelled",
+                "failed",
+                "completed",
+            ) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            status = str(qmp.call("query-status").get("status"))
+        if status in PAUSED:
+            qmp.call("cont")
+        (workspace / (SNAPSHOT + ".new")).unlink(missing_ok=True)
+        if load(workspace) is None:  # a wake's stream, spent once the VM runs
+            (workspace / SNAPSHOT).unlink(missing_ok=True)
+        return status
+    except (SandboxGoneError, SandboxSnapshotError, OSError, ValueError):
+        return None
     finally:
         qmp.close()
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..agents.tools import Tool, Tools
 from ..engine.effects import Absent, Applied, EffectCall, Reconciliation, Unknown
@@ -37,6 +37,10 @@ from ..errors import EffectNotApplied, SandboxError, Suspended
 from ..history import Policy
 from .api import Entry, ExecResult, OpStatus
 from .vm import Sandbox, op_id
+from .workspace import save_workspace
+
+if TYPE_CHECKING:
+    from ..run import Run
 
 
 class SandboxLike(Protocol):
@@ -62,19 +66,33 @@ class SandboxLike(Protocol):
 
 
 @contextlib.contextmanager
-def sleep_on_wait(sandbox: SandboxLike) -> Iterator[None]:
+def sleep_on_wait(
+    sandbox: SandboxLike, run: Run | None = None, *, name: str = "workspace"
+) -> Iterator[None]:
     """Around a durable wait in a workflow (``run.approval``, ``run.wait_for``, ``run.sleep``):
-    when the run suspends there (:class:`~torpor.errors.Suspended`), put the VM to sleep
-    (:meth:`Sandbox.sleep`) before the run lets go, so a waiting run holds a snapshot on disk,
-    not a process. When the run is resumed the wait returns and the next sandbox tool call
-    starts the sandbox, which wakes the snapshot (hash-checked). A ProcessSandbox, or a VM not
-    running, is left as it is; a wait that does not suspend changes nothing.
+    a waiting run holds its workspace on disk, not a VM process.
+
+    With ``run``: the workspace is saved before the wait, as artifacts of the run
+    (:func:`~torpor.sandbox.workspace.save_workspace`, one recorded step: the VM sleeps, its
+    disk chunks, saved state and manifest go to the run's artifact store), so retention, gc and
+    archives cover it and a resume on another machine (same database and artifact store)
+    rebuilds it from there. The VM sleeps whether or not the wait then suspends the run (a
+    wait already satisfied costs one wake, at the next sandbox call).
+
+    Without ``run``: when the run suspends there (:class:`~torpor.errors.Suspended`), the VM
+    is put to sleep in its workspace folder only (:meth:`Sandbox.sleep`); a wait that does not
+    suspend changes nothing.
+
+    Either way the next sandbox tool call after the wait starts the sandbox, which wakes the
+    snapshot (hash-checked). A ProcessSandbox is left as it is.
 
     ::
 
-        with sleep_on_wait(sb):
+        with sleep_on_wait(sb, run):
             decision = run.approval("ship", [ref], summary="push the patch")
     """
+    if run is not None and isinstance(sandbox, Sandbox):
+        save_workspace(run, sandbox, name)
     try:
         yield
     except Suspended:
@@ -95,11 +113,21 @@ def _started_for_effect(sandbox: SandboxLike) -> None:
 
 
 def sandbox_tools(
-    sandbox: SandboxLike, *, tools: Tools | None = None, prefix: str = "sandbox"
+    sandbox: SandboxLike,
+    *,
+    tools: Tools | None = None,
+    prefix: str = "sandbox",
+    sleep_on_approval: bool = True,
 ) -> Tools:
     """Register ``<prefix>.exec``, ``.exec_readonly``, ``.write``, ``.read`` and ``.ls`` on
-    ``tools`` (a new :class:`~torpor.agents.tools.Tools` by default) for ``sandbox``; returns it."""
+    ``tools`` (a new :class:`~torpor.agents.tools.Tools` by default) for ``sandbox``; returns it.
+    ``sleep_on_approval``: an Agent using these tools saves the workspace and puts the VM to
+    sleep before each approval it waits for (``sleep_on_wait(sandbox, run, name=prefix)``,
+    through :attr:`Tools.around_waits`); the next sandbox call wakes it."""
     reg = tools if tools is not None else Tools()
+    if sleep_on_approval and isinstance(sandbox, Sandbox):
+        name = "workspace" if prefix == "sandbox" else f"{prefix}.workspace"
+        reg.around_waits.append(lambda run: sleep_on_wait(sandbox, run, name=name))
 
     def exec_(
         argv: list[str], stdin: str = "", timeout_s: float = 60.0, idempotency_key: str = ""

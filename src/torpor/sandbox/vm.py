@@ -34,11 +34,13 @@ import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..artifacts import ArtifactStore
 from ..errors import IsolationUnavailableError, SandboxError, SandboxGoneError
 from . import host, snapshot
 from .api import Entry, ExecResult, Limits, Network, OpStatus
 from .channel import Channel, b64
 from .image import Image, current_image
+from .workspace import checkpoint_of, materialize
 
 _KINDS = {"f": "file", "d": "dir", "l": "link", "o": "other"}
 #: How long a KVM boot may take before the probe calls KVM unusable.
@@ -110,6 +112,7 @@ class Sandbox:
         self._chan: Channel | None = None
         self._sockdir: Path | None = None
         self._finalizer: weakref.finalize[..., Sandbox] | None = None
+        self._expected: tuple[str, ArtifactStore] | None = None
 
     @classmethod
     def for_run(
@@ -140,6 +143,8 @@ class Sandbox:
             image.verify()
             self._image = image
             self.workspace.mkdir(parents=True, exist_ok=True)
+            if self._expected is not None:
+                self._ensure_checkpoint(*self._expected)
             if self._attach():
                 return self
             manifest = snapshot.load(self.workspace)
@@ -154,6 +159,20 @@ class Sandbox:
                 shutil.rmtree(self.workspace, ignore_errors=True)
             raise
         return self
+
+    def expect(self, manifest_sha256: str, artifacts: ArtifactStore) -> None:
+        """Continue from the workspace manifest ``manifest_sha256`` (recorded by
+        :func:`~torpor.sandbox.workspace.save_workspace`): the next :meth:`start` on a workspace
+        that neither saved nor woke from it rebuilds it from ``artifacts`` first (another
+        machine: :func:`~torpor.sandbox.workspace.materialize`)."""
+        self._expected = (manifest_sha256, artifacts)
+
+    def _ensure_checkpoint(self, manifest_sha256: str, artifacts: ArtifactStore) -> None:
+        if checkpoint_of(self.workspace) == manifest_sha256:
+            return  # saved or woke here: what this folder holds is that state or later
+        if self._attach():  # a VM of another state of this workspace: not the run's
+            self.kill()
+        materialize(self.workspace, artifacts, manifest_sha256)
 
     def _attach(self) -> bool:
         """Connect to a VM still running on this workspace (its host process died)."""
@@ -177,6 +196,8 @@ class Sandbox:
         except (OSError, ValueError):
             busy_until = 0.0
         wait_s = max(0.0, busy_until - time.time()) + self.grace_s
+        # A host killed in sleep() or in a wake leaves the VM paused: continue it.
+        snapshot.unpause(sock.parent / "qmp.sock", self.workspace, self.grace_s)
         try:
             chan = Channel(sock, connect_timeout_s=5)
             chan.request("PING", deadline=time.monotonic() + wait_s)
