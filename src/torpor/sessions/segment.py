@@ -235,8 +235,17 @@ class SegmentContext(AgentContext):
                 return None
             else:
                 m = self.run.wait_for(SIGNAL)
-            if isinstance(m, dict) and "id" in m and str(m["id"]) not in self.seen:
+            if not isinstance(m, dict) or "id" not in m or str(m["id"]) in self.seen:
+                continue
+            mid = str(m["id"])
+            status = self.run.step(f"take:{mid}", self._status, mid, purpose="still pending?")
+            if status == "pending":
                 return m
+            self.seen.append(mid)  # superseded or rejected meanwhile: no turn for it
+
+    def _status(self, mid: str) -> str:
+        got = rows.message(sql_of(self.run.journal.store), mid)
+        return got.status if got is not None else "missing"
 
     def _end_turn(self) -> None:
         assert self.current is not None

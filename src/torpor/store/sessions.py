@@ -183,6 +183,17 @@ def messages(
     return [_message(r) for r in rows]
 
 
+def message(store: Store, message_id: str) -> MessageRow | None:
+    d = store.driver
+    with d.read() as cur:
+        r = d.fetchone(
+            cur,
+            f"SELECT {_MSG_COLS} FROM session_messages WHERE message_id = :mid",
+            {"mid": message_id},
+        )
+    return None if r is None else _message(r)
+
+
 def last_messages(store: Store, session: str, limit: int) -> list[MessageRow]:
     """The session's newest ``limit`` messages, oldest first."""
     d = store.driver

@@ -1,0 +1,113 @@
+"""Sessions (issue 46) in one process, on both backends: turns answered in order with their
+dispositions, continue-as-new carrying the ledger, the inbox's rules."""
+
+from __future__ import annotations
+
+import pytest
+
+import torpor
+from sessions_kit import Listener, drive, session_agent
+from torpor.errors import BadInputError, SessionNotFoundError
+from torpor.sessions import Sessions, segment_run_id
+
+LISTENER = Listener(watch="INC-40213")
+AGENT = session_agent("sess.roll", LISTENER, segment_turns=3, budget_tokens=600)
+
+FILLER = (
+    "please note the weather report for the coastal stations today, rain then wind, "
+    "cloudy in the afternoon, the usual small talk about the harbour and the boats"
+)
+
+
+def test_a_session_rolls_over_segments_without_losing_a_ledger_fact(store_url: str) -> None:
+    rt = torpor.Runtime(store_url)
+    sessions = Sessions(torpor.Client(rt.store))
+    sessions.start("ann", AGENT)
+    LISTENER.seen.clear()
+    sessions.send("ann", "the incident we work on is INC-40213, remember it")
+    drive(rt, sessions, "ann")
+    for i in range(7):
+        sessions.send("ann", f"turn {i}: {FILLER} {i}")
+        drive(rt, sessions, "ann")
+    s = sessions.get("ann")
+    assert (s.segment, s.turns) == (3, 8)  # 3 + 3 + 2 turns
+    inbox = sessions.inbox("ann")
+    assert [m.status for m in inbox] == ["handled"] * 8
+    assert [m.turn for m in inbox] == list(range(1, 9))
+    assert inbox[0].reply == "ok: the incident we work on is INC-40213, remember it"
+    assert [g.first_turn for g in sessions.segments("ann")] == [1, 4, 7]
+    # The fact was compacted into segment 1's ledger, carried into 2's and then 3's: each
+    # segment's own ledger holds it, and the last model call's context still had it.
+    for seg in (1, 2, 3):
+        texts = [r.data["text"] for r in rt.store.ledger(segment_run_id("ann", seg))]
+        assert any("INC-40213" in t for t in texts), (seg, texts)
+    assert "INC-40213" in LISTENER.seen[-1]
+    mem = sessions.memory("ann")
+    assert any("INC-40213" in f["text"] for f in mem["facts"])
+    # Segment 3's history is short: it starts from the carried memory, not 8 turns.
+    assert rt.store.get_run(segment_run_id("ann", 3)).status == "waiting"
+    rt.close()
+
+
+def test_messages_sent_while_asleep_are_taken_in_order_once(store_url: str) -> None:
+    rt = torpor.Runtime(store_url)
+    client = torpor.Client(rt.store)
+    sessions = Sessions(client)
+    sessions.start("bo", AGENT)
+    drive(rt, sessions, "bo")
+    first = sessions.send("bo", "one", message_id="m1")
+    again = sessions.send("bo", "one", message_id="m1")
+    assert first.new and not again.new and again.message.seq == 1
+    sessions.send("bo", "two")
+    sessions.send("bo", "three")
+    sessions.send("bo", "four")  # segment 1 (3 turns) ends before it: segment 2 takes it
+    drive(rt, sessions, "bo")
+    inbox = sessions.inbox("bo")
+    assert [(m.text, m.status, m.turn) for m in inbox] == [
+        ("one", "handled", 1),
+        ("two", "handled", 2),
+        ("three", "handled", 3),
+        ("four", "handled", 4),
+    ]
+    assert inbox[3].run_id == segment_run_id("bo", 2)
+    # Segment 1 ended with "four" buffered: its record refuses it there (the run's own
+    # disposition), and segment 2 answered it from the session's inbox.
+    refused = [
+        e.payload
+        for e in rt.store.read_events(segment_run_id("bo", 1))
+        if e.type == "message_refused"
+    ]
+    assert [p.message_id for p in refused] == [inbox[3].message_id]
+    rt.close()
+
+
+def test_supersede_and_bad_input(store_url: str) -> None:
+    rt = torpor.Runtime(store_url)
+    sessions = Sessions(torpor.Client(rt.store))
+    sessions.start("cy", AGENT)
+    drive(rt, sessions, "cy")
+    sessions.send("cy", "draft one")
+    sessions.send("cy", "final version", supersede=True)
+    drive(rt, sessions, "cy")
+    got = [(m.text, m.status) for m in sessions.inbox("cy")]
+    assert got == [("draft one", "superseded"), ("final version", "handled")]
+    with pytest.raises(BadInputError, match="needs some text"):
+        sessions.send("cy", "  ")
+    with pytest.raises(SessionNotFoundError, match="no session named 'zz'"):
+        sessions.send("zz", "hello")
+    with pytest.raises(BadInputError, match="session name 'a/b'"):
+        sessions.start("a/b", AGENT)
+    rt.close()
+
+
+def test_a_superseded_message_gets_no_turn(store_url: str) -> None:
+    rt = torpor.Runtime(store_url)
+    sessions = Sessions(torpor.Client(rt.store))
+    sessions.start("dee", AGENT)
+    drive(rt, sessions, "dee")
+    LISTENER.seen.clear()
+    sessions.send("dee", "draft one")
+    sessions.send("dee", "final version", supersede=True)
+    drive(rt, sessions, "dee")
+    assert len(LISTENER.seen) == 1 and "draft one" not in LISTENER.seen[0]
+    rt.close()
