@@ -15,7 +15,7 @@ from torpor.memory import Memory
 from torpor.messages import Message, ModelResponse, TokenUsage
 from torpor.sessions import SessionAgent
 
-SAID = re.compile(r"user: (.*)")
+SAID = re.compile(r"(?:user|ann): (.*)")
 
 
 class Listener:

@@ -111,3 +111,33 @@ def test_a_superseded_message_gets_no_turn(store_url: str) -> None:
     drive(rt, sessions, "dee")
     assert len(LISTENER.seen) == 1 and "draft one" not in LISTENER.seen[0]
     rt.close()
+
+
+def test_the_session_cli(db_url: str) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from torpor.cli import app
+
+    def cli(*args: str) -> str:
+        r = CliRunner().invoke(app, ["--db", db_url, "session", *args], env={"COLUMNS": "200"})
+        assert r.exit_code == 0, r.output
+        return r.stdout
+
+    assert "started: segment 1" in cli("start", "fay", "--agent", "test_sessions:AGENT")
+    rt = torpor.Runtime(db_url)
+    sessions = Sessions(torpor.Client(rt.store))
+    drive(rt, sessions, "fay")
+    assert "message #1 sent" in cli("send", "fay", "hi there", "--as", "ann")
+    drive(rt, sessions, "fay")
+    (row,) = json.loads(cli("ls", "--json"))
+    assert (row["name"], row["turns"], row["run_status"]) == ("fay", 1, "waiting")
+    shown = json.loads(cli("show", "fay", "--json"))
+    assert [(m["sender"], m["status"], m["reply"]) for m in shown["inbox"]] == [
+        ("ann", "handled", "ok: hi there")
+    ]
+    assert "ok: hi there" in cli("show", "fay")
+    bad = CliRunner().invoke(app, ["--db", db_url, "session", "start", "g", "--agent", "x"])
+    assert isinstance(bad.exception, BadInputError) and "MODULE:ATTR" in str(bad.exception)
+    rt.close()
