@@ -87,9 +87,7 @@ def bulk_fill(store: Any, name: str, messages: int, segments: int) -> None:
     """``messages`` handled inbox rows and ``segments`` segment rows, by SQL (one statement
     each: a recursive series), before the session's real turns."""
     d = store.driver
-    series = (
-        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :k) "
-    )
+    series = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :k) "
     with d.transaction() as cur:
         d.execute(
             cur,
@@ -120,7 +118,9 @@ def build(rt: Any, sessions: Any, mod: Any, name: str, turns: int, big: int) -> 
     if turns > real:
         d = rt.store.driver
         with d.transaction() as cur:
-            d.execute(cur, "UPDATE sessions SET turns = :t WHERE name = :s", {"t": turns, "s": name})
+            d.execute(
+                cur, "UPDATE sessions SET turns = :t WHERE name = :s", {"t": turns, "s": name}
+            )
 
 
 def footprint(rt: Any, sessions: Any, name: str) -> dict[str, Any]:
@@ -129,9 +129,15 @@ def footprint(rt: Any, sessions: Any, name: str) -> dict[str, Any]:
     st = rt.store.run_storage(s.run_id)
     d = rt.store.driver
     with d.read() as cur:
-        (msgs,) = d.fetchone(cur, "SELECT COUNT(*) FROM session_messages WHERE session = :s", {"s": name})
-        (segs,) = d.fetchone(cur, "SELECT COUNT(*) FROM session_segments WHERE session = :s", {"s": name})
-        (lease,) = d.fetchone(cur, "SELECT lease_owner FROM runs WHERE run_id = :r", {"r": s.run_id})
+        (msgs,) = d.fetchone(
+            cur, "SELECT COUNT(*) FROM session_messages WHERE session = :s", {"s": name}
+        )
+        (segs,) = d.fetchone(
+            cur, "SELECT COUNT(*) FROM session_segments WHERE session = :s", {"s": name}
+        )
+        (lease,) = d.fetchone(
+            cur, "SELECT lease_owner FROM runs WHERE run_id = :r", {"r": s.run_id}
+        )
     return {
         "turns": s.turns,
         "segment": s.segment,
@@ -187,7 +193,9 @@ def measure(backend: str, sizes: list[int], wakes: int, idle_s: float) -> dict[s
                             while client.get(plain_id).status != "waiting":
                                 time.sleep(0.002)
                         else:
-                            while rt.store.get_run(sessions.get(f"s{key}").run_id).status != "waiting":
+                            while (
+                                rt.store.get_run(sessions.get(f"s{key}").run_id).status != "waiting"
+                            ):
                                 time.sleep(0.002)
                         time.sleep(idle_s)  # the worker is idle, blocked waiting for a wakeup
                         t0 = time.time()
@@ -203,7 +211,12 @@ def measure(backend: str, sizes: list[int], wakes: int, idle_s: float) -> dict[s
                 rt.close()
     return {
         "wake": {
-            k: {"n": len(v), "p50_ms": percentile(v, 50), "p99_ms": percentile(v, 99), "max_ms": max(v)}
+            k: {
+                "n": len(v),
+                "p50_ms": percentile(v, 50),
+                "p99_ms": percentile(v, 99),
+                "max_ms": max(v),
+            }
             for k, v in lat.items()
         },
         "idle": {str(n): v for n, v in idle.items()},
@@ -220,20 +233,31 @@ def report(results: dict[str, Any]) -> str:
         plain = r["wake"]["plain"]
         for key, w in r["wake"].items():
             idle = r["idle"].get(key, {})
-            rows.append([
-                backend,
-                "plain run (signal)" if key == "plain" else f"session, {int(key):,} turns",
-                w["n"],
-                f"{w['p50_ms']:.1f}",
-                f"{w['p99_ms']:.1f}",
-                f"{w['p99_ms'] / plain['p99_ms']:.2f}x",
-                idle.get("inbox_rows", ""),
-                idle.get("segment_events", ""),
-                idle.get("segment_bytes", ""),
-            ])
+            rows.append(
+                [
+                    backend,
+                    "plain run (signal)" if key == "plain" else f"session, {int(key):,} turns",
+                    w["n"],
+                    f"{w['p50_ms']:.1f}",
+                    f"{w['p99_ms']:.1f}",
+                    f"{w['p99_ms'] / plain['p99_ms']:.2f}x",
+                    idle.get("inbox_rows", ""),
+                    idle.get("segment_events", ""),
+                    idle.get("segment_bytes", ""),
+                ]
+            )
     return table(
-        ["backend", "wake of", "wakes", "p50 ms", "p99 ms", "p99 vs plain", "inbox rows",
-         "segment events", "segment bytes"],
+        [
+            "backend",
+            "wake of",
+            "wakes",
+            "p50 ms",
+            "p99 ms",
+            "p99 vs plain",
+            "inbox rows",
+            "segment events",
+            "segment bytes",
+        ],
         rows,
     )
 

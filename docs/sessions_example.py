@@ -1,6 +1,6 @@
 """docs/sessions.md's example: a session that lives across segments, offline.
 
-    python docs/sessions_example.py [FOLDER]
+python docs/sessions_example.py [FOLDER]
 """
 
 import re
@@ -54,5 +54,7 @@ if __name__ == "__main__":
     for m in sessions.inbox("ada"):
         print(m.seq, m.status, f"turn {m.turn}", m.reply)
     s = sessions.get("ada")
-    print(f"segment {s.segment}, {s.turns} turns, run {s.run_id}:", rt.store.get_run(s.run_id).status)
+    print(
+        f"segment {s.segment}, {s.turns} turns, run {s.run_id}:", rt.store.get_run(s.run_id).status
+    )
     rt.close()

@@ -3,6 +3,8 @@ dispositions, continue-as-new carrying the ledger, the inbox's rules."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import torpor
@@ -140,4 +142,41 @@ def test_the_session_cli(db_url: str) -> None:
     assert "ok: hi there" in cli("show", "fay")
     bad = CliRunner().invoke(app, ["--db", db_url, "session", "start", "g", "--agent", "x"])
     assert isinstance(bad.exception, BadInputError) and "MODULE:ATTR" in str(bad.exception)
+    rt.close()
+
+
+def test_the_docs_example_runs_as_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import runpy
+    import sys
+
+    from conftest import ROOT
+
+    argv = sys.argv
+    sys.argv = ["sessions_example.py", str(tmp_path)]
+    try:
+        runpy.run_path(str(ROOT / "docs" / "sessions_example.py"), run_name="__main__")
+    finally:
+        sys.argv = argv
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "1 handled turn 1 noted: my order is A-1042",
+        "2 handled turn 2 noted: ship it to Lyon",
+        "3 handled turn 3 noted: what was my order?",
+        "segment 2, 3 turns, run session:ada:2: waiting",
+    ]
+    assert '--8<-- "docs/sessions_example.py"' in (ROOT / "docs" / "sessions.md").read_text()
+
+
+def test_client_session_handle(db_url: str) -> None:
+    rt = torpor.Runtime(db_url)
+    client = torpor.Client(rt.store)
+    Sessions(client).start("gus", AGENT)
+    drive(rt, Sessions(client), "gus")
+    handle = client.session("gus")
+    handle.send("hello")
+    drive(rt, Sessions(client), "gus")
+    assert [(m.status, m.reply) for m in handle.inbox()] == [("handled", "ok: hello")]
+    assert handle.info().turns == 1
     rt.close()

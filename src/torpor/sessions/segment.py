@@ -212,11 +212,13 @@ class SegmentContext(AgentContext):
                 self._end_turn()
         except Cancelled:
             self._skip_pending("not run: the run was cancelled")
+            self._reject("the segment run was cancelled during its turn")
             raise
         except (RunInterrupt, ApprovalError, *ENGINE_ERRORS):
             raise
-        except Exception:
+        except Exception as exc:
             self._skip_pending("not run: the segment failed")
+            self._reject(f"the segment run failed during its turn ({type(exc).__name__})")
             raise
         nxt = self.run.step("continue", self._continue_as_new, purpose="the next segment")
         return {"session": self.session, "turns": self.turns, "next": nxt}
@@ -242,6 +244,14 @@ class SegmentContext(AgentContext):
             if status == "pending":
                 return m
             self.seen.append(mid)  # superseded or rejected meanwhile: no turn for it
+
+    def _reject(self, why: str) -> None:
+        """The message of a turn that will never end gets its disposition (once)."""
+        if self.current is not None:
+            store = sql_of(self.run.journal.store)
+            rows.dispose(
+                store, str(self.current["id"]), "rejected", run_id=self.run.run_id, reason=why
+            )
 
     def _status(self, mid: str) -> str:
         got = rows.message(sql_of(self.run.journal.store), mid)
