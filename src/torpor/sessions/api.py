@@ -7,15 +7,30 @@ import builtins
 import re
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import BadInputError, RunFinishedError, SessionNotFoundError
 from ..store import sessions as rows
 from .start import create_segment, sql_of
 
 if TYPE_CHECKING:
-    from ..client import Client
+    from ..history import RunState
+    from ..store.base import Store
     from .segment import SessionAgent
+
+
+class Client(Protocol):
+    """What sessions need of a :class:`torpor.Client` (named here, not imported: the
+    client's ``session`` method imports this module)."""
+
+    store: Store
+
+    def signal(
+        self, run_id: str, name: str, payload: Any = None, *, message_id: str | None = None
+    ) -> bool: ...
+
+    def state(self, run_id: str) -> RunState: ...
+
 
 #: A session's name: letters, digits and ``._-``, at most 100 characters (it is part of its
 #: segments' run ids, ``session:NAME:N``).
