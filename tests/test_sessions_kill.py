@@ -108,3 +108,24 @@ def test_a_message_sent_during_a_turn_is_handled_next_once_across_sigkill(
     s = sessions.get("eve")
     assert (s.segment, s.turns, s.run_id) == (3, 2, segment_run_id("eve", 3))
     client.close()
+
+
+def test_session_ls_and_show_import_neither_the_engine_nor_the_agents(db_url: str) -> None:
+    from sessions_kit import Listener, session_agent
+
+    client = torpor.Client(db_url)
+    Sessions(client).start("hal", session_agent("sess.light", Listener(), segment_turns=5))
+    client.close()
+    probe = (
+        "import sys\nfrom torpor.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "print('HEAVY=' + ','.join(m for m in ('torpor.engine', 'torpor.agents', "
+        "'torpor.runtime') if m in sys.modules))"
+    )
+    for cmd in (["session", "ls"], ["session", "show", "hal"]):
+        p = subprocess.run(
+            [sys.executable, "-c", probe, "--db", db_url, *cmd],
+            capture_output=True, text=True, timeout=HANG_S,
+            env={**os.environ, "COLUMNS": "200"},
+        )  # fmt: skip
+        assert "hal" in p.stdout and p.stdout.rstrip().endswith("HEAVY="), (cmd, p.stdout, p.stderr)
