@@ -129,3 +129,28 @@ def test_session_ls_and_show_import_neither_the_engine_nor_the_agents(db_url: st
             env={**os.environ, "COLUMNS": "200"},
         )  # fmt: skip
         assert "hal" in p.stdout and p.stdout.rstrip().endswith("HEAVY="), (cmd, p.stdout, p.stderr)
+
+
+def test_the_console_shows_a_session_as_a_conversation_with_its_memory(
+    tmp_path: Path, torpor_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from console_kit import Http, running_console
+    from sessions_kit import Listener, drive, session_agent
+
+    spec = session_agent("sess.console", Listener(), segment_turns=5)
+    with running_console(tmp_path / "console") as env:
+        env.use(monkeypatch)
+        with env.runtime() as rt:
+            sessions = Sessions(torpor.Client(rt.store))
+            sessions.start("ivy", spec)
+            drive(rt, sessions, "ivy")
+            sessions.send("ivy", "remember <b>INC-7</b>")
+            drive(rt, sessions, "ivy")
+        http = Http(env.url)
+        assert http.login() == 303
+        status, _, body = http.get("/sessions/ivy")
+        assert status == 200
+        assert "remember &lt;b&gt;INC-7&lt;/b&gt;" in body  # escaped, never markup
+        assert "agent: ok: remember &lt;b&gt;INC-7&lt;/b&gt;" in body
+        assert 'id="memory"' in body and "session:ivy:1" in body
+        assert http.get("/sessions/nobody")[0] == 404
