@@ -48,10 +48,7 @@ def _agent(ref: str) -> Any:
 
 
 def _sql(client: Any) -> rows.Store:
-    if not hasattr(client.store, "driver"):
-        raise BadInputError("sessions need an SQL store (SQLite or PostgreSQL)")
-    store: rows.Store = client.store
-    return store
+    return rows.rows_of(client.store)
 
 
 def _session_json(s: rows.SessionRow, counts: dict[str, int], status: str) -> dict[str, Any]:

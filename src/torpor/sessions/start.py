@@ -3,10 +3,9 @@ new): a normal run of the session's segment workflow, claimable by any worker.""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from .. import queues, serde
-from ..errors import StoreError
 from ..history import RunStarted
 from ..store import sessions as rows
 from ..store.base import Store
@@ -15,9 +14,7 @@ from ..workflows import get_workflow
 
 def sql_of(store: Store) -> rows.Store:
     """The store as the session rows need it (every SQL store); StoreError otherwise."""
-    if not hasattr(store, "driver"):
-        raise StoreError(f"sessions need an SQL store (SQLite or PostgreSQL), not {store!r}")
-    return cast(rows.Store, store)
+    return rows.rows_of(store)
 
 
 def create_segment(

@@ -12,8 +12,9 @@ take it: ``reason``), ``superseded`` (replaced by a later message before a turn 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+from ..errors import StoreError
 from .base import Driver
 
 
@@ -23,6 +24,13 @@ class Store(Protocol):
     driver: Driver
 
     def now_ms(self) -> int: ...
+
+
+def rows_of(store: object) -> Store:
+    """``store`` as these rows need it (every SQL store); StoreError for another kind."""
+    if not hasattr(store, "driver") or not hasattr(store, "now_ms"):
+        raise StoreError(f"sessions need an SQL store (SQLite or PostgreSQL), not {store!r}")
+    return cast(Store, store)
 
 
 _SESSION_COLS = (
