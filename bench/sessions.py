@@ -273,6 +273,7 @@ def main() -> None:
     results: dict[str, Any] = {}
     for backend in args.backends.split(","):
         results[backend] = measure(backend, sizes, args.wakes, args.idle)
+        save("sessions", {"results": results, "args": vars(args)})  # (each backend as it ends)
     print("Session wake, message sent -> first model call of the turn (one idle worker)\n")
     print(report(results))
     for backend, r in results.items():
