@@ -1146,9 +1146,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=1000, help="steps per per-step run")
     ap.add_argument(
         "--sections",
-        default="per_step,resume,wake,effects,cold,kill,children,streaming,scale",
+        default="per_step,resume,wake,effects,cold,kill,children,streaming,scale,sessions",
         help="comma-separated subset of per_step,resume,wake,effects,cold,kill,children,"
-        "streaming,scale",
+        "streaming,scale,sessions",
     )
     ap.add_argument(
         "--scale-finished",
@@ -1324,6 +1324,8 @@ def main(argv: list[str] | None = None) -> int:
                 traceback.print_exc()
     if "scale" in sections:
         res["scale"] = measure_scale(args, base)
+    if "sessions" in sections:
+        res["sessions"] = measure_sessions(args, base)
     res["targets"] = targets(res, {s.key: s for s in systems})
     (RESULTS / "results.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
     try:
@@ -1364,6 +1366,23 @@ def measure_scale(args: argparse.Namespace, base: str | None) -> dict[str, Any]:
         except (subprocess.SubprocessError, OSError, ValueError) as exc:
             out[key] = {"error": f"{type(exc).__name__}: {exc}"}
     return out
+
+
+def measure_sessions(args: argparse.Namespace, base: str | None) -> dict[str, Any]:
+    """The sessions section (issue 46): :mod:`sessions` in its own subprocess — wake after 1,
+    1,000 and 100,000 turns against a plain run's signal wake, and the idle footprint; its
+    table is printed by that script and kept in results/sessions.json."""
+    argv = ["--wakes", "10" if args.quick else "30"]
+    argv += ["--backends", "sqlite" if base is None else "sqlite,postgres"]
+    log(f"sessions: sessions.py {' '.join(argv)}")
+    try:
+        e = env() if base is None else {**env(), "TORPOR_BENCH_DATABASE_URL": base}
+        subprocess.run(
+            [sys.executable, str(HERE / "sessions.py"), *argv], env=e, check=True, timeout=3600
+        )
+        return dict(json.loads((RESULTS / "sessions.json").read_text()))
+    except (subprocess.SubprocessError, OSError, ValueError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def scale_report(sc: dict[str, Any]) -> list[str]:

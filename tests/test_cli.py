@@ -99,6 +99,7 @@ COMMANDS = [
     "keys",
     "schedule",
     "queue",
+    "session",
     "explore",
     "console",
     "storage",

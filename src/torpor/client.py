@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .history import (
         RunState,
     )
+    from .sessions.api import Session
 
 from .store import open_store
 from .store.base import Store
@@ -88,6 +89,13 @@ class Client(ClientSteering, ClientReads):
         if st.status is RunStatus.FINISHED and not (allow_reopenable and st.outcome in REOPENABLE):
             raise RunFinishedError(f"run {run_id!r} already finished: {st.outcome}")
         return st
+
+    def session(self, name: str) -> Session:
+        """The handle of session ``name`` (:class:`torpor.sessions.Session`: send, info,
+        inbox); BadInputError for a malformed name."""
+        from .sessions.api import Session
+
+        return Session(self, name)
 
     def signal(
         self,

@@ -166,6 +166,10 @@ class EpisodeNotFoundError(StoreError):
     """No episode with this id exists in the store (it may have been pruned)."""
 
 
+class SessionNotFoundError(StoreError):
+    """No session with this name exists in the store (:mod:`torpor.sessions`)."""
+
+
 class LeaseError(StoreError):
     """A lease operation failed."""
 

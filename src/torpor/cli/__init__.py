@@ -52,7 +52,13 @@ _command: Any = None
 #: Commands whose module alone is registered when one of them is invoked, so that a read
 #: command imports only what it prints (issue 48): ``torpor ls`` loads neither the engine nor
 #: the other commands. Every other invocation (``--help`` too) registers them all.
-_LIGHT = {"ls": "read", "show": "read", "events": "read", "watch": "watch"}
+_LIGHT = {
+    "ls": "read",
+    "show": "read",
+    "events": "read",
+    "watch": "watch",
+    "session": "session",
+}
 #: The root options that take a value (see ``root.py``), skipped to find the command's name.
 _VALUED = {"--db", "--artifacts", "--import"}
 
@@ -103,6 +109,7 @@ def _load_app() -> typer.Typer:
             read,
             sandbox,
             schedule,
+            session,
             steer,
             storage,
             talk,
@@ -123,6 +130,7 @@ def _load_app() -> typer.Typer:
             steer,
             talk,
             schedule,
+            session,
             keys,
             artifacts,
             storage,

@@ -20,6 +20,7 @@ from ..errors import ArtifactNotFoundError, RunNotFoundError, TorporError
 from ..serde import sha256_hex
 from . import live, pages, views
 from .app import LOGIN_COOKIE, SESSION_COOKIE, Console, login_token, read_form, same_origin
+from .session_page import session_view
 from .sessions import Session
 
 
@@ -390,6 +391,7 @@ PAGES = [
     ("/runs/{run_id}/approval", approval_review),
     ("/runs/{run_id}/artifacts/{sha256}", artifact_view),
     ("/runs/{run_id}/artifacts/{sha256}/raw", artifact_raw),
+    ("/sessions/{name}", session_view),
 ]
 
 #: Actions (POST, logged in, CSRF token checked).
