@@ -228,7 +228,9 @@ def locomo(backend: str, path: Path, emb: Embedder) -> dict[str, Any]:
 # ------------------------------------------------------------------ own labelled set
 
 
-def labelled(backend: str, emb: Embedder, n_distractors: int = 600) -> dict[str, Any]:
+def labelled_episodes(n_distractors: int = 600) -> list[Episode]:
+    """The labelled set's 30 answers (``own:<i>``) and ``n_distractors`` synthetic episodes,
+    in one scope ``own``."""
     wl = Workload()
     eps = [
         Episode(
@@ -264,6 +266,11 @@ def labelled(backend: str, emb: Embedder, n_distractors: int = 600) -> dict[str,
                 created_at_ms=2_000_000 + r.n * 1000,
             )
         )
+    return eps
+
+
+def labelled(backend: str, emb: Embedder, n_distractors: int = 600) -> dict[str, Any]:
+    eps = labelled_episodes(n_distractors)
     out: dict[str, Any] = {"backend": backend, "pairs": len(LABELLED), "distractors": n_distractors}
     with fresh_store(backend) as (store, _):
         EpisodeStore(store, embedder=emb).write(eps)
