@@ -230,14 +230,17 @@ def locomo(backend: str, path: Path, emb: Embedder) -> dict[str, Any]:
 # ------------------------------------------------------------------ own labelled set
 
 
-def labelled(backend: str, emb: Embedder, n_distractors: int = 600) -> dict[str, Any]:
-    eps, of = [], {}
-    for n, (text, i) in enumerate(labelled_episodes(n_distractors)):  # (issue 31: English)
-        of[i] = f"own:{n}"
+def labelled_set(n_distractors: int = 600) -> list[Episode]:
+    """The labelled set as episodes of one scope ``own``: the answer of ``LABELLED[i]`` is
+    ``own:<i>``, each distractor ``noise:<n>`` (the English distractors of
+    ``episodes_labelled.labelled_episodes``, the answers at seeded places among them)."""
+    eps = []
+    for n, (text, i) in enumerate(labelled_episodes(n_distractors)):
+        eid = f"own:{i}" if i is not None else f"noise:{n}"
         eps.append(
             Episode(
-                episode_id=f"own:{n}",
-                run_id=f"own-{n}",
+                episode_id=eid,
+                run_id=eid.replace(":", "-"),
                 boundary="ended@1",
                 scope="own",
                 agent="agent",
@@ -250,6 +253,11 @@ def labelled(backend: str, emb: Embedder, n_distractors: int = 600) -> dict[str,
                 created_at_ms=1_000_000 + n * 1000,
             )
         )
+    return eps
+
+
+def labelled(backend: str, emb: Embedder, n_distractors: int = 600) -> dict[str, Any]:
+    eps = labelled_set(n_distractors)
     out: dict[str, Any] = {"backend": backend, "pairs": len(LABELLED), "distractors": n_distractors}
     with fresh_store(backend) as (store, _):
         EpisodeStore(store, embedder=emb).write(eps)
@@ -258,7 +266,7 @@ def labelled(backend: str, emb: Embedder, n_distractors: int = 600) -> dict[str,
             ("hybrid", EpisodeStore(store, embedder=emb)),
         ):
             found = [
-                of[i] in [h.episode_id for h in es.search(q, scope="own", limit=10)]
+                f"own:{i}" in [h.episode_id for h in es.search(q, scope="own", limit=10)]
                 for i, (_, q) in enumerate(LABELLED)
             ]
             out[f"{name}_recall10"] = sum(found) / len(found)

@@ -402,8 +402,61 @@ def test_an_embedder_giving_unequal_vectors_is_refused_by_name() -> None:
         embed_texts(Ragged(), ["a", "b"])
 
 
-def test_vector_queries_differ_between_dialects_only_in_the_write() -> None:
+def test_vector_queries_differ_between_dialects_only_in_the_write_and_pgvector() -> None:
     from torpor.store.episode_vectors import load_vector_queries
 
     sqlite, pg = set(load_vector_queries("sqlite")), set(load_vector_queries("postgres"))
-    assert sqlite - pg == {"put_vector"} and pg - sqlite == {"put_vectors"}
+    assert sqlite - pg == {"put_vector"}
+    assert pg - sqlite == {"put_vectors", "vector_index", "nearest_vectors"}
+
+
+# ------------------------------------------------------------------ pgvector (where installed)
+
+
+def test_pgvector_gives_the_dense_candidates_where_the_server_has_it(store: Store) -> None:
+    """On a PostgreSQL server with the ``vector`` extension, migration 0024 made the HNSW
+    index and a hybrid search takes the filter's nearest from it — finding an old episode the
+    most recent candidates would not hold. Debian bookworm ships no pgvector: where
+    ``pg_available_extensions`` has no ``vector`` this is skipped, and the ``real[]`` path (the
+    other tests) is what runs."""
+    if store.driver.dialect != "postgres":
+        pytest.skip("pgvector is a PostgreSQL path; SQLite reranks bounded candidates")
+    with store.driver.read() as cur:
+        avail = store.driver.fetchall(
+            cur, "SELECT 1 FROM pg_available_extensions WHERE name = 'vector'", {}
+        )
+    if not avail:
+        pytest.skip(
+            "the PostgreSQL server has no pgvector (no 'vector' in pg_available_extensions); "
+            "episode vectors use the real[] path"
+        )
+    if not store.create_vector_index():  # type: ignore[attr-defined]
+        pytest.skip("pgvector is available but this role may not create the extension")
+
+    class Wide:  # 256 values: the length the index covers
+        model_id = "test/concepts-256"
+
+        def embed(self, texts: Sequence[str]) -> list[Sequence[float]]:
+            return [list(v) * 4 for v in ConceptEmbedder().embed(texts)]
+
+    emb = Wide()
+    seed(store, emb, noise=60)
+    near = store.nearest_episodes(
+        emb.model_id, Filters(scope="acme").for_index(), emb_bytes(emb, QUERY), 5
+    )
+    assert near is not None and near[0][0][8] == THE_DECISION
+    hits = hybrid_search(store, emb, Filters(scope="acme"), QUERY, 3, recent_n=5)
+    assert hits[0][0][8] == THE_DECISION  # not among the 5 most recent: the index found it
+
+
+def emb_bytes(emb: Any, text: str) -> bytes:
+    from torpor.episodes.hybrid import embed_texts
+
+    (v,) = embed_texts(emb, [text])
+    return v
+
+
+def test_without_a_vector_index_the_store_says_so(store: Store) -> None:
+    q = pack([0.0] * 256)
+    assert store.nearest_episodes("m", Filters(scope="acme").for_index(), q, 10) is None
+    assert store.nearest_episodes("m", Filters(scope="acme").for_index(), pack([1.0]), 10) is None

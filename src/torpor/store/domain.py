@@ -436,6 +436,13 @@ class EpisodeVectorRows(Protocol):
         """How many vectors of ``model`` the store holds."""
         ...
 
+    def nearest_episodes(
+        self, model: str, f: EpisodeFilter, query: bytes, limit: int
+    ) -> list[tuple[tuple[object, ...], bytes]] | None:
+        """``[(episode row, vector)]`` of the ``limit`` episodes of ``f`` nearest ``query`` by
+        an approximate vector index (pgvector), or None when the store has none."""
+        ...
+
     def drop_orphan_episode_vectors(self) -> int:
         """Delete the vectors whose episode is gone; returns how many."""
         ...

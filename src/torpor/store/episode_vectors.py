@@ -5,9 +5,11 @@ full-text search stay as they are. A mixin of :class:`~torpor.store.sqlstore.SQL
 it ranks is :mod:`torpor.episodes.hybrid`.
 
 A vector crosses this boundary as ``bytes``: little-endian float32, ``dim`` values. SQLite keeps
-those bytes in a blob; PostgreSQL a ``real[]`` (which pgvector's ``vector`` casts from where
-that extension is installed; nothing here needs it). Vectors are only ever read *by id*, for
-a bounded candidate set a search already chose, never scanned for a whole filter.
+those bytes in a blob; PostgreSQL a ``real[]``. Vectors are read *by id*, for a bounded
+candidate set a search already chose, never scanned for a whole filter — or, on a PostgreSQL
+server with pgvector (migration 0024 creates the extension and an HNSW index over the
+256-value vectors cast to ``vector(256)``), the filter's nearest ``limit`` by that index
+(:meth:`EpisodeVectorTables.nearest_episodes`).
 
 Writes are ``INSERT … ON CONFLICT DO NOTHING``: the same episode embedded by the same model
 twice (a capture repeated after a crash) changes nothing. The queries are whole in
@@ -24,6 +26,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .base import Driver, load_queries
+from .domain import EpisodeFilter
+
+#: Vector lengths pgvector's index covers (migration 0024: the default wordllama model's).
+INDEXED_DIMS = (256,)
 
 
 @functools.cache
@@ -53,6 +59,9 @@ class EpisodeVectorTables:
     """See :class:`~torpor.store.domain.EpisodeVectorRows` for each method's rows."""
 
     driver: Driver
+    #: The pgvector extension's schema when the index of migration 0024 exists ("" when it
+    #: does not; None until looked up).
+    _pgvector: str | None = None
 
     @property
     def _vq(self) -> dict[str, str]:
@@ -100,6 +109,50 @@ class EpisodeVectorTables:
             rows = self.driver.fetchall(cur, self._vq["missing_vectors"], params)
         return [(str(e), str(s), str(le)) for e, s, le in rows]
 
+    def vector_index(self) -> str:
+        """The schema of the pgvector extension when this store has the episode vectors'
+        HNSW index (migration 0024), else ``""`` (SQLite; a server without pgvector). Looked
+        up once per store object."""
+        if self._pgvector is None:
+            found = ""
+            if self.driver.dialect == "postgres":
+                with self.driver.read() as cur:
+                    row = self.driver.fetchone(cur, self._vq["vector_index"], {})
+                found = str(row[0]) if row else ""
+            self._pgvector = found
+        return self._pgvector
+
+    def create_vector_index(self) -> bool:
+        """Run migration 0024 again (a store made before pgvector was installed on its
+        server): create the extension and the index where possible. Returns whether the index
+        exists now. False on SQLite."""
+        if self.driver.dialect != "postgres":
+            return False
+        sql = (Path(__file__).parent / "migrations" / "postgres").glob("0024_*.sql")
+        with self.driver.transaction() as cur:
+            for f in sql:
+                self.driver.execute(cur, f.read_text(), {})
+        self._pgvector = None
+        return bool(self.vector_index())
+
+    def nearest_episodes(
+        self, model: str, f: EpisodeFilter, query: bytes, limit: int
+    ) -> list[tuple[tuple[object, ...], bytes]] | None:
+        """``[(episode row, vector)]``: the ``limit`` episodes of filter ``f`` whose vectors of
+        ``model`` are nearest ``query`` (float32 bytes) by pgvector's index, nearest first
+        (approximate: HNSW). None when the store has no such index for vectors of that length
+        (SQLite; a server without pgvector): the caller picks its candidates otherwise."""
+        if limit <= 0 or len(query) // 4 not in INDEXED_DIMS:
+            return None
+        schema = self.vector_index()
+        if not schema:
+            return None
+        sql = self._vq["nearest_vectors"].replace("{vector}", f'"{schema}".vector')
+        params = {**f.params(), "model": model, "q": unpack(query).tolist(), "limit": limit}
+        with self.driver.read() as cur:
+            rows = self.driver.fetchall(cur, sql, params)
+        return [(tuple(r[:-1]), pack(r[-1])) for r in rows]
+
     def count_episode_vectors(self, model: str) -> int:
         """How many vectors of ``model`` the store holds."""
         with self.driver.read() as cur:
@@ -112,4 +165,4 @@ class EpisodeVectorTables:
             return int(self.driver.execute(cur, self._vq["drop_orphan_vectors"], {}) or 0)
 
 
-__all__ = ["EpisodeVectorTables", "load_vector_queries", "pack", "unpack"]
+__all__ = ["INDEXED_DIMS", "EpisodeVectorTables", "load_vector_queries", "pack", "unpack"]

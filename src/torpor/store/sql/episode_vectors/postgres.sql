@@ -27,3 +27,26 @@ SELECT count(*) FROM episode_vectors WHERE model = CAST(:model AS text);
 -- name: drop_orphan_vectors
 DELETE FROM episode_vectors
 WHERE NOT EXISTS (SELECT 1 FROM episodes e WHERE e.episode_id = episode_vectors.episode_id);
+
+-- name: vector_index
+-- The schema of the pgvector extension when the index of migration 0024 exists (else no row).
+SELECT n.nspname FROM pg_extension AS x JOIN pg_namespace AS n ON n.oid = x.extnamespace
+WHERE x.extname = 'vector' AND to_regclass('episode_vectors_hnsw_256') IS NOT NULL;
+
+-- name: nearest_vectors
+-- The filter's episodes nearest the query by the HNSW index of migration 0024 (`{vector}` is
+-- the extension's schema-qualified type, put in by the store; the expression is the index's,
+-- so the planner uses it), with their vectors. pgvector filters after the index scan: with
+-- pgvector >= 0.8 `hnsw.iterative_scan` keeps scanning until `limit` rows pass the filter.
+SELECT e.episode_id, e.run_id, e.boundary, e.scope, e.agent, e.task_type, e.kind, e.outcome,
+       e.summary, e.lesson, e.at_seq, e.created_at_ms, e.conditions, e.refs, e.claims,
+       e.superseded_by, e.valid_until_ms, v.vec
+FROM episode_vectors AS v JOIN episodes AS e ON e.episode_id = v.episode_id
+WHERE v.model = :model AND v.dim = 256 AND e.scope = :scope
+  AND (CAST(:agent AS text) IS NULL OR e.agent = CAST(:agent AS text))
+  AND (CAST(:task_type AS text) IS NULL OR e.task_type = CAST(:task_type AS text))
+  AND (CAST(:outcome AS text) IS NULL OR e.outcome = CAST(:outcome AS text))
+  AND (NOT CAST(:live AS boolean) OR e.superseded_by IS NULL)
+  AND e.created_at_ms >= :since_ms AND e.created_at_ms <= :until_ms
+ORDER BY CAST(v.vec AS {vector}(256)) <=> CAST(CAST(:q AS real[]) AS {vector}(256))
+LIMIT :limit;
