@@ -82,6 +82,7 @@ class SessionAgent:
             goal=agent.goal,
             reconcilers=reconcilers,
             task_type=agent.task_type,
+            steerable=True,  # a segment runs the agent's loop, which takes steering
         )(session_segment)
         self.__torpor_workflow__ = self.workflow
 
