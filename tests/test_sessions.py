@@ -180,3 +180,42 @@ def test_client_session_handle(db_url: str) -> None:
     assert [(m.status, m.reply) for m in handle.inbox()] == [("handled", "ok: hello")]
     assert handle.info().turns == 1
     rt.close()
+
+
+class Flaky:
+    """Answers like the listener, but fails the call whose latest message says EXPLODE."""
+
+    model_id = "flaky"
+
+    def __init__(self) -> None:
+        self.inner = Listener()
+
+    def complete(self, messages, tools=()):  # type: ignore[no-untyped-def]
+        if "EXPLODE" in (self.inner.complete(messages, tools).message.content or ""):
+            raise RuntimeError("the model broke")
+        return self.inner.complete(messages, tools)
+
+
+FLAKY = session_agent("sess.flaky", Flaky(), segment_turns=50)
+
+
+def test_a_failed_segment_does_not_end_its_session(store_url: str) -> None:
+    """A turn whose segment fails gets ``rejected``; the next message starts a new segment
+    (not left pending forever), which answers it."""
+    rt = torpor.Runtime(store_url)
+    sessions = Sessions(torpor.Client(rt.store))
+    sessions.start("fay", FLAKY)
+    drive(rt, sessions, "fay")
+    sessions.send("fay", "hello")
+    drive(rt, sessions, "fay")
+    sessions.send("fay", "please EXPLODE now")
+    drive(rt, sessions, "fay")
+    assert sessions.client.state(segment_run_id("fay", 1)).outcome == "failed"
+    sent = sessions.send("fay", "are you there")
+    assert sent.run_id == segment_run_id("fay", 2)
+    drive(rt, sessions, "fay")
+    inbox = sessions.inbox("fay")
+    assert [m.status for m in inbox] == ["handled", "rejected", "handled"]
+    assert inbox[-1].reply == "ok: are you there"
+    assert [g.first_turn for g in sessions.segments("fay")] == [1, 2]
+    rt.close()

@@ -139,9 +139,46 @@ class Sessions:
                 to = s.run_id
             again = self.get(name)
             if again.run_id == s.run_id:
+                if to is None and self._restart(s):
+                    s = self.get(name)  # the new segment also reads it from the inbox
+                    continue
                 break
             s = again
         return Sent(msg, to, True)
+
+    def _restart(self, s: rows.SessionRow) -> bool:
+        """The session's current segment finished without continuing as new (it failed, was
+        cancelled or stopped: its turn's message was rejected on its record; a blocked or
+        unresolved segment keeps its record for a person to settle): the session goes on in a
+        new segment, carrying the summary of that segment's latest checkpoint and its live
+        ledger facts (the newest 500), so no message sent afterwards waits forever.
+        True when a new segment is there (this call or a concurrent one made it)."""
+        from ..history import RunStatus
+        from .segment import CARRY_FACTS, segment_run_id
+
+        st = self.client.state(s.run_id)
+        if st.status != RunStatus.FINISHED:
+            return False
+        seg = s.segment + 1
+        rid = segment_run_id(s.name, seg)
+        store = self.client.store
+        _keys, gone, _live = store.ledger_index(s.run_id)
+        ledger = [
+            r.data
+            for r in store.ledger(s.run_id)
+            if r.data.get("kind") != "unit" and r.data.get("key") not in gone
+        ][-CARRY_FACTS:]
+        user = st.user_state if isinstance(st.user_state, dict) else {}
+        carry = {"summary": user.get("summary") or {}, "ledger": ledger}
+        create_segment(
+            store,
+            s.workflow,
+            rid,
+            {"session": s.name, "segment": seg, "first_turn": s.turns + 1, "carry": carry},
+            module=st.module,
+        )
+        rows.move_segment(self.rows, s.name, seg, rid, s.turns + 1)
+        return self.get(s.name).run_id != s.run_id
 
     def _signal(self, run_id: str, msg: rows.MessageRow) -> bool:
         from .segment import SIGNAL
