@@ -64,6 +64,13 @@ def test_grandchild_blocked_by_the_roots_budget_then_reopened(store_url: str) ->
         assert "steps: 5 used of 5 by the 3 runs of the tree of run tb1" in gc.outcome_reason
         assert "torpor budget tb1" in gc.outcome_reason
         assert sorted(RAN) == [0, 1, 2, 3, 4]  # batches of 3, then 2: the steps left
+        # The cut is on the record (the tree's usage a replay reads is not the one it had).
+        cuts = [
+            e.payload.step_id
+            for e in client.events(gc_rec.run_id)
+            if e.type == "step_completed" and e.payload.step_id.startswith("cut:")
+        ]
+        assert cuts == ["cut:c5@v1"], cuts
         # Its parent waits and says why; the root's accounting shows the tree and the block.
         assert gc_rec.run_id in client.state(mid_rec.run_id).attention
         acc = budgets.account(rt.store, "tb1", rt.store.now_ms())

@@ -61,7 +61,7 @@ def execute_batch(ctx: Context, calls: Sequence[PlannedCall], limit: int) -> lis
         return [execute_call(ctx, c) for c in calls[:1]]
     taken: list[tuple[PlannedCall, Prepared | Decided]] = []
     for c in calls:
-        if taken and not _room(ctx, sum(isinstance(x, Prepared) for _, x in taken)):
+        if taken and _cut(ctx, c, sum(isinstance(x, Prepared) for _, x in taken)):
             break
         taken.append((c, prepare(ctx, c)))
     prepared = [x for _, x in taken if isinstance(x, Prepared)]
@@ -101,10 +101,25 @@ def execute_batch(ctx: Context, calls: Sequence[PlannedCall], limit: int) -> lis
     return outcomes
 
 
-def _room(ctx: Context, running: int) -> bool:
-    """Whether the budget — the run's steps, and its ancestors' over their trees — leaves
-    room for one more call beside ``running`` ones taken and not yet settled."""
-    return not ctx.budget_exhausted(running)
+def _cut(ctx: Context, c: PlannedCall, running: int) -> bool:
+    """Whether the batch stops before ``c``: when the budget — the run's steps, and its
+    ancestors' over their trees — leaves no room for one more call beside ``running`` ones
+    taken and not yet settled. The tree's usage is read as it is now, which a replay cannot
+    see as it was, so a cut is recorded (a step ``cut:<call>``) before anything depends on
+    it, and a replay stops where the recorded run stopped: the same calls taken, the same
+    children waited for (without it, a run resumed twice took more calls on replay than it
+    had, and the batch's fan-in no longer matched its recorded children)."""
+    j = ctx.run.journal
+    sid = f"cut:{c.call_id}@v{c.version}"
+    if j.recorded(sid, Policy.READ) is not None:
+        return True
+    if j.replay.replaying:
+        return False  # the recorded run went past ``c``: had it stopped here, it would say so
+    why = ctx.budget_exhausted(running)
+    if not why:
+        return False
+    j.record(sid, lambda _sid: ({"reason": why}, []), purpose="the batch stops: budget")
+    return True
 
 
 def _run_all(ctx: Context, ready: list[Prepared], limit: int) -> list[Decided | BaseException]:

@@ -232,6 +232,16 @@ def _wait(j: Journal, wid: str, ids: list[str], need: int) -> list[ChildResult]:
         _settle(j, wid)
         comp = j.recorded(wid, Policy.READ)
         assert comp is not None, wid
+    # The recorded results of the children asked for, in the order asked: a replay may ask
+    # for fewer than were recorded (a batch's delegation whose outcome was settled before a
+    # crash is not waited for again), never for one the wait did not record.
+    got = {str(x["run_id"]): x for x in comp.result["children"]}
+    missing = [i for i in ids if i not in got]
+    if missing:
+        raise NonDeterminismError(
+            f"wait {wid!r} is recorded for children {sorted(got)}; the code now waits for "
+            f"{missing} too"
+        )
     return [
         ChildResult(
             run_id=str(x["run_id"]),
@@ -240,7 +250,7 @@ def _wait(j: Journal, wid: str, ids: list[str], need: int) -> list[ChildResult]:
             reason=str(x.get("reason", "")),
             result=j.value(wid, x.get("result"), "child result"),
         )
-        for x in comp.result["children"]
+        for x in (got[i] for i in ids)
     ]
 
 
